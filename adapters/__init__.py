@@ -1,0 +1,1 @@
+"""Cloud adapters behind one contract (adapters.base.CloudAdapter)."""

@@ -1,0 +1,236 @@
+"""The CloudAdapter contract every cloud (simulated, AWS, GCP) implements.
+
+The domain (planner, executor, reconcile) only ever talks to a cloud through this module:
+plain frozen dataclasses in, plain frozen dataclasses out, and a handful of typed errors.
+Cloud error codes are classified inside each adapter (``adapters/<cloud>/errors.py``);
+nothing above this line looks at a cloud's error text.
+
+Promises every adapter keeps
+----------------------------
+* **Ownership by tags.** Every instance allset launches carries its :class:`OwnerTags`
+  (cluster, node group, attempt, part, request, source, reservation) from the moment it
+  exists. The cloud's tags are the source of truth after a crash.
+* **All-or-nothing parts.** :meth:`CloudAdapter.launch` creates exactly ``count`` instances
+  or none (nothing left running when it raises a capacity, quota or invalid error).
+* **Idempotency.** ``LaunchRequest.token`` is derived from attempt and part; repeating a
+  launch with a token the cloud has seen returns the instances of the first call and
+  launches nothing new (AWS ClientToken, GCP requestId).
+* **Eventual consistency.** ``list_instances`` may lag a launch or terminate by a few
+  seconds; callers settle doubt by listing again, never by launching again.
+* **Timeouts.** A call whose outcome is unknown raises :class:`OutcomeUnknown`; the caller
+  settles it by listing tags, since the launch may or may not have happened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+class CapacityType(enum.StrEnum):
+    RESERVED = "reserved"
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+
+
+class ReservationKind(enum.StrEnum):
+    """An AWS ODCR or GCP specific reservation ('default'), or an AWS Capacity Block."""
+
+    DEFAULT = "default"
+    CAPACITY_BLOCK = "capacity-block"
+
+
+class InstanceState(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    TERMINATING = "terminating"
+    TERMINATED = "terminated"
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerTags:
+    """What allset writes on every instance it launches (cloud-neutral names)."""
+
+    cluster: str
+    node_group: str
+    attempt: str
+    part: str  # "<plan>.<part>" inside the attempt, e.g. "0.1"
+    source: CapacityType
+    reservation: str | None = None
+    request: str | None = None
+    # Set by CloudAdapter.commit once every part of the attempt is up. An instance of an
+    # uncommitted attempt that is no longer in flight is rolled back by reconcile.
+    committed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CloudInstance:
+    id: str
+    provider_id: str
+    name: str
+    zone: str
+    instance_type: str
+    state: InstanceState
+    tags: OwnerTags
+    launched_at: float = 0.0
+
+    def with_commit(self) -> CloudInstance:
+        """This instance as it reads once its attempt's commit tag is on it."""
+        return dataclasses.replace(self, tags=dataclasses.replace(self.tags, committed=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Capacity the customer already pays for, as the cloud reports it now."""
+
+    id: str
+    zone: str
+    instance_type: str
+    total: int
+    free: int
+    kind: ReservationKind = ReservationKind.DEFAULT
+    # Only launches that name this reservation may use it (AWS 'targeted', GCP
+    # specificReservationRequired). Untargeted ones may be consumed by any matching launch.
+    targeted: bool = False
+    fabric: str | None = None
+    starts_at: float | None = None
+    ends_at: float | None = None
+    # Marginal price per node-hour of using a slot; the reservation itself is already paid.
+    price: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A limit the cloud enforces, in one unit, over the instances it covers."""
+
+    name: str
+    unit: str  # "instances" | "gpus" | "vcpus"
+    limit: int
+    used: int
+    capacity_types: tuple[CapacityType, ...] = (CapacityType.ON_DEMAND,)
+    instance_types: tuple[str, ...] = ()  # empty: every type
+    zones: tuple[str, ...] = ()  # empty: every zone
+
+    @property
+    def free(self) -> int:
+        return max(0, self.limit - self.used)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """One part of an attempt: ``count`` nodes of one group from one capacity source."""
+
+    token: str
+    node_group: str
+    zone: str
+    instance_type: str
+    count: int
+    tags: OwnerTags
+    fabric: str | None = None
+
+    @property
+    def source(self) -> CapacityType:
+        return self.tags.source
+
+    @property
+    def reservation(self) -> str | None:
+        return self.tags.reservation
+
+
+@dataclass(frozen=True, slots=True)
+class CloudSnapshot:
+    """What one refresh learned: reservations, quotas and this cluster's instances."""
+
+    reservations: Sequence[Reservation]
+    instances: Sequence[CloudInstance]
+    quotas: Sequence[Quota] = ()
+    api_calls: int = 0
+
+
+class Scope(enum.StrEnum):
+    """How much a failure rules out for the next plan (SkyPilot's failover levels)."""
+
+    OFFERING = "offering"  # this group's source (pool or reservation) only
+    ZONE = "zone"  # every offering in the zone
+    CLOUD = "cloud"  # everything (credentials, account-wide quota)
+
+
+class CloudError(Exception):
+    """Base of the typed errors adapters raise; the cloud's error is ``__cause__``."""
+
+    code = "CloudError"
+    retryable = False
+
+    def __init__(self, message: str, *, scope: Scope = Scope.OFFERING, cloud_code: str = ""):
+        super().__init__(message)
+        self.scope = scope
+        self.cloud_code = cloud_code
+
+
+class InsufficientCapacity(CloudError):
+    """The pool or reservation cannot supply the part now (stockout, reservation full)."""
+
+    code = "InsufficientCapacity"
+
+
+class QuotaExceeded(CloudError):
+    """An account limit blocks the part; retrying will not help until the limit moves."""
+
+    code = "QuotaExceeded"
+
+
+class InvalidRequest(CloudError):
+    """The request or configuration is wrong (unknown template, bad reservation id)."""
+
+    code = "InvalidRequest"
+
+
+class TransientError(CloudError):
+    """Throttling or a server hiccup: safe to retry the same call with backoff."""
+
+    code = "TransientError"
+    retryable = True
+
+
+class OutcomeUnknown(CloudError):
+    """The call timed out or the connection broke: it may or may not have happened."""
+
+    code = "OutcomeUnknown"
+
+
+@runtime_checkable
+class CloudAdapter(Protocol):
+    """One cloud account/project/region as allset sees it."""
+
+    name: str
+
+    def snapshot(self, cluster: str) -> CloudSnapshot:
+        """Reservations, quotas and every instance tagged with ``cluster``, paginated to
+        completion. Costs a bounded number of API calls, independent of the group count.
+        Raises TransientError when the cloud cannot answer now."""
+        ...
+
+    def launch(self, request: LaunchRequest) -> Sequence[CloudInstance]:
+        """Create exactly ``request.count`` instances, or none. Idempotent by token.
+
+        Reserved parts consume only ``request.reservation``; on-demand and spot parts
+        consume no reservation. Raises InsufficientCapacity, QuotaExceeded, InvalidRequest,
+        TransientError (nothing happened) or OutcomeUnknown (settle by listing)."""
+        ...
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        """Terminate these instances. Idempotent: ids already gone are success."""
+        ...
+
+    def commit(self, instance_ids: Sequence[str], attempt: str) -> None:
+        """Mark the attempt's instances committed in the cloud (a tag or label), so that
+        reconcile adopts them even if every local record is lost. Idempotent."""
+        ...
+
+    def close(self) -> None:
+        """Release clients and connections."""
+        ...
+

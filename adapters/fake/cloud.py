@@ -1,0 +1,312 @@
+"""A simulated cloud with behaviour: reservations with free counts and windows, pools that
+stock out, quotas, launch latency and boot time, idempotency tokens, tags, and injectable
+faults. State lives in memory, or also in SQLite so it survives a restart of the service."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import threading
+from collections import Counter, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from adapters.base import (
+    CapacityType,
+    CloudError,
+    CloudInstance,
+    CloudSnapshot,
+    InstanceState,
+    InsufficientCapacity,
+    InvalidRequest,
+    LaunchRequest,
+    Quota,
+    QuotaExceeded,
+    Reservation,
+    ReservationKind,
+    Scope,
+)
+from adapters.fake.store import FakeStore
+from provider.clock import Clock
+
+
+@dataclass(frozen=True, slots=True)
+class Stockout:
+    zone: str
+    instance_type: str
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What the simulated cloud knows of an instance type, for GPU and vCPU quotas."""
+
+    gpus: int = 0
+    vcpus: int = 0
+
+
+@dataclass(slots=True)
+class FakeSettings:
+    reservations: Sequence[Reservation] = ()
+    stockouts: Iterable[Stockout] = ()
+    quotas: Sequence[Quota] = ()
+    shapes: dict[str, Shape] = field(default_factory=dict)
+    launch_latency_seconds: float = 0.0
+    boot_seconds: float = 0.0
+    state_path: str | None = None
+
+
+@dataclass(slots=True)
+class _Fault:
+    error: CloudError
+    remaining: int
+    after: bool  # perform the call, then raise (a timeout whose call did happen)
+
+
+class FakeCloud:
+    """Implements adapters.base.CloudAdapter."""
+
+    name = "fake"
+
+    def __init__(self, settings: FakeSettings, clock: Clock) -> None:
+        self._clock = clock
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._reservations = {r.id: r for r in settings.reservations}
+        self._stockouts = set(settings.stockouts)
+        self._quotas = list(settings.quotas)
+        self._shapes = dict(settings.shapes)
+        self._instances: dict[str, CloudInstance] = {}
+        self._tokens: dict[str, tuple[str, ...]] = {}
+        self._faults: dict[str, deque[_Fault]] = {}
+        self.calls: Counter[str] = Counter()
+        self._store = FakeStore(settings.state_path) if settings.state_path else None
+        if self._store is not None:
+            instances, self._tokens = self._store.load()
+            self._instances = {i.id: i for i in instances}
+
+    # --- test and simulation controls --------------------------------------------------
+
+    def set_stockout(self, stockout: Stockout, active: bool = True) -> None:
+        with self._lock:
+            if active:
+                self._stockouts.add(stockout)
+            else:
+                self._stockouts.discard(stockout)
+
+    def add_reservation(self, reservation: Reservation) -> None:
+        with self._lock:
+            self._reservations[reservation.id] = reservation
+
+    def remove_reservation(self, reservation_id: str) -> None:
+        with self._lock:
+            self._reservations.pop(reservation_id, None)
+
+    def inject(
+        self, operation: str, error: CloudError, times: int = 1, after: bool = False
+    ) -> None:
+        """Make the next ``times`` calls of ``operation`` (launch, terminate, commit,
+        snapshot) raise ``error``; with ``after`` the call takes effect first."""
+        with self._lock:
+            self._faults.setdefault(operation, deque()).append(_Fault(error, times, after))
+
+    def all_instances(self) -> list[CloudInstance]:
+        """Every instance ever launched, terminated ones included (for assertions)."""
+        with self._lock:
+            return [self._current(i) for i in self._instances.values()]
+
+    def live_instances(self) -> list[CloudInstance]:
+        return [i for i in self.all_instances() if i.state is not InstanceState.TERMINATED]
+
+    # --- CloudAdapter --------------------------------------------------------------------
+
+    def snapshot(self, cluster: str) -> CloudSnapshot:
+        self._count("snapshot")
+        fault = self._take_fault("snapshot")
+        if fault is not None:
+            raise fault.error
+        with self._lock:
+            live = [
+                self._current(i)
+                for i in self._instances.values()
+                if i.state is not InstanceState.TERMINATED and i.tags.cluster == cluster
+            ]
+            reservations = [self._with_free(r) for r in self._reservations.values()]
+            quotas = [dataclasses.replace(q, used=self._quota_used(q)) for q in self._quotas]
+        return CloudSnapshot(reservations, live, quotas, api_calls=3)
+
+    def launch(self, request: LaunchRequest) -> Sequence[CloudInstance]:
+        self._count("launch")
+        with self._lock:
+            seen = self._tokens.get(request.token)
+            if seen is not None:
+                return [self._current(self._instances[i]) for i in seen]
+        fault = self._take_fault("launch")
+        if fault is not None and not fault.after:
+            raise fault.error
+        self._clock.sleep(self._settings.launch_latency_seconds)
+        with self._lock:
+            seen = self._tokens.get(request.token)
+            if seen is not None:  # a concurrent call with the same token won the race
+                return [self._current(self._instances[i]) for i in seen]
+            self._check_launch(request)
+            now = self._clock.now()
+            instances = [self._new_instance(request, index, now) for index in range(request.count)]
+            if self._store is not None:
+                self._store.save_launch(request.token, instances)
+            for inst in instances:
+                self._instances[inst.id] = inst
+            self._tokens[request.token] = tuple(i.id for i in instances)
+        if fault is not None:
+            raise fault.error
+        return instances
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        self._count("terminate")
+        fault = self._take_fault("terminate")
+        if fault is not None and not fault.after:
+            raise fault.error
+        with self._lock:
+            changed = [
+                dataclasses.replace(self._instances[i], state=InstanceState.TERMINATED)
+                for i in instance_ids
+                if i in self._instances
+            ]
+            if self._store is not None and changed:
+                self._store.save(changed)
+            for inst in changed:
+                self._instances[inst.id] = inst
+        if fault is not None:
+            raise fault.error
+
+    def commit(self, instance_ids: Sequence[str], attempt: str) -> None:
+        self._count("commit")
+        fault = self._take_fault("commit")
+        if fault is not None and not fault.after:
+            raise fault.error
+        with self._lock:
+            changed = [
+                dataclasses.replace(inst, tags=dataclasses.replace(inst.tags, committed=True))
+                for i in instance_ids
+                if (inst := self._instances.get(i)) is not None and inst.tags.attempt == attempt
+            ]
+            if self._store is not None and changed:
+                self._store.save(changed)
+            for inst in changed:
+                self._instances[inst.id] = inst
+        if fault is not None:
+            raise fault.error
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _count(self, operation: str) -> None:
+        with self._lock:
+            self.calls[operation] += 1
+
+    def _take_fault(self, operation: str) -> _Fault | None:
+        with self._lock:
+            queue = self._faults.get(operation)
+            if not queue:
+                return None
+            fault = queue[0]
+            fault.remaining -= 1
+            if fault.remaining <= 0:
+                queue.popleft()
+            return fault
+
+    def _current(self, inst: CloudInstance) -> CloudInstance:
+        """Pending instances become running once they have booted."""
+        boot = self._settings.boot_seconds
+        if inst.state is InstanceState.PENDING and self._clock.now() >= inst.launched_at + boot:
+            return dataclasses.replace(inst, state=InstanceState.RUNNING)
+        return inst
+
+    def _live(self) -> Iterable[CloudInstance]:
+        return (i for i in self._instances.values() if i.state is not InstanceState.TERMINATED)
+
+    def _with_free(self, r: Reservation) -> Reservation:
+        used = sum(1 for i in self._live() if i.tags.reservation == r.id)
+        return dataclasses.replace(r, free=max(0, r.total - used))
+
+    def _quota_used(self, q: Quota) -> int:
+        return sum(self._quota_units(q, i.instance_type, 1) for i in self._live()
+                   if self._quota_covers(q, i.tags.source, i.instance_type, i.zone))
+
+    def _quota_covers(self, q: Quota, source: CapacityType, itype: str, zone: str) -> bool:
+        return (
+            source in q.capacity_types
+            and (not q.instance_types or itype in q.instance_types)
+            and (not q.zones or zone in q.zones)
+        )
+
+    def _quota_units(self, q: Quota, instance_type: str, count: int) -> int:
+        shape = self._shapes.get(instance_type, Shape())
+        per = {"instances": 1, "gpus": shape.gpus, "vcpus": shape.vcpus}[q.unit]
+        return per * count
+
+    def _check_launch(self, request: LaunchRequest) -> None:
+        source, zone, itype = request.source, request.zone, request.instance_type
+        if request.count <= 0:
+            raise InvalidRequest(f"count must be positive, got {request.count}",
+                                 cloud_code="InvalidParameterValue")
+        if source is CapacityType.RESERVED:
+            self._check_reservation(request)
+        elif Stockout(zone, itype, source) in self._stockouts:
+            raise InsufficientCapacity(
+                f"no {source} capacity for {itype} in {zone}",
+                cloud_code="InsufficientInstanceCapacity",
+            )
+        for q in self._quotas:
+            if self._quota_covers(q, source, itype, zone):
+                want = self._quota_units(q, itype, request.count)
+                used = self._quota_used(q)
+                if used + want > q.limit:
+                    raise QuotaExceeded(
+                        f"quota {q.name}: {used} of {q.limit} {q.unit} used, "
+                        f"{want} more requested",
+                        scope=Scope.CLOUD,
+                        cloud_code="QuotaExceeded",
+                    )
+
+    def _check_reservation(self, request: LaunchRequest) -> None:
+        rid = request.reservation
+        reservation = self._reservations.get(rid or "")
+        if reservation is None:
+            raise InvalidRequest(f"reservation {rid!r} does not exist",
+                                 cloud_code="InvalidCapacityReservationId.NotFound")
+        if (reservation.zone, reservation.instance_type) != (request.zone, request.instance_type):
+            raise InvalidRequest(
+                f"reservation {rid} holds {reservation.instance_type} in {reservation.zone}, "
+                f"not {request.instance_type} in {request.zone}",
+                cloud_code="InvalidParameterCombination",
+            )
+        now = self._clock.now()
+        if reservation.kind is ReservationKind.CAPACITY_BLOCK or reservation.ends_at:
+            starts, ends = reservation.starts_at, reservation.ends_at
+            if (starts is not None and now < starts) or (ends is not None and now >= ends):
+                raise InsufficientCapacity(f"reservation {rid} is not active now",
+                                           cloud_code="ReservationCapacityExceeded")
+        free = self._with_free(reservation).free
+        if free < request.count:
+            raise InsufficientCapacity(
+                f"reservation {rid} has {free} free, {request.count} requested",
+                cloud_code="ReservationCapacityExceeded",
+            )
+
+    def _new_instance(self, request: LaunchRequest, index: int, now: float) -> CloudInstance:
+        digest = hashlib.sha256(request.token.encode()).hexdigest()[:8]
+        name = f"{request.node_group}-{digest}-{index}"
+        return CloudInstance(
+            id=name,
+            provider_id=f"fake://{request.zone}/{name}",
+            name=name,
+            zone=request.zone,
+            instance_type=request.instance_type,
+            state=InstanceState.PENDING,
+            tags=request.tags,
+            launched_at=now,
+        )

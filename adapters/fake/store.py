@@ -1,0 +1,109 @@
+"""Optional SQLite persistence for the simulated cloud, so its instances outlive a restart
+of the service (what a real cloud does). Every launch is written in one transaction."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+from adapters.base import CapacityType, CloudInstance, InstanceState, OwnerTags
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS instances (
+    id TEXT PRIMARY KEY,
+    provider_id TEXT NOT NULL,
+    zone TEXT NOT NULL,
+    instance_type TEXT NOT NULL,
+    state TEXT NOT NULL,
+    tags TEXT NOT NULL,
+    launched_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    token TEXT PRIMARY KEY,
+    instance_ids TEXT NOT NULL
+);
+"""
+
+
+class FakeStore:
+    def __init__(self, path: str | Path) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def load(self) -> tuple[list[CloudInstance], dict[str, tuple[str, ...]]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, provider_id, zone, instance_type, state, tags, launched_at "
+                "FROM instances ORDER BY launched_at, id"
+            ).fetchall()
+            tokens = self._db.execute("SELECT token, instance_ids FROM tokens").fetchall()
+        instances = [
+            CloudInstance(
+                id=r[0],
+                provider_id=r[1],
+                name=r[0],
+                zone=r[2],
+                instance_type=r[3],
+                state=InstanceState(r[4]),
+                tags=_tags_from_json(r[5]),
+                launched_at=r[6],
+            )
+            for r in rows
+        ]
+        return instances, {t: tuple(json.loads(ids)) for t, ids in tokens}
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def save_launch(self, token: str, instances: Iterable[CloudInstance]) -> None:
+        items = list(instances)
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO instances VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [_row(i) for i in items],
+            )
+            db.execute(
+                "INSERT OR REPLACE INTO tokens VALUES (?, ?)",
+                (token, json.dumps([i.id for i in items])),
+            )
+
+    def save(self, instances: Iterable[CloudInstance]) -> None:
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO instances VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [_row(i) for i in instances],
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _row(i: CloudInstance) -> tuple[str, str, str, str, str, str, float]:
+    tags = asdict(i.tags)
+    tags["source"] = i.tags.source.value
+    return (i.id, i.provider_id, i.zone, i.instance_type, i.state.value, json.dumps(tags),
+            i.launched_at)
+
+
+def _tags_from_json(text: str) -> OwnerTags:
+    data = json.loads(text)
+    data["source"] = CapacityType(data["source"])
+    return OwnerTags(**data)

@@ -1,0 +1,149 @@
+"""The provider core, wired together: fleet, ledger, executor, scale-ups, reconcile loop.
+The gRPC servicer and the CLI sit on top of this; nothing here knows about gRPC."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from adapters.base import CapacityType, CloudAdapter
+from provider.clock import Clock, SystemClock
+from provider.config import LoadedConfig
+from provider.executor import Executor, Journal, Observer, PartRunner, ThreadRunner
+from provider.fleet import Fleet
+from provider.ledger import Ledger
+from provider.model import NodeGroup, Resources
+from provider.reconcile import Reconciler
+from provider.scaleup import ScaleUps, new_attempt_id
+from provider.unavailable import UnavailableOfferings
+
+log = logging.getLogger(__name__)
+
+
+class Provider:
+    def __init__(
+        self,
+        config: LoadedConfig,
+        adapter: CloudAdapter,
+        clock: Clock | None = None,
+        *,
+        workers: int = 16,
+        runner: PartRunner | None = None,
+        journal: Journal | None = None,
+        observer: Observer | None = None,
+        ids: Callable[[], str] = new_attempt_id,
+    ) -> None:
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.adapter = adapter
+        self.groups: dict[str, NodeGroup] = {g.id: g for g in config.groups}
+        self.unavailable = UnavailableOfferings(self.clock, config.unavailable_ttl_seconds)
+        self.ledger = Ledger(config.groups, self.clock, self.unavailable)
+        self.fleet = Fleet(config.groups)
+        self._thread_runner = ThreadRunner() if runner is None else None
+        self.executor = Executor(
+            adapter, self.ledger, config.groups, self.clock,
+            runner=runner or self._thread_runner or ThreadRunner(),
+            journal=journal,
+            observer=observer,
+            max_plans=config.schema.attempts.max_plans,
+            deadline_seconds=config.attempt_deadline_seconds,
+        )
+        self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scaleup")
+        self.scaleups = ScaleUps(config.cluster, self.fleet, self.executor, self.clock,
+                                 self.workers, ids=ids)
+        self.reconciler = Reconciler(config.cluster, adapter, self.fleet, self.ledger,
+                                     self.executor, self.clock)
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._loop: threading.Thread | None = None
+        self._last_refresh = float("-inf")
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """First reconcile synchronously (CA must see real sizes from the first call),
+        then keep the inventory fresh in the background."""
+        self.refresh_now()
+        self._loop = threading.Thread(target=self._refresh_loop, name="refresh", daemon=True)
+        self._loop.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop taking work, let running attempts finish (they commit or roll back)."""
+        self.scaleups.draining = True
+        self._stopping.set()
+        self._wake.set()
+        self.workers.shutdown(wait=True, cancel_futures=False)
+        if self._loop is not None:
+            self._loop.join(timeout)
+        if self._thread_runner is not None:
+            self._thread_runner.shutdown()
+        self.adapter.close()
+
+    def refresh_now(self) -> bool:
+        found = self.reconciler.run_once()
+        if found is not None:
+            self._last_refresh = self.clock.now()
+        return found is not None
+
+    def request_refresh(self) -> None:
+        """CA's Refresh: never blocks on the cloud; wakes the loop if the data is stale."""
+        if self.clock.now() - self._last_refresh > self.config.refresh_interval_seconds:
+            self._wake.set()
+
+    def _refresh_loop(self) -> None:
+        interval = self.config.refresh_interval_seconds
+        while not self._stopping.is_set():
+            self._wake.wait(interval)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                self.refresh_now()
+            except Exception:  # the loop must survive anything
+                log.exception("refresh failed")
+
+    # --- operations the servicer calls ----------------------------------------------------
+
+    def delete_nodes(self, group_id: str, provider_ids: Sequence[str]) -> None:
+        """Lower the target now; terminate in the background (retried until done)."""
+        doomed = self.fleet.delete_nodes(group_id, provider_ids)
+        if doomed:
+            ids = [i.id for i in doomed]
+            self.workers.submit(self.executor.terminator.terminate, ids, self.executor.retrying())
+
+    def next_node_price(self, group: NodeGroup) -> float:
+        """Per-hour price of the source the next node of this group would come from."""
+        offerings = self.ledger.view().offerings(group).offerings
+        usable = [o for o in offerings if o.available is None or o.available > 0]
+        return usable[0].price if usable else group.price(CapacityType.ON_DEMAND)
+
+    def instance_price(self, provider_id: str) -> float | None:
+        inst = self.fleet.instance(provider_id)
+        if inst is None:
+            return None
+        group = self.groups[inst.tags.node_group]
+        if inst.tags.source is CapacityType.RESERVED:
+            for r in self.ledger.snapshot.reservations:
+                if r.id == inst.tags.reservation:
+                    return r.price
+            return 0.0
+        return group.price(inst.tags.source)
+
+    def pod_price_per_hour(self, requests: Resources) -> float | None:
+        """Cheapest share of a node that could hold the pod: the next node's price times
+        the largest fraction of any resource the pod takes."""
+        best: float | None = None
+        for group in self.groups.values():
+            if not requests.fits_in(group.allocatable):
+                continue
+            share = max(
+                (amount / group.allocatable.get(name) for name, amount in requests.items()
+                 if group.allocatable.get(name) > 0),
+                default=0.0,
+            )
+            price = self.next_node_price(group) * share
+            best = price if best is None else min(best, price)
+        return best

@@ -1,0 +1,147 @@
+"""`allset` command line: serve, certs (more subcommands join as they land)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from provider.config import ConfigError, LoadedConfig, load_config
+
+log = logging.getLogger("allset")
+
+DEFAULT_ADDRESS = "127.0.0.1:8086"
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed, exit code 1."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        code: int = args.run(args)
+        return code
+    except (ConfigError, UsageError) as err:
+        print(f"allset: {err}", file=sys.stderr)
+        return 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="allset",
+        description="All-or-nothing, reservation-first Cluster Autoscaler provider for GPU fleets",
+    )
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])
+    sub = parser.add_subparsers(required=True, metavar="command")
+
+    serve = sub.add_parser("serve", help="serve the externalgrpc CloudProvider service")
+    serve.add_argument("--config", type=Path,
+                       help="config file (default: a built-in demo on the simulated cloud)")
+    serve.add_argument("--address", default=DEFAULT_ADDRESS, help="host:port to listen on")
+    serve.add_argument("--tls-cert", type=Path, help="server certificate (PEM)")
+    serve.add_argument("--tls-key", type=Path, help="server private key (PEM)")
+    serve.add_argument("--tls-client-ca", type=Path,
+                       help="CA that signs client certificates (mTLS: clients must present one)")
+    serve.add_argument("--insecure", action="store_true",
+                       help="serve plaintext without TLS (local use only)")
+    serve.add_argument("--grace", type=float, default=10.0,
+                       help="seconds RPCs in progress get to finish on SIGTERM")
+    serve.set_defaults(run=_serve)
+
+    certs = sub.add_parser("certs", help="write a dev CA, server and client certificates")
+    certs.add_argument("--out", type=Path, required=True, help="directory to write PEM files to")
+    certs.add_argument("--server-name", action="append", required=True,
+                       help="DNS name or IP the server certificate is valid for (repeatable)")
+    certs.add_argument("--address", help="address for the printed cloud-config "
+                       "(default: first server name, port 8086)")
+    certs.add_argument("--days", type=int, default=365)
+    certs.set_defaults(run=_certs)
+    return parser
+
+
+def _load(path: Path | None) -> LoadedConfig:
+    if path is None:
+        from provider.demo import demo_config
+
+        return demo_config()
+    return load_config(path)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import grpc
+
+    from adapters.registry import create_adapter
+    from provider.app import Provider
+    from provider.clock import SystemClock
+    from provider.service.server import Server
+    from provider.tls import server_credentials
+
+    tls = (args.tls_cert, args.tls_key, args.tls_client_ca)
+    credentials: grpc.ServerCredentials | None
+    if args.insecure:
+        if any(tls):
+            raise UsageError("--insecure cannot be combined with --tls-* flags")
+        credentials = None
+    elif all(tls):
+        for flag, path in zip(("--tls-cert", "--tls-key", "--tls-client-ca"), tls, strict=True):
+            if not path.is_file():
+                raise UsageError(f"{flag}: {path} is not a readable file")
+        credentials = server_credentials(*tls)
+    else:
+        raise UsageError(
+            "serve needs --tls-cert, --tls-key and --tls-client-ca (mTLS), "
+            "or --insecure for plaintext (see `allset certs`)"
+        )
+    config = _load(args.config)
+    clock = SystemClock()
+    provider = Provider(config, create_adapter(config, clock), clock)
+    server = Server(provider, args.address, credentials)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("received %s, draining", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    mode = "plaintext" if credentials is None else "mTLS"
+    print(f"allset: serving {config.source} ({len(config.groups)} node groups, "
+          f"cloud {config.schema.cloud.provider}) on {server.address} [{mode}]", flush=True)
+    stop.wait()
+    server.stop(args.grace)
+    return 0
+
+
+def _certs(args: argparse.Namespace) -> int:
+    from provider.tls import write_dev_pki
+
+    issued = write_dev_pki(args.out, args.server_name, days=args.days)
+    address = args.address or f"{args.server_name[0]}:8086"
+    print(f"# Wrote {args.out}/ca.crt, server.crt/.key and client.crt/.key")
+    print("# Serve with:")
+    print(f"#   allset serve --tls-cert {issued['server'].cert} --tls-key {issued['server'].key} "
+          f"--tls-client-ca {issued['ca'].cert}")
+    print("# Cluster Autoscaler cloud-config (--cloud-config) for --cloud-provider=externalgrpc:")
+    print(f"address: {address}")
+    print(f"cert: {issued['client'].cert}")
+    print(f"key: {issued['client'].key}")
+    print(f"cacert: {issued['ca'].cert}")
+    print("grpc_timeout: 10s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

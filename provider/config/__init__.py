@@ -1,0 +1,5 @@
+"""Config loading: YAML -> validated schema -> domain types. Errors name file and field."""
+
+from provider.config.load import ConfigError, LoadedConfig, load_config, load_config_text
+
+__all__ = ["ConfigError", "LoadedConfig", "load_config", "load_config_text"]

@@ -1,0 +1,212 @@
+"""Read a config file, validate it, and translate it into domain types.
+
+Every error names the file, the field (as a path such as ``nodeGroups[2].gpu.count``) and
+what is allowed, and nothing is started when the config is wrong."""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from adapters.base import CapacityType
+from provider.config.schema import Config, NodeGroupConfig
+from provider.config.units import duration_seconds, quantity_milli
+from provider.model import (
+    GPU_RESOURCE,
+    MILLI,
+    GroupOptions,
+    NodeGroup,
+    Resources,
+    ScaleUpMode,
+    Taint,
+)
+
+
+class ConfigError(Exception):
+    """A config problem a person can fix: which file, which field, what is allowed."""
+
+    def __init__(self, source: str, problems: Sequence[tuple[str, str]]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        lines = [f"{source}: {field}: {message}" if field else f"{source}: {message}"
+                 for field, message in self.problems]
+        super().__init__("\n".join(lines))
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedConfig:
+    source: str
+    schema: Config
+    groups: tuple[NodeGroup, ...]
+
+    @property
+    def cluster(self) -> str:
+        return self.schema.cluster
+
+    @property
+    def refresh_interval_seconds(self) -> float:
+        return duration_seconds(self.schema.refresh_interval)
+
+    @property
+    def unavailable_ttl_seconds(self) -> float:
+        return duration_seconds(self.schema.unavailable_offering_ttl)
+
+    @property
+    def attempt_deadline_seconds(self) -> float:
+        return duration_seconds(self.schema.attempts.deadline)
+
+
+def load_config(path: str | Path) -> LoadedConfig:
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(source, [("", f"cannot read config file: {err.strerror}")]) from err
+    return load_config_text(text, source)
+
+
+def load_config_text(text: str, source: str = "<config>") -> LoadedConfig:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(source, [("", f"not valid YAML: {err}")]) from err
+    if not isinstance(raw, dict):
+        raise ConfigError(source, [("", "the config must be a YAML mapping at the top level")])
+    try:
+        schema = Config.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(source, _problems(err, raw)) from None
+    problems = _reference_problems(schema)
+    if problems:
+        raise ConfigError(source, problems)
+    return LoadedConfig(source, schema, tuple(_node_group(g) for g in schema.node_groups))
+
+
+def _reference_problems(schema: Config) -> list[tuple[str, str]]:
+    """Checks across sections: what a group names must exist where it can be known."""
+    problems: list[tuple[str, str]] = []
+    fake = schema.cloud.fake
+    if schema.cloud.provider == "fake" and fake is not None:
+        known = {r.id: r for r in fake.reservations}
+        for gi, group in enumerate(schema.node_groups):
+            for ri, rid in enumerate(group.reservations):
+                if rid not in known:
+                    problems.append((
+                        f"nodeGroups[{gi}].reservations[{ri}]",
+                        f"unknown reservation {rid!r}; cloud.fake.reservations has: "
+                        + (", ".join(sorted(known)) or "none"),
+                    ))
+    return problems
+
+
+def _node_group(cfg: NodeGroupConfig) -> NodeGroup:
+    amounts = {
+        "cpu": quantity_milli(cfg.cpu),
+        "memory": quantity_milli(cfg.memory),
+        "pods": cfg.pods * MILLI,
+    }
+    if cfg.ephemeral_storage is not None:
+        amounts["ephemeral-storage"] = quantity_milli(cfg.ephemeral_storage)
+    if cfg.gpu is not None:
+        amounts[GPU_RESOURCE] = cfg.gpu.count * MILLI
+    scale_up = cfg.scale_up or (ScaleUpMode.ATOMIC if cfg.gpu else ScaleUpMode.PARTIAL)
+    opts = cfg.options
+
+    def secs(value: str | int | float | None) -> float | None:
+        return None if value is None else duration_seconds(value)
+
+    return NodeGroup(
+        id=cfg.id,
+        zone=cfg.zone,
+        instance_type=cfg.instance_type,
+        allocatable=Resources.of(amounts),
+        min_size=cfg.min_size,
+        max_size=cfg.max_size,
+        on_demand_price=cfg.price.on_demand,
+        spot_price=cfg.price.spot,
+        capacity_types=tuple(CapacityType(c) for c in cfg.capacity_types),
+        gpu_type=cfg.gpu.type if cfg.gpu else None,
+        gpu_count=cfg.gpu.count if cfg.gpu else 0,
+        fabric=cfg.fabric,
+        scale_up=scale_up,
+        labels=types.MappingProxyType(dict(cfg.labels)),
+        taints=tuple(Taint(t.key, t.value, t.effect) for t in cfg.taints),
+        targeted_reservations=tuple(cfg.reservations),
+        options=GroupOptions(
+            scale_down_utilization_threshold=opts.scale_down_utilization_threshold,
+            scale_down_gpu_utilization_threshold=opts.scale_down_gpu_utilization_threshold,
+            scale_down_unneeded_seconds=secs(opts.scale_down_unneeded_time),
+            scale_down_unready_seconds=secs(opts.scale_down_unready_time),
+            max_node_provision_seconds=secs(opts.max_node_provision_time),
+            zero_or_max_node_scaling=opts.zero_or_max_node_scaling,
+            ignore_daemonsets_utilization=opts.ignore_daemon_sets_utilization,
+        ),
+    )
+
+
+# --- error formatting -------------------------------------------------------------------
+
+
+def _problems(err: ValidationError, raw: dict[str, Any]) -> list[tuple[str, str]]:
+    out = []
+    for e in err.errors(include_url=False):
+        loc = tuple(e["loc"])
+        msg = str(e["msg"]).removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            allowed = _allowed_keys(loc[:-1])
+            msg = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
+        elif e["type"] == "missing":
+            msg = "required key is missing"
+        out.append((_path(loc, raw), msg))
+    return out
+
+
+def _path(loc: tuple[int | str, ...], raw: Any) -> str:
+    """('nodeGroups', 2, 'gpu') -> 'nodeGroups[2] (id gpu-a).gpu' for a readable pointer."""
+    text = ""
+    node = raw
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+            node = node[part] if isinstance(node, list) and part < len(node) else None
+            if isinstance(node, dict) and isinstance(node.get("id"), str):
+                text += f" (id {node['id']})"
+        else:
+            text += ("." if text else "") + str(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return text
+
+
+def _allowed_keys(loc: tuple[int | str, ...]) -> list[str]:
+    model: type[BaseModel] | None = Config
+    for part in loc:
+        if model is None:
+            return []
+        if isinstance(part, int):
+            continue
+        field = next(
+            (f for name, f in model.model_fields.items() if part in (name, f.alias)), None
+        )
+        model = _model_in(field.annotation) if field else None
+    if model is None:
+        return []
+    return sorted(f.alias or name for name, f in model.model_fields.items())
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin is not None or isinstance(annotation, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None

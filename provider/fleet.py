@@ -1,0 +1,389 @@
+"""What CA sees of each node group: target size, instances and placeholders.
+
+All mutations take one lock and do no I/O; after each, the group's immutable GroupView is
+republished, so CA's read path (TargetSize, Nodes, NodeGroupForNode) is a dictionary
+lookup that never waits on a cloud call."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from adapters.base import CloudInstance, InstanceState
+from provider.errors import FailedPrecondition, InvalidArgument, NotFound
+from provider.model import NodeGroup
+
+PLACEHOLDER_PREFIX = "allset-placeholder://"
+
+
+class NodeState(enum.StrEnum):
+    CREATING = "creating"
+    RUNNING = "running"
+    DELETING = "deleting"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    code: str
+    message: str
+    out_of_resources: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    provider_id: str
+    state: NodeState
+    error: ErrorInfo | None = None
+    instance: CloudInstance | None = None  # None for a placeholder
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    group: NodeGroup
+    target_size: int
+    nodes: tuple[NodeView, ...]
+    version: int
+
+
+@dataclass(slots=True)
+class ScaleUp:
+    """A CA scale-up in flight or failed: its slots show as placeholders until filled."""
+
+    attempt: str
+    group: str
+    slots: list[str]
+    created_at: float
+    launched: list[CloudInstance] = field(default_factory=list)
+    error: ErrorInfo | None = None
+
+    @property
+    def wanted(self) -> int:
+        return len(self.slots)
+
+
+@dataclass(slots=True)
+class _GroupState:
+    group: NodeGroup
+    instances: dict[str, CloudInstance] = field(default_factory=dict)  # adopted, by id
+    deleting: dict[str, CloudInstance] = field(default_factory=dict)
+    scale_ups: dict[str, ScaleUp] = field(default_factory=dict)
+    adopted_at: dict[str, float] = field(default_factory=dict)
+
+
+class Fleet:
+    def __init__(self, groups: Sequence[NodeGroup]) -> None:
+        self._lock = threading.Lock()
+        self._state = {g.id: _GroupState(g) for g in groups}
+        self._views: dict[str, GroupView] = {}
+        self._owner: dict[str, str] = {}  # provider id -> group id
+        self._version = itertools.count(1)
+        self._seq = itertools.count(1)
+        for gid in self._state:
+            self._publish(gid)
+
+    # --- reads (lock-free) ----------------------------------------------------------------
+
+    def groups(self) -> list[NodeGroup]:
+        return [s.group for s in self._state.values()]
+
+    def group(self, group_id: str) -> NodeGroup:
+        state = self._state.get(group_id)
+        if state is None:
+            raise NotFound(f"node group {group_id!r} not found")
+        return state.group
+
+    def view(self, group_id: str) -> GroupView:
+        view = self._views.get(group_id)
+        if view is None:
+            raise NotFound(f"node group {group_id!r} not found")
+        return view
+
+    def owner_of(self, provider_id: str) -> str | None:
+        return self._owner.get(provider_id)
+
+    def instance(self, provider_id: str) -> CloudInstance | None:
+        gid = self._owner.get(provider_id)
+        if gid is None:
+            return None
+        for node in self._views[gid].nodes:
+            if node.provider_id == provider_id:
+                return node.instance
+        return None
+
+    def scale_up(self, attempt: str) -> ScaleUp | None:
+        with self._lock:
+            for state in self._state.values():
+                if attempt in state.scale_ups:
+                    return state.scale_ups[attempt]
+        return None
+
+    def adopted(self, group_id: str) -> list[CloudInstance]:
+        with self._lock:
+            return list(self._state[group_id].instances.values())
+
+    # --- CA mutations ---------------------------------------------------------------------
+
+    def increase(self, group_id: str, delta: int, attempt: str, now: float) -> ScaleUp:
+        if delta <= 0:
+            raise InvalidArgument(f"delta must be positive, got {delta}")
+        with self._lock:
+            state = self._get(group_id)
+            target = self._target(state)
+            if target + delta > state.group.max_size:
+                raise FailedPrecondition(
+                    f"size increase too large: target {target} + {delta} exceeds maxSize "
+                    f"{state.group.max_size} of group {group_id}"
+                )
+            slots = [f"{PLACEHOLDER_PREFIX}{group_id}/{attempt}/{i}" for i in range(delta)]
+            scale_up = ScaleUp(attempt, group_id, slots, now)
+            state.scale_ups[attempt] = scale_up
+            self._publish(group_id)
+            return scale_up
+
+    def decrease_target(self, group_id: str, delta: int) -> None:
+        """Forget ``-delta`` placeholders that have no instance yet; never delete a node."""
+        if delta >= 0:
+            raise InvalidArgument(f"delta must be negative, got {delta}")
+        with self._lock:
+            state = self._get(group_id)
+            removable = [
+                (su, slot)
+                for su in sorted(state.scale_ups.values(), key=lambda s: s.error is None)
+                for slot in su.slots[len(su.launched):]
+            ]
+            if -delta > len(removable):
+                raise FailedPrecondition(
+                    f"attempt to delete existing nodes: group {group_id} has only "
+                    f"{len(removable)} not-yet-created nodes, asked to forget {-delta}"
+                )
+            # Failed placeholders go first, then slots of scale-ups still in flight.
+            for su, slot in removable[: -delta]:
+                su.slots.remove(slot)
+            self._drop_empty(state)
+            self._publish(group_id)
+
+    def delete_nodes(self, group_id: str, provider_ids: Sequence[str],
+                     protected: Mapping[str, str] | None = None) -> list[CloudInstance]:
+        """Remove these nodes from the group and lower its target. Returns the instances
+        the caller must terminate. Validates everything first: a refused call changes
+        nothing."""
+        with self._lock:
+            state = self._get(group_id)
+            to_terminate: list[CloudInstance] = []
+            slot_hits: list[tuple[ScaleUp, str]] = []
+            launched_hits: list[tuple[ScaleUp, int]] = []
+            by_provider = {i.provider_id: i for i in state.instances.values()}
+            deleting_ids = {i.provider_id for i in state.deleting.values()}
+            for pid in provider_ids:
+                if pid in by_provider:
+                    if protected and pid in protected:
+                        raise FailedPrecondition(
+                            f"node {pid} is booked by {protected[pid]} and cannot be removed"
+                        )
+                    to_terminate.append(by_provider[pid])
+                    continue
+                if pid in deleting_ids:
+                    continue  # already being deleted: idempotent
+                hit = self._find_slot(state, pid)
+                if hit is None:
+                    raise InvalidArgument(f"node {pid!r} does not belong to group {group_id}")
+                su, index = hit
+                if index < len(su.launched):
+                    launched_hits.append((su, index))
+                else:
+                    slot_hits.append((su, su.slots[index]))
+            live_after = len(state.instances) - len(to_terminate)
+            if to_terminate and live_after < state.group.min_size:
+                raise FailedPrecondition(
+                    f"min size reached: group {group_id} has {len(state.instances)} nodes, "
+                    f"minSize {state.group.min_size}; {len(to_terminate)} not deleted"
+                )
+            for inst in to_terminate:
+                del state.instances[inst.id]
+                state.deleting[inst.id] = inst
+            for su, slot in slot_hits:
+                su.slots.remove(slot)
+            # A launched node of a scale-up still in flight: shrink the scale-up (highest
+            # index first so the others keep their slots) and terminate that node now.
+            for su, index in sorted(launched_hits, key=lambda h: -h[1]):
+                inst = su.launched.pop(index)
+                su.slots.pop(index)
+                state.deleting[inst.id] = inst
+                to_terminate.append(inst)
+            self._drop_empty(state)
+            self._publish(group_id)
+            return to_terminate
+
+    # --- executor callbacks ----------------------------------------------------------------
+
+    def show_launched(self, attempt: str, instances: Iterable[CloudInstance]) -> None:
+        with self._lock:
+            for state in self._state.values():
+                su = state.scale_ups.get(attempt)
+                if su is not None:
+                    su.launched.extend(i for i in instances if i.tags.node_group == su.group)
+                    self._publish(su.group)
+
+    def settle(self, attempt: str, adopted: Sequence[CloudInstance], error: ErrorInfo | None,
+               now: float) -> list[CloudInstance]:
+        """End a scale-up: adopt what launched (up to what CA still wants); the rest of its
+        slots carry ``error`` until CA deletes them. Returns surplus instances to terminate."""
+        with self._lock:
+            surplus: list[CloudInstance] = []
+            by_group: dict[str, list[CloudInstance]] = {}
+            for inst in adopted:
+                by_group.setdefault(inst.tags.node_group, []).append(inst)
+            touched = set(by_group)
+            for state in self._state.values():
+                su = state.scale_ups.pop(attempt, None)
+                if su is None:
+                    continue
+                touched.add(su.group)
+                mine = [i for i in by_group.get(su.group, []) if i.id not in state.deleting]
+                keep, extra = mine[: su.wanted], mine[su.wanted:]
+                surplus.extend(extra)
+                by_group[su.group] = keep
+                remaining = su.slots[len(keep):]
+                if remaining:
+                    state.scale_ups[attempt] = ScaleUp(
+                        attempt, su.group, remaining, su.created_at, [],
+                        error or ErrorInfo("Unknown", "scale-up ended short", False),
+                    )
+            for gid, instances in by_group.items():
+                target = self._state.get(gid)
+                if target is None:
+                    continue
+                for inst in instances:
+                    target.instances[inst.id] = inst
+                    target.adopted_at[inst.id] = now
+            for gid in touched:
+                if gid in self._state:
+                    self._publish(gid)
+            for inst in surplus:
+                self._state[inst.tags.node_group].deleting[inst.id] = inst
+            return surplus
+
+    def adopt(self, instances: Iterable[CloudInstance], now: float) -> None:
+        """Add committed instances (e.g. a ProvisioningRequest's) to their groups."""
+        with self._lock:
+            touched = set()
+            for inst in instances:
+                state = self._state.get(inst.tags.node_group)
+                if state is None:
+                    continue
+                state.instances[inst.id] = inst
+                state.adopted_at[inst.id] = now
+                touched.add(inst.tags.node_group)
+            for gid in touched:
+                self._publish(gid)
+
+    def mark_deleting(self, instances: Iterable[CloudInstance]) -> None:
+        with self._lock:
+            touched = set()
+            for inst in instances:
+                state = self._state.get(inst.tags.node_group)
+                if state is None:
+                    continue
+                state.instances.pop(inst.id, None)
+                state.deleting[inst.id] = inst
+                touched.add(inst.tags.node_group)
+            for gid in touched:
+                self._publish(gid)
+
+    # --- cloud sync -----------------------------------------------------------------------
+
+    def sync(self, committed: Sequence[CloudInstance], listed_at: float, grace: float,
+             expire_failed_before: float | None = None) -> None:
+        """Rebuild adopted instances from the cloud's committed ones. Local instances adopted
+        less than ``grace`` seconds before the listing are kept (eventual consistency)."""
+        with self._lock:
+            listed: dict[str, dict[str, CloudInstance]] = {gid: {} for gid in self._state}
+            for inst in committed:
+                if inst.tags.node_group in listed:
+                    listed[inst.tags.node_group][inst.id] = inst
+            for gid, state in self._state.items():
+                seen = listed[gid]
+                new_instances: dict[str, CloudInstance] = {}
+                for iid, inst in seen.items():
+                    if iid in state.deleting or inst.state is InstanceState.TERMINATING:
+                        state.deleting[iid] = inst
+                        continue
+                    if any(iid in (i.id for i in su.launched) for su in state.scale_ups.values()):
+                        continue
+                    new_instances[iid] = inst
+                for iid, inst in state.instances.items():
+                    if iid not in seen and state.adopted_at.get(iid, 0.0) > listed_at - grace:
+                        new_instances[iid] = inst
+                state.instances = new_instances
+                state.adopted_at = {k: v for k, v in state.adopted_at.items() if k in new_instances}
+                state.deleting = {k: v for k, v in state.deleting.items() if k in seen}
+                if expire_failed_before is not None:
+                    for attempt, su in list(state.scale_ups.items()):
+                        if su.error is not None and su.created_at < expire_failed_before:
+                            del state.scale_ups[attempt]
+                self._publish(gid)
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _get(self, group_id: str) -> _GroupState:
+        state = self._state.get(group_id)
+        if state is None:
+            raise NotFound(f"node group {group_id!r} not found")
+        return state
+
+    @staticmethod
+    def _target(state: _GroupState) -> int:
+        return len(state.instances) + sum(su.wanted for su in state.scale_ups.values())
+
+    @staticmethod
+    def _find_slot(state: _GroupState, pid: str) -> tuple[ScaleUp, int] | None:
+        """The scale-up and slot index showing ``pid`` (a launched node or a placeholder)."""
+        for su in state.scale_ups.values():
+            for index, inst in enumerate(su.launched[: su.wanted]):
+                if inst.provider_id == pid:
+                    return su, index
+            for index in range(len(su.launched), su.wanted):
+                if su.slots[index] == pid:
+                    return su, index
+        return None
+
+    @staticmethod
+    def _drop_empty(state: _GroupState) -> None:
+        for attempt in [a for a, su in state.scale_ups.items() if not su.slots]:
+            del state.scale_ups[attempt]
+
+    def _publish(self, group_id: str) -> None:
+        state = self._state[group_id]
+        nodes: list[NodeView] = [
+            NodeView(i.provider_id, _node_state(i), instance=i) for i in state.instances.values()
+        ]
+        for su in state.scale_ups.values():
+            for index, slot in enumerate(su.slots):
+                if index < len(su.launched):
+                    inst = su.launched[index]
+                    nodes.append(NodeView(inst.provider_id, NodeState.CREATING, instance=inst))
+                else:
+                    nodes.append(NodeView(slot, NodeState.CREATING, su.error))
+        nodes.extend(
+            NodeView(i.provider_id, NodeState.DELETING, instance=i) for i in state.deleting.values()
+        )
+        old = self._views.get(group_id)
+        for node in old.nodes if old else ():
+            if self._owner.get(node.provider_id) == group_id:
+                del self._owner[node.provider_id]
+        for node in nodes:
+            self._owner[node.provider_id] = group_id
+        self._views[group_id] = GroupView(
+            state.group, self._target(state), tuple(nodes), next(self._version)
+        )
+
+
+def _node_state(inst: CloudInstance) -> NodeState:
+    if inst.state is InstanceState.RUNNING:
+        return NodeState.RUNNING
+    if inst.state is InstanceState.PENDING:
+        return NodeState.CREATING
+    return NodeState.DELETING

@@ -1,0 +1,151 @@
+"""The capacity ledger: the cloud's last snapshot, minus what attempts have claimed since.
+
+Planning and claiming happen under one lock, so two attempts planned at the same moment
+never count the same reservation slot (or quota unit) twice. A claim lives until a snapshot
+taken after its launch settled shows the instances themselves."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from adapters.base import CloudSnapshot, Quota, Reservation
+from provider.clock import Clock
+from provider.inventory import GroupOfferings, group_offerings
+from provider.model import NodeGroup
+from provider.plan import Infeasible, Part, Plan
+from provider.unavailable import UnavailableOfferings
+
+
+@dataclass(slots=True)
+class _Claim:
+    attempt: str
+    part: Part
+    settled_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityView:
+    """Offerings as they stand for one planning pass (claims already subtracted)."""
+
+    groups: dict[str, NodeGroup]
+    reservations: tuple[Reservation, ...]
+    quotas: tuple[Quota, ...]
+    unavailable: UnavailableOfferings
+    now: float
+    by_type: dict[str, tuple[Reservation, ...]] = field(default_factory=dict)
+
+    def offerings(self, group: NodeGroup) -> GroupOfferings:
+        return group_offerings(
+            group, self.by_type.get(group.instance_type, ()), self.quotas, self.unavailable,
+            self.now,
+        )
+
+
+class Ledger:
+    def __init__(self, groups: Sequence[NodeGroup], clock: Clock,
+                 unavailable: UnavailableOfferings) -> None:
+        self._groups = {g.id: g for g in groups}
+        self._clock = clock
+        self.unavailable = unavailable
+        self._lock = threading.Lock()
+        self._snapshot = CloudSnapshot((), (), ())
+        self._taken_at = float("-inf")
+        self._claims: list[_Claim] = []
+
+    @property
+    def snapshot(self) -> CloudSnapshot:
+        return self._snapshot
+
+    @property
+    def snapshot_taken_at(self) -> float:
+        return self._taken_at
+
+    def apply(self, snapshot: CloudSnapshot, taken_at: float) -> None:
+        """Adopt a newer snapshot; claims it already reflects are dropped."""
+        with self._lock:
+            if taken_at < self._taken_at:
+                return
+            self._snapshot = snapshot
+            self._taken_at = taken_at
+            self._claims = [
+                c for c in self._claims if c.settled_at is None or c.settled_at >= taken_at
+            ]
+
+    def view(self) -> CapacityView:
+        with self._lock:
+            return self._view()
+
+    def plan(
+        self, attempt: str, build: Callable[[CapacityView], Plan | Infeasible]
+    ) -> Plan | Infeasible:
+        """Plan against current capacity and claim what the plan uses, atomically."""
+        with self._lock:
+            result = build(self._view())
+            if isinstance(result, Plan):
+                self._claims.extend(_Claim(attempt, p) for p in result.parts)
+            return result
+
+    def release(self, attempt: str, parts: Sequence[Part] | None = None) -> None:
+        """Forget claims whose launch failed or was rolled back (all of them by default)."""
+        with self._lock:
+            keep: list[_Claim] = []
+            to_drop = list(parts) if parts is not None else None
+            for c in self._claims:
+                if c.attempt == attempt and (to_drop is None or c.part in to_drop):
+                    if to_drop is not None:
+                        to_drop.remove(c.part)
+                    continue
+                keep.append(c)
+            self._claims = keep
+
+    def settle(self, attempt: str) -> None:
+        """The attempt's launches are done; the next snapshot will show its instances."""
+        now = self._clock.now()
+        with self._lock:
+            for c in self._claims:
+                if c.attempt == attempt and c.settled_at is None:
+                    c.settled_at = now
+
+    def claimed(self) -> dict[str, int]:
+        """Slots claimed per reservation id (for tests and diagnostics)."""
+        with self._lock:
+            out: dict[str, int] = {}
+            for c in self._claims:
+                if c.part.reservation:
+                    out[c.part.reservation] = out.get(c.part.reservation, 0) + c.part.count
+            return out
+
+    def _view(self) -> CapacityView:
+        claimed: dict[str, int] = {}
+        for c in self._claims:
+            if c.part.reservation:
+                claimed[c.part.reservation] = claimed.get(c.part.reservation, 0) + c.part.count
+        reservations = tuple(
+            dataclasses.replace(r, free=max(0, r.free - claimed[r.id])) if r.id in claimed else r
+            for r in self._snapshot.reservations
+        )
+        quotas = tuple(self._quota_after_claims(q) for q in self._snapshot.quotas)
+        by_type: dict[str, list[Reservation]] = {}
+        for r in reservations:
+            by_type.setdefault(r.instance_type, []).append(r)
+        return CapacityView(
+            self._groups, reservations, quotas, self.unavailable, self._clock.now(),
+            {k: tuple(v) for k, v in by_type.items()},
+        )
+
+    def _quota_after_claims(self, q: Quota) -> Quota:
+        extra = 0
+        for c in self._claims:
+            group = self._groups.get(c.part.group)
+            if group is None or c.part.capacity_type not in q.capacity_types:
+                continue
+            if q.instance_types and group.instance_type not in q.instance_types:
+                continue
+            if q.zones and group.zone not in q.zones:
+                continue
+            extra += group.quota_units(q.unit) * c.part.count
+        return dataclasses.replace(q, used=q.used + extra) if extra else q
+

@@ -1,0 +1,1 @@
+"""The gRPC edge: the externalgrpc servicer, its pure converters and the server."""

@@ -1,0 +1,65 @@
+"""Template nodes for NodeGroupTemplateNodeInfo, encoded as core/v1 Node protobuf bytes."""
+
+from __future__ import annotations
+
+from provider.model import MILLI, NodeGroup, Resources
+from provider.wire import k8s_core_v1_pb2 as core
+
+GROUP_LABEL = "allset.dev/node-group"
+FABRIC_LABEL = "allset.dev/fabric"
+
+
+def quantity(name: str, milli: int) -> str:
+    """Milli-units back to a Kubernetes quantity string (cpu keeps millicores)."""
+    if milli % MILLI == 0:
+        return str(milli // MILLI)
+    if name == "cpu":
+        return f"{milli}m"
+    return str(-(-milli // MILLI))
+
+
+def template_labels(group: NodeGroup, gpu_label: str) -> dict[str, str]:
+    name = template_name(group)
+    labels = {
+        "kubernetes.io/arch": group.architecture,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/hostname": name,
+        "node.kubernetes.io/instance-type": group.instance_type,
+        "topology.kubernetes.io/zone": group.zone,
+        "topology.kubernetes.io/region": group.region,
+        GROUP_LABEL: group.id,
+    }
+    if group.gpu_type:
+        labels[gpu_label] = group.gpu_type
+    if group.fabric:
+        labels[FABRIC_LABEL] = group.fabric
+    labels.update(group.labels)
+    return labels
+
+
+def template_name(group: NodeGroup) -> str:
+    return f"{group.id}-template"
+
+
+def template_node(group: NodeGroup, gpu_label: str) -> core.Node:
+    node = core.Node()
+    node.metadata.name = template_name(group)
+    node.metadata.labels.update(template_labels(group, gpu_label))
+    for t in group.taints:
+        node.spec.taints.add(key=t.key, value=t.value, effect=t.effect)
+    _fill(node.status.capacity, group.allocatable)
+    _fill(node.status.allocatable, group.allocatable)
+    node.status.conditions.add(type="Ready", status="True", reason="KubeletReady",
+                               message="template node")
+    node.status.nodeInfo.operatingSystem = "linux"
+    node.status.nodeInfo.architecture = group.architecture
+    return node
+
+
+def template_node_bytes(group: NodeGroup, gpu_label: str) -> bytes:
+    return template_node(group, gpu_label).SerializeToString(deterministic=True)
+
+
+def _fill(target: object, resources: Resources) -> None:
+    for name, amount in resources.items():
+        target[name].string = quantity(name, amount)  # type: ignore[index]

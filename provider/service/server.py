@@ -1,0 +1,67 @@
+"""The gRPC server: externalgrpc servicer, health and reflection, mTLS, graceful stop."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from provider.app import Provider
+from provider.service.servicer import CloudProviderServicer
+from provider.wire import externalgrpc_pb2 as pb
+from provider.wire import externalgrpc_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["CloudProvider"].full_name
+
+
+class Server:
+    def __init__(
+        self,
+        provider: Provider,
+        address: str,
+        credentials: grpc.ServerCredentials | None,
+        *,
+        max_workers: int = 16,
+    ) -> None:
+        self.provider = provider
+        self._server = grpc.server(
+            ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+            options=[("grpc.so_reuseport", 0)],
+        )
+        pb_grpc.add_CloudProviderServicer_to_server(CloudProviderServicer(provider), self._server)
+        self._health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
+        )
+        if credentials is None:
+            self.port = self._server.add_insecure_port(address)
+        else:
+            self.port = self._server.add_secure_port(address, credentials)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {address}")
+        host = address.rsplit(":", 1)[0]
+        self.address = f"{host}:{self.port}"
+
+    def start(self) -> None:
+        self.provider.start()
+        self._server.start()
+        for name in ("", SERVICE_NAME):
+            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("allset serving %s on %s", SERVICE_NAME, self.address)
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Health goes NOT_SERVING, scale-ups in flight finish (commit or roll back), then
+        the server stops, letting RPCs in progress complete within ``grace``."""
+        self._health.enter_graceful_shutdown()
+        self.provider.stop(timeout=max(grace, 30.0))
+        self._server.stop(grace).wait()
+        log.info("allset stopped")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return bool(self._server.wait_for_termination(timeout))

@@ -1,0 +1,111 @@
+"""Server credentials and the dev certificate authority behind `allset certs`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+
+def server_credentials(cert: Path, key: Path, client_ca: Path) -> grpc.ServerCredentials:
+    """mTLS: the server presents ``cert`` and requires a client certificate from ``client_ca``."""
+    return grpc.ssl_server_credentials(
+        [(key.read_bytes(), cert.read_bytes())],
+        root_certificates=client_ca.read_bytes(),
+        require_client_auth=True,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Issued:
+    cert: Path
+    key: Path
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _write(path: Path, data: bytes, private: bool = False) -> None:
+    path.write_bytes(data)
+    if private:
+        path.chmod(0o600)
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def write_dev_pki(out: Path, server_names: list[str], days: int = 365) -> dict[str, Issued]:
+    """A CA, a server certificate for ``server_names`` and a client certificate for CA's
+    externalgrpc client, all written as PEM files under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC)
+    ca_key = _key()
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "allset dev CA")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, key_cert_sign=True, crl_sign=True,
+                content_commitment=False, key_encipherment=False, data_encipherment=False,
+                key_agreement=False, encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    _write(out / "ca.crt", ca_cert.public_bytes(serialization.Encoding.PEM))
+    _write(out / "ca.key", _pem_key(ca_key), private=True)
+
+    def leaf(name: str, common_name: str, usage: x509.ObjectIdentifier,
+             sans: list[x509.GeneralName]) -> Issued:
+        key = _key()
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        )
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        cert = builder.sign(ca_key, hashes.SHA256())
+        issued = Issued(out / f"{name}.crt", out / f"{name}.key")
+        _write(issued.cert, cert.public_bytes(serialization.Encoding.PEM))
+        _write(issued.key, _pem_key(key), private=True)
+        return issued
+
+    sans: list[x509.GeneralName] = []
+    for n in server_names:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(n)))
+        except ValueError:
+            sans.append(x509.DNSName(n))
+    return {
+        "ca": Issued(out / "ca.crt", out / "ca.key"),
+        "server": leaf("server", server_names[0], ExtendedKeyUsageOID.SERVER_AUTH, sans),
+        "client": leaf("client", "cluster-autoscaler", ExtendedKeyUsageOID.CLIENT_AUTH, []),
+    }

@@ -1,0 +1,69 @@
+"""Offerings that just failed, left out of plans for a while (Karpenter's
+unavailable-offerings cache). Time comes from the injected clock."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from adapters.base import CapacityType, Scope
+from provider.clock import Clock
+
+
+@dataclass(frozen=True, slots=True)
+class PoolKey:
+    zone: str
+    instance_type: str
+    capacity_type: CapacityType
+    reservation: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    key: PoolKey
+    scope: Scope
+    reason: str
+    until: float
+
+
+class UnavailableOfferings:
+    """A failure blocks, by its scope: the pool (OFFERING), the zone (ZONE), or that
+    capacity type everywhere (CLOUD; e.g. an exhausted on-demand quota)."""
+
+    def __init__(self, clock: Clock, ttl_seconds: float) -> None:
+        self._clock = clock
+        self._ttl = ttl_seconds
+        self._marks: dict[tuple[Scope, PoolKey], Mark] = {}
+        self._lock = threading.Lock()
+
+    def mark(self, key: PoolKey, scope: Scope, reason: str) -> None:
+        norm = _normalise(key, scope)
+        with self._lock:
+            self._marks[(scope, norm)] = Mark(norm, scope, reason, self._clock.now() + self._ttl)
+
+    def blocked(self, key: PoolKey) -> Mark | None:
+        """The mark that rules this pool out now, if any."""
+        now = self._clock.now()
+        with self._lock:
+            expired = [k for k, m in self._marks.items() if m.until <= now]
+            for k in expired:
+                del self._marks[k]
+            for scope in (Scope.OFFERING, Scope.ZONE, Scope.CLOUD):
+                mark = self._marks.get((scope, _normalise(key, scope)))
+                if mark is not None:
+                    return mark
+        return None
+
+    def active(self) -> list[Mark]:
+        now = self._clock.now()
+        with self._lock:
+            return sorted((m for m in self._marks.values() if m.until > now),
+                          key=lambda m: (m.until, str(m.key)))
+
+
+def _normalise(key: PoolKey, scope: Scope) -> PoolKey:
+    if scope is Scope.ZONE:
+        return PoolKey(key.zone, "*", key.capacity_type)
+    if scope is Scope.CLOUD:
+        return PoolKey("*", "*", key.capacity_type)
+    return key
