@@ -6,12 +6,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 from adapters.base import CapacityType, CloudAdapter
 from provider.clock import Clock, SystemClock
 from provider.config import LoadedConfig
-from provider.executor import Executor, Journal, Observer, PartRunner, ThreadRunner
+from provider.executor import Executor as AttemptExecutor
+from provider.executor import Journal, Observer, PartRunner, ThreadRunner
 from provider.fleet import Fleet
 from provider.ledger import Ledger
 from provider.model import NodeGroup, Resources
@@ -30,6 +31,7 @@ class Provider:
         clock: Clock | None = None,
         *,
         workers: int = 16,
+        pool: Executor | None = None,
         runner: PartRunner | None = None,
         journal: Journal | None = None,
         observer: Observer | None = None,
@@ -43,7 +45,7 @@ class Provider:
         self.ledger = Ledger(config.groups, self.clock, self.unavailable)
         self.fleet = Fleet(config.groups)
         self._thread_runner = ThreadRunner() if runner is None else None
-        self.executor = Executor(
+        self.executor = AttemptExecutor(
             adapter, self.ledger, config.groups, self.clock,
             runner=runner or self._thread_runner or ThreadRunner(),
             journal=journal,
@@ -51,7 +53,9 @@ class Provider:
             max_plans=config.schema.attempts.max_plans,
             deadline_seconds=config.attempt_deadline_seconds,
         )
-        self.workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="scaleup")
+        self.workers: Executor = pool or ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="scaleup"
+        )
         self.scaleups = ScaleUps(config.cluster, self.fleet, self.executor, self.clock,
                                  self.workers, ids=ids)
         self.reconciler = Reconciler(config.cluster, adapter, self.fleet, self.ledger,
@@ -72,6 +76,8 @@ class Provider:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop taking work, let running attempts finish (they commit or roll back)."""
+        if self.scaleups.draining:
+            return
         self.scaleups.draining = True
         self._stopping.set()
         self._wake.set()

@@ -1,0 +1,132 @@
+"""Shared test helpers: configs, a manual worker pool, a provider on the simulated cloud."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.base import InstanceState
+from adapters.fake import FakeCloud
+from adapters.registry import create_adapter
+from provider.app import Provider
+from provider.clock import ManualClock
+from provider.config import LoadedConfig, load_config_text
+from provider.executor import inline_runner
+
+BASE_CONFIG = """\
+cluster: test
+gpuLabel: example.com/gpu
+cloud:
+  provider: fake
+  fake:
+    reservations:
+      - {id: r-gpu, zone: us-east-1a, instanceType: p5.48xlarge, fabric: fab-a, count: 3}
+      - {id: r-cpu, zone: us-east-1a, instanceType: m7i.large, count: 2}
+nodeGroups:
+  - id: gpu
+    zone: us-east-1a
+    instanceType: p5.48xlarge
+    gpu: {type: nvidia-h100-80gb, count: 8}
+    cpu: 191
+    memory: 1900Gi
+    fabric: fab-a
+    maxSize: 10
+    price: {onDemand: 98.32}
+    labels: {team: research}
+    taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+    options:
+      scaleDownUnneededTime: 20m
+      scaleDownGpuUtilizationThreshold: 0.3
+  - id: gpu-b
+    zone: us-east-1b
+    instanceType: p5.48xlarge
+    gpu: {type: nvidia-h100-80gb, count: 8}
+    cpu: 191
+    memory: 1900Gi
+    minSize: 1
+    maxSize: 4
+    price: {onDemand: 98.32}
+  - id: cpu
+    zone: us-east-1a
+    instanceType: m7i.large
+    cpu: 2
+    memory: 8Gi
+    maxSize: 20
+    price: {onDemand: 0.10}
+"""
+
+
+def config(text: str = BASE_CONFIG) -> LoadedConfig:
+    return load_config_text(textwrap.dedent(text), "test.yaml")
+
+
+class ManualPool(Executor):
+    """Runs submitted work only when the test says so: deterministic worker steps."""
+
+    def __init__(self) -> None:
+        self.queue: list[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self.queue.append((future, lambda: fn(*args, **kwargs), ()))
+        return future
+
+    def run_all(self) -> int:
+        ran = 0
+        while self.queue:
+            future, fn, _ = self.queue.pop(0)
+            try:
+                future.set_result(fn())
+            except BaseException as err:  # surfaced through the future
+                future.set_exception(err)
+            ran += 1
+        return ran
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.run_all()
+
+
+@dataclass
+class Harness:
+    provider: Provider
+    cloud: FakeCloud
+    clock: ManualClock
+    pool: ManualPool
+
+    def live(self, group: str | None = None) -> list[Any]:
+        return [
+            i for i in self.cloud.live_instances()
+            if group is None or i.tags.node_group == group
+        ]
+
+    def run_workers(self) -> int:
+        return self.pool.run_all()
+
+
+def harness(text: str = BASE_CONFIG, clock: ManualClock | None = None) -> Harness:
+    cfg = config(text)
+    clock = clock or ManualClock()
+    cloud = create_adapter(cfg, clock)
+    assert isinstance(cloud, FakeCloud)
+    pool = ManualPool()
+    provider = Provider(cfg, cloud, clock, pool=pool, runner=inline_runner)
+    provider.refresh_now()
+    return Harness(provider, cloud, clock, pool)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait for background work (a subprocess, a server thread) to reach a state."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not reached in time")
+
+
+def running(instances: list[Any]) -> list[Any]:
+    return [i for i in instances if i.state is not InstanceState.TERMINATED]
