@@ -268,9 +268,10 @@ class Executor:
         plans = 0
         while plans < self._max_plans and self._clock.now() < deadline:
             if cancelled():
-                rolled_back += self._rollback(spec, [i for _, insts in kept for i in insts])
+                launched = [i for _, insts in kept for i in insts]
+                self._rollback(spec, launched)
                 return Outcome(spec.id, Result.CANCELLED, failures=tuple(failures),
-                               plans_tried=plans, rolled_back=rolled_back)
+                               plans_tried=plans, rolled_back=rolled_back + len(launched))
             already = [p for p, _ in kept]
 
             def build_now(view: CapacityView, done: list[Part] = already) -> Plan | Infeasible:
@@ -305,15 +306,20 @@ class Executor:
             if spec.partial:
                 kept.extend(good)
             else:
-                rolled_back += self._rollback(spec, [i for _, insts in good for i in insts])
-                self._ledger.release(spec.id, [p for p, _ in good])
+                launched = [i for _, insts in good for i in insts]
+                rolled_back += len(launched)
+                if self._rollback(spec, launched):
+                    self._ledger.release(spec.id, [p for p, _ in good])
+                # else: the nodes still hold their slots until the terminator gets them;
+                # the claim stays so the next plan does not count those slots as free.
         instances = [i for _, insts in kept for i in insts]
         if not instances:
             result = Result.INFEASIBLE if infeasible and not failures else Result.FAILED
             return Outcome(spec.id, result, infeasible=infeasible, failures=tuple(failures),
                            plans_tried=plans, rolled_back=rolled_back)
         if cancelled():
-            rolled_back += self._rollback(spec, instances)
+            self._rollback(spec, instances)
+            rolled_back += len(instances)
             return Outcome(spec.id, Result.CANCELLED, failures=tuple(failures),
                            plans_tried=plans, rolled_back=rolled_back)
         try:
@@ -322,7 +328,8 @@ class Executor:
                     self._adapter.commit([i.id for i in instances], spec.id)
         except CloudError as err:
             log.error("attempt %s: commit failed, rolling back: %s", spec.id, err)
-            rolled_back += self._rollback(spec, instances)
+            self._rollback(spec, instances)
+            rolled_back += len(instances)
             return Outcome(spec.id, Result.FAILED, failures=tuple(failures),
                            plans_tried=plans, rolled_back=rolled_back)
         committed = tuple(i.with_commit() for i in instances)
@@ -360,7 +367,7 @@ class Executor:
                     except OutcomeUnknown:
                         instances = self._settle_unknown(request)
             if len(instances) != part.count:
-                self._rollback(spec, instances)
+                self._rollback(spec, instances)  # never keep a part that is not whole
                 raise CloudError(
                     f"launch of part {label} returned {len(instances)} of {part.count} instances"
                 )
@@ -380,12 +387,12 @@ class Executor:
             return found
         raise TransientError(f"launch {request.token} outcome unknown and nothing listed yet")
 
-    def _rollback(self, spec: AttemptSpec, instances: Sequence[CloudInstance]) -> int:
+    def _rollback(self, spec: AttemptSpec, instances: Sequence[CloudInstance]) -> bool:
+        """Terminate the instances; False if some are left to the terminator's backlog."""
         if not instances:
-            return 0
-        self.terminator.terminate([i.id for i in instances], self.retrying())
+            return True
         self._observer.rolled_back(spec.id, len(instances))
-        return len(instances)
+        return self.terminator.terminate([i.id for i in instances], self.retrying())
 
     def _mark_unavailable(self, failure: PartFailure) -> None:
         group = self._groups[failure.part.group]

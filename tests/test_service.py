@@ -33,7 +33,8 @@ def expect(code: grpc.StatusCode, fn: object, request: object) -> str:
 
 
 def target(stub: pb_grpc.CloudProviderStub, gid: str) -> int:
-    return stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=gid)).targetSize
+    size: int = stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=gid)).targetSize
+    return size
 
 
 def nodes(stub: pb_grpc.CloudProviderStub, gid: str) -> list[pb.Instance]:
@@ -71,7 +72,8 @@ def test_node_group_for_node(served: Served) -> None:
 
     def ask(provider_id: str) -> str:
         node = pb.ExternalGrpcNode(providerID=provider_id, name="n")
-        return stub.NodeGroupForNode(pb.NodeGroupForNodeRequest(node=node)).nodeGroup.id
+        gid: str = stub.NodeGroupForNode(pb.NodeGroupForNodeRequest(node=node)).nodeGroup.id
+        return gid
 
     assert ask(inst.provider_id) == "gpu"
     assert ask("") == ""  # CA asks before the kubelet has set a providerID
@@ -345,32 +347,39 @@ def test_get_options_from_a_legacy_ca(served: Served) -> None:
 # --- pricing ---------------------------------------------------------------------------
 
 
-def _period(hours: float) -> dict[str, object]:
-    from google.protobuf import timestamp_pb2
+def node_price(stub: pb_grpc.CloudProviderStub, node: pb.ExternalGrpcNode, hours: float) -> float:
+    req = pb.PricingNodePriceRequest(node=node)
+    req.startTimestamp.seconds = 1_800_000_000
+    req.endTimestamp.seconds = 1_800_000_000 + int(hours * 3600)
+    price: float = stub.PricingNodePrice(req).price
+    return price
 
-    start = timestamp_pb2.Timestamp(seconds=1_800_000_000)
-    end = timestamp_pb2.Timestamp(seconds=1_800_000_000 + int(hours * 3600))
-    return {"startTimestamp": start, "endTimestamp": end}
+
+def pod_request(pod_bytes: bytes = b"", pod: bytes = b"") -> pb.PricingPodPriceRequest:
+    req = pb.PricingPodPriceRequest(pod_bytes=pod_bytes, pod=pod)
+    req.startTimestamp.seconds = 1_800_000_000
+    req.endTimestamp.seconds = 1_800_000_000 + 3600
+    return req
 
 
 def test_node_price_steers_toward_reservations(served: Served) -> None:
     h, stub = served
     template = pb.ExternalGrpcNode(name="t", labels={"allset.dev/node-group": "gpu"})
-    price = stub.PricingNodePrice(pb.PricingNodePriceRequest(node=template, **_period(2)))
-    assert price.price == 0.0  # a free matching reservation: already paid
+    price = node_price(stub, template, 2)
+    assert price == 0.0  # a free matching reservation: already paid
     other = pb.ExternalGrpcNode(name="t", labels={"allset.dev/node-group": "gpu-b"})
-    price = stub.PricingNodePrice(pb.PricingNodePriceRequest(node=other, **_period(2)))
-    assert price.price == pytest.approx(2 * 98.32)
+    price = node_price(stub, other, 2)
+    assert price == pytest.approx(2 * 98.32)
 
     increase(stub, "gpu", 4)  # uses the whole reservation
     h.run_workers()
     h.provider.refresh_now()
-    price = stub.PricingNodePrice(pb.PricingNodePriceRequest(node=template, **_period(1)))
-    assert price.price == pytest.approx(98.32)
-    by_source = {}
+    price = node_price(stub, template, 1)
+    assert price == pytest.approx(98.32)
+    by_source: dict[CapacityType, set[float]] = {}
     for inst in h.live("gpu"):
         node = pb.ExternalGrpcNode(providerID=inst.provider_id)
-        got = stub.PricingNodePrice(pb.PricingNodePriceRequest(node=node, **_period(1))).price
+        got = node_price(stub, node, 1)
         by_source.setdefault(inst.tags.source, set()).add(round(got, 2))
     assert by_source == {CapacityType.RESERVED: {0.0}, CapacityType.ON_DEMAND: {98.32}}
 
@@ -386,7 +395,7 @@ def test_node_price_legacy_period_and_errors(served: Served) -> None:
     expect(grpc.StatusCode.INVALID_ARGUMENT, stub.PricingNodePrice, req)
     stranger = pb.ExternalGrpcNode(name="stranger")
     expect(grpc.StatusCode.NOT_FOUND, stub.PricingNodePrice,
-           pb.PricingNodePriceRequest(node=stranger, **_period(1)))
+           pb.PricingNodePriceRequest(node=stranger))
 
 
 def _pod(cpu: str, memory: str, gpu: str | None = None) -> core.Pod:
@@ -403,25 +412,25 @@ def _pod(cpu: str, memory: str, gpu: str | None = None) -> core.Pod:
 def test_pod_price_by_request_share(served: Served) -> None:
     h, stub = served
     small = _pod("1", "1Gi").SerializeToString()
-    price = stub.PricingPodPrice(pb.PricingPodPriceRequest(pod_bytes=small, **_period(1))).price
+    price = stub.PricingPodPrice(pod_request(pod_bytes=small)).price
     assert price == 0.0  # the cpu group's next node comes from a free reservation
     gpu_pod = _pod("10", "100Gi", gpu="4").SerializeToString()
-    got = stub.PricingPodPrice(pb.PricingPodPriceRequest(pod_bytes=gpu_pod, **_period(1)))
+    got = stub.PricingPodPrice(pod_request(pod_bytes=gpu_pod))
     assert got.price == 0.0  # so does the gpu group's
     increase(stub, "cpu", 2)
     increase(stub, "gpu", 3)
     h.run_workers()
     h.provider.refresh_now()  # both reservations are now full
-    price = stub.PricingPodPrice(pb.PricingPodPriceRequest(pod_bytes=small, **_period(1))).price
+    price = stub.PricingPodPrice(pod_request(pod_bytes=small)).price
     assert price == pytest.approx(0.10 * 0.5)  # half the cpu of the 2-vCPU group
-    legacy = stub.PricingPodPrice(pb.PricingPodPriceRequest(pod=small, **_period(1))).price
+    legacy = stub.PricingPodPrice(pod_request(pod=small)).price
     assert legacy == pytest.approx(price)
-    got = stub.PricingPodPrice(pb.PricingPodPriceRequest(pod_bytes=gpu_pod, **_period(1)))
+    got = stub.PricingPodPrice(pod_request(pod_bytes=gpu_pod))
     assert got.price == pytest.approx(98.32 * 4 / 8)  # half the GPUs of an on-demand node
     expect(grpc.StatusCode.INVALID_ARGUMENT, stub.PricingPodPrice,
-           pb.PricingPodPriceRequest(**_period(1)))
+           pod_request())
     expect(grpc.StatusCode.INVALID_ARGUMENT, stub.PricingPodPrice,
-           pb.PricingPodPriceRequest(pod_bytes=b"\xff\xff\xff", **_period(1)))
+           pod_request(pod_bytes=b"\xff\xff\xff"))
     huge = _pod("1000", "1Gi").SerializeToString()
     expect(grpc.StatusCode.FAILED_PRECONDITION, stub.PricingPodPrice,
-           pb.PricingPodPriceRequest(pod_bytes=huge, **_period(1)))
+           pod_request(pod_bytes=huge))

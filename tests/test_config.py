@@ -1,0 +1,146 @@
+"""Config: valid files become domain types; every mistake names file, field and fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adapters.base import CapacityType
+from provider.config import ConfigError, load_config, load_config_text
+from provider.model import GPU_RESOURCE, ScaleUpMode
+from tests.helpers import BASE_CONFIG, config
+
+MINIMAL = """\
+cluster: c1
+nodeGroups:
+  - {id: g, zone: us-central1-a, instanceType: a3-highgpu-8g, cpu: 208, memory: 1800Gi,
+     maxSize: 4, gpu: {type: nvidia-h100-80gb, count: 8}}
+"""
+
+
+def problems(text: str) -> list[tuple[str, str]]:
+    with pytest.raises(ConfigError) as info:
+        load_config_text(text, "cfg.yaml")
+    assert str(info.value).startswith("cfg.yaml: ")
+    return info.value.problems
+
+
+def test_base_config_translates_to_domain() -> None:
+    cfg = config(BASE_CONFIG)
+    gpu, gpu_b, cpu = cfg.groups
+    assert gpu.allocatable.get("cpu") == 191_000
+    assert gpu.allocatable.get("memory") == 1900 * 2**30 * 1000
+    assert gpu.allocatable.get(GPU_RESOURCE) == 8_000
+    assert gpu.allocatable.get("pods") == 110_000
+    assert gpu.scale_up is ScaleUpMode.ATOMIC and cpu.scale_up is ScaleUpMode.PARTIAL
+    assert gpu.options.scale_down_unneeded_seconds == 1200
+    assert gpu.options.max_node_provision_seconds is None
+    assert gpu.capacity_types == (CapacityType.RESERVED, CapacityType.ON_DEMAND)
+    assert gpu.region == "us-east-1" and gpu_b.min_size == 1
+    assert cfg.refresh_interval_seconds == 30 and cfg.unavailable_ttl_seconds == 180
+
+
+def test_minimal_config_defaults_to_the_simulated_cloud() -> None:
+    cfg = load_config_text(MINIMAL)
+    assert cfg.schema.cloud.provider == "fake"
+    assert cfg.groups[0].region == "us-central1"
+
+
+@pytest.mark.parametrize(
+    ("patch", "field", "words"),
+    [
+        ("cluster: Not_A_Label", "cluster", "pattern"),
+        ("colour: blue", "colour", "unknown key; allowed keys: attempts, cloud, cluster"),
+        ("cloud: {provider: azure}", "cloud.provider", "'fake', 'aws' or 'gcp'"),
+        ("refreshInterval: soon", "refreshInterval", "not a duration"),
+    ],
+)
+def test_top_level_errors(patch: str, field: str, words: str) -> None:
+    got = problems(MINIMAL + patch + "\n")
+    assert any(f == field and words in m for f, m in got), got
+
+
+@pytest.mark.parametrize(
+    ("group", "field", "words"),
+    [
+        ("maxSize: -1", "nodeGroups[0] (id g).maxSize", "greater than or equal to 0"),
+        ("cpu: lots", "nodeGroups[0] (id g).cpu", "not a Kubernetes quantity"),
+        ("gpu: {type: h100, count: 0}", "nodeGroups[0] (id g).gpu.count", "greater than 0"),
+        ("gpu: {type: h100, count: 1, memory: 80}", "nodeGroups[0] (id g).gpu.memory",
+         "unknown key; allowed keys: count, type"),
+        ("capacityTypes: [reserved, preemptible]", "nodeGroups[0] (id g).capacityTypes[1]",
+         "'reserved', 'on-demand' or 'spot'"),
+        ("scaleUp: eventually", "nodeGroups[0] (id g).scaleUp", "'atomic' or 'partial'"),
+        ("taints: [{key: k, effect: Sometimes}]", "nodeGroups[0] (id g).taints[0].effect",
+         "NoSchedule"),
+        ("labels: {'bad key!': x}", "nodeGroups[0] (id g).labels", "not a valid Kubernetes label"),
+        ("options: {maxNodeProvisionTime: 5 minutes}",
+         "nodeGroups[0] (id g).options.maxNodeProvisionTime", "not a duration"),
+        ("options: {scaleDownUtilizationThreshold: 2}",
+         "nodeGroups[0] (id g).options.scaleDownUtilizationThreshold", "less than or equal to 1"),
+    ],
+)
+def test_group_field_errors(group: str, field: str, words: str) -> None:
+    text = (
+        "cluster: c1\nnodeGroups:\n  - id: g\n    zone: z\n    instanceType: t\n"
+        "    cpu: 4\n    memory: 16Gi\n    maxSize: 3\n    " + group + "\n"
+    )
+    got = problems(text)
+    assert any(f == field and words in m for f, m in got), got
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ("minSize: 5", "minSize (5) must be <= maxSize (3)"),
+        ("capacityTypes: [spot]", "capacityTypes has spot but price.spot is not set"),
+        ("capacityTypes: [reserved, reserved]", "capacityTypes lists a type twice"),
+    ],
+)
+def test_group_cross_field_errors(extra: str, words: str) -> None:
+    text = (
+        "cluster: c1\nnodeGroups:\n  - id: g\n    zone: z\n    instanceType: t\n"
+        "    cpu: 4\n    memory: 16Gi\n    maxSize: 3\n    " + extra + "\n"
+    )
+    got = problems(text)
+    assert got == [("nodeGroups[0] (id g)", words)]
+
+
+def test_cross_section_errors() -> None:
+    text = MINIMAL + "  - {id: g, zone: z, instanceType: t, cpu: 1, memory: 1Gi, maxSize: 1}\n"
+    assert problems(text) == [("", "nodeGroups ids must be unique; repeated: g")]
+    text = MINIMAL.replace("maxSize: 4,", "maxSize: 4, reservations: [r-x],")
+    text += "cloud:\n  fake:\n    reservations: [{id: r-y, zone: z, instanceType: t, count: 1}]\n"
+    assert problems(text) == [
+        ("nodeGroups[0].reservations[0]",
+         "unknown reservation 'r-x'; cloud.fake.reservations has: r-y"),
+    ]
+
+
+def test_fake_cloud_errors() -> None:
+    text = MINIMAL + (
+        "cloud:\n  fake:\n    reservations:\n"
+        "      - {id: cb, zone: z, instanceType: t, count: 1, kind: capacity-block}\n"
+        "      - {id: cb, zone: z, instanceType: t, count: 0}\n"
+        "    stockouts: [{zone: z, instanceType: t, capacityType: cheap}]\n"
+    )
+    got = dict(problems(text))
+    assert "greater than 0" in got["cloud.fake.reservations[1] (id cb).count"]
+    assert "capacityType" in " ".join(got)
+    assert "needs startsAt and endsAt" in got["cloud.fake.reservations[0] (id cb)"]
+
+
+def test_file_level_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: not valid YAML"):
+        load_config(bad)
+    bad.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="mapping at the top level"):
+        load_config(bad)
+    bad.write_text("cluster: c\n")
+    with pytest.raises(ConfigError, match="nodeGroups: required key is missing"):
+        load_config(bad)

@@ -1,0 +1,161 @@
+"""The simulated cloud keeps the CloudAdapter promises (outcomes, not call sequences)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adapters.base import (
+    CapacityType,
+    CloudAdapter,
+    InstanceState,
+    InsufficientCapacity,
+    InvalidRequest,
+    LaunchRequest,
+    OwnerTags,
+    Quota,
+    QuotaExceeded,
+    Reservation,
+    ReservationKind,
+    TransientError,
+)
+from adapters.fake import FakeCloud, FakeSettings, Stockout
+from adapters.fake.cloud import Shape
+from provider.clock import ManualClock
+
+NOW = 1_800_000_000.0
+
+
+def settings(**kw: object) -> FakeSettings:
+    base: dict[str, object] = {
+        "reservations": [
+            Reservation("r1", "z1", "p5", total=4, free=4),
+            Reservation("cb", "z1", "p5", total=2, free=2, kind=ReservationKind.CAPACITY_BLOCK,
+                        starts_at=NOW + 3600, ends_at=NOW + 7200, targeted=True),
+        ],
+        "shapes": {"p5": Shape(gpus=8, vcpus=192)},
+    }
+    base.update(kw)
+    return FakeSettings(**base)  # type: ignore[arg-type]
+
+
+def req(token: str, count: int, source: CapacityType = CapacityType.ON_DEMAND,
+        reservation: str | None = None, itype: str = "p5", zone: str = "z1") -> LaunchRequest:
+    tags = OwnerTags("c", "g", token.split("/")[0], "0.0", source, reservation)
+    return LaunchRequest(token, "g", zone, itype, count, tags)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(NOW)
+
+
+def test_it_is_a_cloud_adapter(clock: ManualClock) -> None:
+    assert isinstance(FakeCloud(settings(), clock), CloudAdapter)
+
+
+def test_reserved_launch_consumes_free_slots_all_or_nothing(clock: ManualClock) -> None:
+    cloud = FakeCloud(settings(), clock)
+    got = cloud.launch(req("a/1", 3, CapacityType.RESERVED, "r1"))
+    assert len(got) == 3 and all(i.tags.reservation == "r1" for i in got)
+    with pytest.raises(InsufficientCapacity) as info:
+        cloud.launch(req("a/2", 2, CapacityType.RESERVED, "r1"))
+    assert info.value.cloud_code == "ReservationCapacityExceeded"
+    assert len(cloud.live_instances()) == 3  # the failed launch created nothing
+    (r1,) = [r for r in cloud.snapshot("c").reservations if r.id == "r1"]
+    assert r1.free == 1
+
+
+def test_on_demand_launch_consumes_no_reservation(clock: ManualClock) -> None:
+    cloud = FakeCloud(settings(), clock)
+    cloud.launch(req("a/1", 2))
+    assert {r.id: r.free for r in cloud.snapshot("c").reservations} == {"r1": 4, "cb": 2}
+
+
+def test_capacity_block_only_inside_its_window(clock: ManualClock) -> None:
+    cloud = FakeCloud(settings(), clock)
+    with pytest.raises(InsufficientCapacity):
+        cloud.launch(req("a/1", 1, CapacityType.RESERVED, "cb"))
+    clock.advance(3600)
+    assert len(cloud.launch(req("a/2", 2, CapacityType.RESERVED, "cb"))) == 2
+    clock.advance(3600)
+    with pytest.raises(InsufficientCapacity):
+        cloud.launch(req("a/3", 1, CapacityType.RESERVED, "cb"))
+
+
+def test_bad_reservation_requests_are_invalid(clock: ManualClock) -> None:
+    cloud = FakeCloud(settings(), clock)
+    with pytest.raises(InvalidRequest, match="does not exist"):
+        cloud.launch(req("a/1", 1, CapacityType.RESERVED, "nope"))
+    with pytest.raises(InvalidRequest, match="holds p5 in z1"):
+        cloud.launch(req("a/2", 1, CapacityType.RESERVED, "r1", zone="z2"))
+
+
+def test_stockouts_and_quotas(clock: ManualClock) -> None:
+    quota = Quota("gpus-on-demand", "gpus", limit=24, used=0)
+    cloud = FakeCloud(settings(stockouts=[Stockout("z2", "p5")], quotas=[quota]), clock)
+    with pytest.raises(InsufficientCapacity):
+        cloud.launch(req("a/1", 1, zone="z2"))
+    cloud.launch(req("a/2", 2))
+    with pytest.raises(QuotaExceeded, match="16 of 24 gpus used, 16 more"):
+        cloud.launch(req("a/3", 2))
+    assert cloud.snapshot("c").quotas[0].used == 16
+    cloud.launch(req("a/4", 2, CapacityType.RESERVED, "r1"))  # reserved is outside the quota
+    cloud.set_stockout(Stockout("z2", "p5"), active=False)
+    assert len(cloud.launch(req("a/5", 1, zone="z2"))) == 1
+
+
+def test_same_token_launches_once(clock: ManualClock) -> None:
+    cloud = FakeCloud(settings(), clock)
+    first = cloud.launch(req("a/1", 2))
+    again = cloud.launch(req("a/1", 2))
+    assert [i.id for i in first] == [i.id for i in again]
+    assert len(cloud.live_instances()) == 2
+
+
+def test_boot_time_terminate_commit(clock: ManualClock) -> None:
+    cloud = FakeCloud(settings(boot_seconds=30), clock)
+    ids = [i.id for i in cloud.launch(req("a/1", 2))]
+    assert {i.state for i in cloud.snapshot("c").instances} == {InstanceState.PENDING}
+    clock.advance(30)
+    assert {i.state for i in cloud.snapshot("c").instances} == {InstanceState.RUNNING}
+    cloud.commit(ids, "b")  # another attempt's commit does not touch them
+    assert not any(i.tags.committed for i in cloud.live_instances())
+    cloud.commit(ids, "a")
+    assert all(i.tags.committed for i in cloud.live_instances())
+    cloud.terminate([ids[0], "never-existed"])
+    cloud.terminate([ids[0]])  # idempotent
+    assert [i.id for i in cloud.snapshot("c").instances] == [ids[1]]
+    assert cloud.snapshot("other-cluster").instances == []
+
+
+def test_injected_faults(clock: ManualClock) -> None:
+    cloud = FakeCloud(settings(), clock)
+    cloud.inject("terminate", TransientError("throttled"), times=2)
+    ids = [i.id for i in cloud.launch(req("a/1", 1))]
+    for _ in range(2):
+        with pytest.raises(TransientError):
+            cloud.terminate(ids)
+    cloud.terminate(ids)
+    assert cloud.live_instances() == []
+    cloud.inject("launch", TransientError("timeout"), after=True)
+    with pytest.raises(TransientError):
+        cloud.launch(req("b/1", 1))
+    assert len(cloud.live_instances()) == 1  # it happened anyway
+
+
+def test_state_survives_restart(tmp_path: Path, clock: ManualClock) -> None:
+    path = tmp_path / "cloud.db"
+    cloud = FakeCloud(settings(state_path=str(path)), clock)
+    launched = cloud.launch(req("a/1", 2, CapacityType.RESERVED, "r1"))
+    cloud.commit([launched[0].id], "a")
+    cloud.terminate([launched[1].id])
+    cloud.close()
+    again = FakeCloud(settings(state_path=str(path)), clock)
+    (survivor,) = again.live_instances()
+    assert survivor.id == launched[0].id and survivor.tags.committed
+    assert {r.id: r.free for r in again.snapshot("c").reservations}["r1"] == 3
+    assert [i.id for i in again.launch(req("a/1", 2, CapacityType.RESERVED, "r1"))] == [
+        i.id for i in launched
+    ]  # the token is remembered across the restart

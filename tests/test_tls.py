@@ -1,0 +1,76 @@
+"""mTLS: a client with a certificate from the configured CA gets in; others do not."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from provider.service.server import Server
+from provider.tls import server_credentials, write_dev_pki
+from provider.wire import externalgrpc_pb2 as pb
+from provider.wire import externalgrpc_pb2_grpc as pb_grpc
+from tests.helpers import harness
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("pki")
+    write_dev_pki(out, ["localhost", "127.0.0.1"])
+    write_dev_pki(out / "other", ["localhost"])  # an unrelated CA
+    return out
+
+
+@pytest.fixture
+def tls_server(pki: Path) -> Iterator[Server]:
+    h = harness()
+    creds = server_credentials(pki / "server.crt", pki / "server.key", pki / "ca.crt")
+    srv = Server(h.provider, "127.0.0.1:0", creds)
+    srv.start()
+    yield srv
+    srv.stop(grace=0.5)
+
+
+def _stub(server: Server, creds: grpc.ChannelCredentials) -> pb_grpc.CloudProviderStub:
+    # The certificate is for "localhost"; CA checks the name in its cloud-config address.
+    channel = grpc.secure_channel(
+        server.address, creds, options=[("grpc.ssl_target_name_override", "localhost")]
+    )
+    return pb_grpc.CloudProviderStub(channel)
+
+
+def test_client_with_certificate_is_served(tls_server: Server, pki: Path) -> None:
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=(pki / "ca.crt").read_bytes(),
+        private_key=(pki / "client.key").read_bytes(),
+        certificate_chain=(pki / "client.crt").read_bytes(),
+    )
+    groups = _stub(tls_server, creds).NodeGroups(pb.NodeGroupsRequest(), timeout=5)
+    assert [g.id for g in groups.nodeGroups] == ["gpu", "gpu-b", "cpu"]
+
+
+def test_client_without_certificate_is_refused(tls_server: Server, pki: Path) -> None:
+    creds = grpc.ssl_channel_credentials(root_certificates=(pki / "ca.crt").read_bytes())
+    with pytest.raises(grpc.RpcError) as info:
+        _stub(tls_server, creds).NodeGroups(pb.NodeGroupsRequest(), timeout=5)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_client_certificate_from_another_ca_is_refused(tls_server: Server, pki: Path) -> None:
+    creds = grpc.ssl_channel_credentials(
+        root_certificates=(pki / "ca.crt").read_bytes(),
+        private_key=(pki / "other" / "client.key").read_bytes(),
+        certificate_chain=(pki / "other" / "client.crt").read_bytes(),
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        _stub(tls_server, creds).NodeGroups(pb.NodeGroupsRequest(), timeout=5)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_plaintext_client_is_refused(tls_server: Server) -> None:
+    channel = grpc.insecure_channel(tls_server.address)
+    with pytest.raises(grpc.RpcError) as info:
+        pb_grpc.CloudProviderStub(channel).NodeGroups(pb.NodeGroupsRequest(), timeout=5)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
