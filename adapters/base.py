@@ -120,6 +120,20 @@ class Quota:
 
 
 @dataclass(frozen=True, slots=True)
+class Shape:
+    """What the cloud says an instance type is (capacity, not allocatable)."""
+
+    instance_type: str
+    vcpus: int
+    memory_mib: int
+    gpu_type: str | None = None
+    gpu_count: int = 0
+    gpu_memory_mib: int = 0
+    max_efa_interfaces: int = 0
+    architecture: str = "amd64"
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchRequest:
     """One part of an attempt: ``count`` nodes of one group from one capacity source."""
 
@@ -211,6 +225,11 @@ class CloudAdapter(Protocol):
         """Reservations, quotas and every instance tagged with ``cluster``, paginated to
         completion. Costs a bounded number of API calls, independent of the group count.
         Raises TransientError when the cloud cannot answer now."""
+        ...
+
+    def describe_shapes(self, instance_types: Sequence[str]) -> dict[str, Shape]:
+        """Facts about these instance types, so a node group need only name its type.
+        Types the cloud does not know are left out."""
         ...
 
     def launch(self, request: LaunchRequest) -> Sequence[CloudInstance]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
-from adapters.base import CapacityType, CloudAdapter, Quota, Reservation
+from adapters.base import CapacityType, CloudAdapter, Quota, Reservation, Shape
 from provider.clock import Clock
 from provider.config import ConfigError, LoadedConfig
 from provider.model import MILLI
@@ -16,13 +16,18 @@ Factory = Callable[[LoadedConfig, Clock], CloudAdapter]
 
 def _fake(config: LoadedConfig, clock: Clock) -> CloudAdapter:
     from adapters.fake import FakeCloud, FakeSettings, Stockout
-    from adapters.fake.cloud import Shape
 
     cfg = config.schema.cloud.fake
     if cfg is None:
         return FakeCloud(FakeSettings(), clock)
     shapes = {
-        g.instance_type: Shape(gpus=g.gpu_count, vcpus=-(-g.allocatable.get("cpu") // MILLI))
+        g.instance_type: Shape(
+            instance_type=g.instance_type,
+            vcpus=-(-g.allocatable.get("cpu") // MILLI),
+            memory_mib=g.allocatable.get("memory") // MILLI // 2**20,
+            gpu_type=g.gpu_type,
+            gpu_count=g.gpu_count,
+        )
         for g in config.groups
     }
     return FakeCloud(
@@ -73,20 +78,42 @@ def _epoch(value: dt.datetime | None) -> float | None:
     return value.timestamp()
 
 
-_FACTORIES: dict[str, Factory] = {"fake": _fake}
+def _aws(config: LoadedConfig, clock: Clock) -> CloudAdapter:
+    from adapters.aws import create  # imports boto3: only when AWS is configured
+
+    return create(config, clock)
+
+
+def _gcp(config: LoadedConfig, clock: Clock) -> CloudAdapter:
+    from adapters.gcp import create  # imports google-cloud-compute: only for GCP
+
+    return create(config, clock)
+
+
+_FACTORIES: dict[str, Factory] = {"fake": _fake, "aws": _aws, "gcp": _gcp}
 
 
 def register(name: str, factory: Factory) -> None:
     _FACTORIES[name] = factory
 
 
+def connect(config: LoadedConfig, clock: Clock) -> tuple[CloudAdapter, LoadedConfig]:
+    """The configured cloud's adapter, and the config completed with the shapes of the
+    instance types it left to the cloud (DescribeInstanceTypes, machine types)."""
+    adapter = create_adapter(config, clock)
+    if config.unresolved:
+        config = config.with_shapes(adapter.describe_shapes(list(config.unresolved)))
+    return adapter, config
+
+
 def create_adapter(config: LoadedConfig, clock: Clock) -> CloudAdapter:
     name = config.schema.cloud.provider
-    factory = _FACTORIES.get(name)
-    if factory is None:
+    factory = _FACTORIES[name]
+    try:
+        return factory(config, clock)
+    except ModuleNotFoundError as err:
+        extra = {"aws": "aws", "gcp": "gcp"}.get(name, name)
         raise ConfigError(config.source, [(
             "cloud.provider",
-            f"the {name} adapter is not available in this build; available: "
-            + ", ".join(sorted(_FACTORIES)),
-        )])
-    return factory(config, clock)
+            f"the {name} adapter needs {err.name}; install allset[{extra}]",
+        )]) from err

@@ -82,7 +82,7 @@ def _load(path: Path | None) -> LoadedConfig:
 def _serve(args: argparse.Namespace) -> int:
     import grpc
 
-    from adapters.registry import create_adapter
+    from adapters.registry import connect
     from provider.app import Provider
     from provider.clock import SystemClock
     from provider.service.server import Server
@@ -106,7 +106,8 @@ def _serve(args: argparse.Namespace) -> int:
         )
     config = _load(args.config)
     clock = SystemClock()
-    provider = Provider(config, create_adapter(config, clock), clock)
+    adapter, config = connect(config, clock)
+    provider = Provider(config, adapter, clock)
     server = Server(provider, args.address, credentials)
     stop = threading.Event()
 

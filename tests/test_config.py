@@ -144,3 +144,55 @@ def test_file_level_errors(tmp_path: Path) -> None:
     bad.write_text("cluster: c\n")
     with pytest.raises(ConfigError, match="nodeGroups: required key is missing"):
         load_config(bad)
+
+
+def test_cloud_sections_must_match_the_provider() -> None:
+    text = MINIMAL + "cloud:\n  provider: aws\n"
+    assert problems(text) == [("", "cloud.provider is aws but cloud.aws is missing")]
+    text = MINIMAL + "cloud:\n  provider: aws\n  aws: {region: us-east-1}\n"
+    assert problems(text) == [(
+        "nodeGroups[0] (id g).aws", "required when cloud.provider is aws (at least launchTemplate)"
+    )]
+    text = MINIMAL.replace("maxSize: 4,", "maxSize: 4, gcp: {machineType: a3-highgpu-8g},")
+    assert problems(text) == [("nodeGroups[0] (id g).gcp", "set, but cloud.provider is fake")]
+
+
+def test_the_simulated_cloud_needs_cpu_and_memory() -> None:
+    text = "cluster: c\nnodeGroups:\n  - {id: g, zone: z, instanceType: t, maxSize: 1}\n"
+    assert problems(text) == [
+        ("nodeGroups[0] (id g).cpu", "required for the simulated cloud (it describes no types)"),
+        ("nodeGroups[0] (id g).memory", "required for the simulated cloud (it describes no types)"),
+    ]
+
+
+def test_groups_complete_from_the_clouds_shapes() -> None:
+    from adapters.base import Shape
+
+    text = (
+        "cluster: c\ncloud: {provider: gcp, gcp: {project: p, region: us-central1}}\n"
+        "nodeGroups:\n"
+        "  - {id: a3, zone: us-central1-a, instanceType: a3-highgpu-8g, maxSize: 2}\n"
+        "  - {id: cpu, zone: us-central1-a, instanceType: n2-standard-8, cpu: 7, memory: 28Gi,"
+        " maxSize: 2}\n"
+        "  - {id: typo, zone: us-central1-a, instanceType: a3-highgpu-9g, maxSize: 2}\n"
+    )
+    cfg = load_config_text(text, "cfg.yaml")
+    assert [g.id for g in cfg.groups] == ["cpu"]
+    assert cfg.unresolved == ("a3-highgpu-8g", "a3-highgpu-9g")
+    a3 = Shape("a3-highgpu-8g", vcpus=208, memory_mib=1_916_928,
+               gpu_type="nvidia-h100-80gb", gpu_count=8)
+    with pytest.raises(ConfigError) as info:
+        cfg.with_shapes({"a3-highgpu-8g": a3})
+    assert info.value.problems == [(
+        "nodeGroups[2] (id typo).instanceType",
+        "the cloud does not describe 'a3-highgpu-9g'; check the name, or give cpu and memory "
+        "(and gpu) yourself",
+    )]
+    done = cfg.with_shapes({"a3-highgpu-8g": a3, "a3-highgpu-9g": a3})
+    group = done.groups[0]
+    assert group.gpu_type == "nvidia-h100-80gb" and group.gpu_count == 8
+    assert group.scale_up is ScaleUpMode.ATOMIC
+    # Allocatable is capacity minus the kubelet's reservations.
+    assert 207_000 < group.allocatable.get("cpu") < 208_000
+    gib = group.allocatable.get("memory") / 1000 / 2**30
+    assert 1800 < gib < 1872

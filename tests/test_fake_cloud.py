@@ -18,10 +18,10 @@ from adapters.base import (
     QuotaExceeded,
     Reservation,
     ReservationKind,
+    Shape,
     TransientError,
 )
 from adapters.fake import FakeCloud, FakeSettings, Stockout
-from adapters.fake.cloud import Shape
 from provider.clock import ManualClock
 
 NOW = 1_800_000_000.0
@@ -34,7 +34,7 @@ def settings(**kw: object) -> FakeSettings:
             Reservation("cb", "z1", "p5", total=2, free=2, kind=ReservationKind.CAPACITY_BLOCK,
                         starts_at=NOW + 3600, ends_at=NOW + 7200, targeted=True),
         ],
-        "shapes": {"p5": Shape(gpus=8, vcpus=192)},
+        "shapes": {"p5": Shape("p5", vcpus=192, memory_mib=2**21, gpu_type="h100", gpu_count=8)},
     }
     base.update(kw)
     return FakeSettings(**base)  # type: ignore[arg-type]

@@ -25,6 +25,7 @@ from adapters.base import (
     Reservation,
     ReservationKind,
     Scope,
+    Shape,
 )
 from adapters.fake.store import FakeStore
 from provider.clock import Clock
@@ -35,14 +36,6 @@ class Stockout:
     zone: str
     instance_type: str
     capacity_type: CapacityType = CapacityType.ON_DEMAND
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """What the simulated cloud knows of an instance type, for GPU and vCPU quotas."""
-
-    gpus: int = 0
-    vcpus: int = 0
 
 
 @dataclass(slots=True)
@@ -119,6 +112,9 @@ class FakeCloud:
         return [i for i in self.all_instances() if i.state is not InstanceState.TERMINATED]
 
     # --- CloudAdapter --------------------------------------------------------------------
+
+    def describe_shapes(self, instance_types: Sequence[str]) -> dict[str, Shape]:
+        return {t: self._shapes[t] for t in instance_types if t in self._shapes}
 
     def snapshot(self, cluster: str) -> CloudSnapshot:
         self._count("snapshot")
@@ -244,8 +240,9 @@ class FakeCloud:
         )
 
     def _quota_units(self, q: Quota, instance_type: str, count: int) -> int:
-        shape = self._shapes.get(instance_type, Shape())
-        per = {"instances": 1, "gpus": shape.gpus, "vcpus": shape.vcpus}[q.unit]
+        shape = self._shapes.get(instance_type)
+        gpus, vcpus = (shape.gpu_count, shape.vcpus) if shape else (0, 0)
+        per = {"instances": 1, "gpus": gpus, "vcpus": vcpus}[q.unit]
         return per * count
 
     def _check_launch(self, request: LaunchRequest) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,8 +15,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from adapters.base import CapacityType
+from adapters.base import CapacityType, Shape
 from provider.config.schema import Config, NodeGroupConfig
+from provider.config.shapes import allocatable_cpu_milli, allocatable_memory_milli
 from provider.config.units import duration_seconds, quantity_milli
 from provider.model import (
     GPU_RESOURCE,
@@ -44,7 +45,31 @@ class ConfigError(Exception):
 class LoadedConfig:
     source: str
     schema: Config
+    # Groups whose shape is known. Groups that leave cpu/memory/gpu to the cloud join
+    # once `with_shapes` has the cloud's answer (see `unresolved`).
     groups: tuple[NodeGroup, ...]
+    unresolved: tuple[str, ...] = ()  # instance types still to be described by the cloud
+
+    def with_shapes(self, shapes: Mapping[str, Shape]) -> LoadedConfig:
+        """Complete every group from the cloud's shapes; an unknown type is a config error."""
+        if not self.unresolved:
+            return self
+        groups, problems = [], []
+        for index, cfg in enumerate(self.schema.node_groups):
+            shape = shapes.get(cfg.instance_type)
+            if _complete(cfg):
+                groups.append(_node_group(cfg, shape))
+            elif shape is None:
+                problems.append((
+                    f"nodeGroups[{index}] (id {cfg.id}).instanceType",
+                    f"the cloud does not describe {cfg.instance_type!r}; check the name, or "
+                    "give cpu and memory (and gpu) yourself",
+                ))
+            else:
+                groups.append(_node_group(cfg, shape))
+        if problems:
+            raise ConfigError(self.source, problems)
+        return LoadedConfig(self.source, self.schema, tuple(groups))
 
     @property
     def cluster(self) -> str:
@@ -86,12 +111,34 @@ def load_config_text(text: str, source: str = "<config>") -> LoadedConfig:
     problems = _reference_problems(schema)
     if problems:
         raise ConfigError(source, problems)
-    return LoadedConfig(source, schema, tuple(_node_group(g) for g in schema.node_groups))
+    complete = [g for g in schema.node_groups if _complete(g)]
+    unresolved = sorted({g.instance_type for g in schema.node_groups if not _complete(g)})
+    return LoadedConfig(source, schema, tuple(_node_group(g) for g in complete),
+                        tuple(unresolved))
+
+
+def _complete(cfg: NodeGroupConfig) -> bool:
+    return cfg.cpu is not None and cfg.memory is not None
 
 
 def _reference_problems(schema: Config) -> list[tuple[str, str]]:
     """Checks across sections: what a group names must exist where it can be known."""
     problems: list[tuple[str, str]] = []
+    provider = schema.cloud.provider
+    for gi, group in enumerate(schema.node_groups):
+        where = f"nodeGroups[{gi}] (id {group.id})"
+        for name in ("aws", "gcp"):
+            if getattr(group, name) is not None and name != provider:
+                problems.append((f"{where}.{name}",
+                                 f"set, but cloud.provider is {provider}"))
+        if provider == "aws" and group.aws is None:
+            problems.append((f"{where}.aws", "required when cloud.provider is aws "
+                             "(at least launchTemplate)"))
+        if provider == "fake":
+            for key in ("cpu", "memory"):
+                if getattr(group, key) is None:
+                    problems.append((f"{where}.{key}",
+                                     "required for the simulated cloud (it describes no types)"))
     fake = schema.cloud.fake
     if schema.cloud.provider == "fake" and fake is not None:
         known = {r.id: r for r in fake.reservations}
@@ -106,17 +153,22 @@ def _reference_problems(schema: Config) -> list[tuple[str, str]]:
     return problems
 
 
-def _node_group(cfg: NodeGroupConfig) -> NodeGroup:
-    amounts = {
-        "cpu": quantity_milli(cfg.cpu),
-        "memory": quantity_milli(cfg.memory),
-        "pods": cfg.pods * MILLI,
-    }
+def _node_group(cfg: NodeGroupConfig, shape: Shape | None = None) -> NodeGroup:
+    """The domain group; what the config leaves out comes from the cloud's shape."""
+    cpu = quantity_milli(cfg.cpu) if cfg.cpu is not None else None
+    memory = quantity_milli(cfg.memory) if cfg.memory is not None else None
+    if shape is not None:
+        cpu = cpu if cpu is not None else allocatable_cpu_milli(shape)
+        memory = memory if memory is not None else allocatable_memory_milli(shape)
+    assert cpu is not None and memory is not None, "checked by the loader"
+    gpu_type = cfg.gpu.type if cfg.gpu else (shape.gpu_type if shape else None)
+    gpu_count = cfg.gpu.count if cfg.gpu else (shape.gpu_count if shape else 0)
+    amounts = {"cpu": cpu, "memory": memory, "pods": cfg.pods * MILLI}
     if cfg.ephemeral_storage is not None:
         amounts["ephemeral-storage"] = quantity_milli(cfg.ephemeral_storage)
-    if cfg.gpu is not None:
-        amounts[GPU_RESOURCE] = cfg.gpu.count * MILLI
-    scale_up = cfg.scale_up or (ScaleUpMode.ATOMIC if cfg.gpu else ScaleUpMode.PARTIAL)
+    if gpu_count:
+        amounts[GPU_RESOURCE] = gpu_count * MILLI
+    scale_up = cfg.scale_up or (ScaleUpMode.ATOMIC if gpu_count else ScaleUpMode.PARTIAL)
     opts = cfg.options
 
     def secs(value: str | int | float | None) -> float | None:
@@ -132,8 +184,9 @@ def _node_group(cfg: NodeGroupConfig) -> NodeGroup:
         on_demand_price=cfg.price.on_demand,
         spot_price=cfg.price.spot,
         capacity_types=tuple(CapacityType(c) for c in cfg.capacity_types),
-        gpu_type=cfg.gpu.type if cfg.gpu else None,
-        gpu_count=cfg.gpu.count if cfg.gpu else 0,
+        gpu_type=gpu_type,
+        gpu_count=gpu_count,
+        architecture=shape.architecture if shape else "amd64",
         fabric=cfg.fabric,
         scale_up=scale_up,
         labels=types.MappingProxyType(dict(cfg.labels)),

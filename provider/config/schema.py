@@ -10,16 +10,12 @@ import datetime as dt
 import re
 from typing import Annotated, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    model_validator,
-)
-from pydantic.alias_generators import to_camel
+from pydantic import AfterValidator, Field, model_validator
 
 from adapters.base import CapacityType, ReservationKind
+from provider.config.aws import AwsCloud, AwsGroup
+from provider.config.base import Model
+from provider.config.gcp import GcpCloud, GcpGroup
 from provider.config.units import duration_seconds, quantity_milli
 from provider.model import ScaleUpMode
 
@@ -56,16 +52,6 @@ Labels = Annotated[dict[str, str], AfterValidator(_labels)]
 Name = Annotated[str, Field(pattern=_DNS_LABEL)]
 
 
-class Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        alias_generator=to_camel,
-        populate_by_name=True,
-        str_strip_whitespace=True,
-    )
-
-
 class Gpu(Model):
     type: str = Field(min_length=1, description="GPU model, e.g. nvidia-h100-80gb")
     count: int = Field(gt=0, description="GPUs per node")
@@ -99,8 +85,12 @@ class NodeGroupConfig(Model):
     zone: str = Field(min_length=1)
     instance_type: str = Field(min_length=1)
     gpu: Gpu | None = None
-    cpu: Quantity = Field(description="allocatable CPU, e.g. 96 or 95500m")
-    memory: Quantity = Field(description="allocatable memory, e.g. 1800Gi")
+    cpu: Quantity | None = Field(
+        None, description="allocatable CPU, e.g. 96 or 95500m (default: from the cloud)"
+    )
+    memory: Quantity | None = Field(
+        None, description="allocatable memory, e.g. 1800Gi (default: from the cloud)"
+    )
     pods: int = Field(110, gt=0)
     ephemeral_storage: Quantity | None = None
     fabric: Name | None = Field(None, description="placement group / compact policy name")
@@ -117,6 +107,8 @@ class NodeGroupConfig(Model):
         default_factory=list, description="targeted reservations this group may launch into"
     )
     options: Options = Options()
+    aws: AwsGroup | None = None
+    gcp: GcpGroup | None = None
 
     @model_validator(mode="after")
     def _sizes(self) -> NodeGroupConfig:
@@ -187,6 +179,8 @@ class FakeCloud(Model):
 class Cloud(Model):
     provider: Literal["fake", "aws", "gcp"] = "fake"
     fake: FakeCloud | None = None
+    aws: AwsCloud | None = None
+    gcp: GcpCloud | None = None
 
 
 class Attempts(Model):
@@ -211,6 +205,10 @@ class Config(Model):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise ValueError(f"nodeGroups ids must be unique; repeated: {', '.join(dupes)}")
-        if self.cloud.provider != "fake" and self.cloud.fake is not None:
-            raise ValueError(f"cloud.fake is set but cloud.provider is {self.cloud.provider}")
+        provider = self.cloud.provider
+        for name in ("fake", "aws", "gcp"):
+            if name != provider and getattr(self.cloud, name) is not None:
+                raise ValueError(f"cloud.{name} is set but cloud.provider is {provider}")
+        if provider in ("aws", "gcp") and getattr(self.cloud, provider) is None:
+            raise ValueError(f"cloud.provider is {provider} but cloud.{provider} is missing")
         return self
