@@ -16,6 +16,7 @@ from provider.executor import Journal, Observer, PartRunner, ThreadRunner
 from provider.fleet import Fleet
 from provider.ledger import Ledger
 from provider.model import NodeGroup, Resources
+from provider.planner.matching import Matcher
 from provider.reconcile import Reconciler
 from provider.scaleup import ScaleUps, new_attempt_id
 from provider.unavailable import UnavailableOfferings
@@ -56,8 +57,9 @@ class Provider:
         self.workers: Executor = pool or ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix="scaleup"
         )
+        self.matcher = Matcher(config.groups, config.schema.gpu_label)
         self.scaleups = ScaleUps(config.cluster, self.fleet, self.executor, self.clock,
-                                 self.workers, ids=ids)
+                                 self.workers, self.matcher, ids=ids)
         self.reconciler = Reconciler(config.cluster, adapter, self.fleet, self.ledger,
                                      self.executor, self.clock)
         self._wake = threading.Event()

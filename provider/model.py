@@ -149,3 +149,30 @@ def region_of(zone: str) -> str:
         if match:
             return match.group("region")
     return zone
+
+
+GROUP_LABEL = "allset.dev/node-group"
+FABRIC_LABEL = "allset.dev/fabric"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+REGION_LABEL = "topology.kubernetes.io/region"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+
+def node_labels(group: NodeGroup, gpu_label: str) -> dict[str, str]:
+    """The labels a new node of this group carries (the template CA simulates with, and
+    what pod selectors are matched against when planning)."""
+    labels = {
+        "kubernetes.io/arch": group.architecture,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/hostname": f"{group.id}-template",
+        INSTANCE_TYPE_LABEL: group.instance_type,
+        ZONE_LABEL: group.zone,
+        REGION_LABEL: group.region,
+        GROUP_LABEL: group.id,
+    }
+    if group.gpu_type:
+        labels[gpu_label] = group.gpu_type
+    if group.fabric:
+        labels[FABRIC_LABEL] = group.fabric
+    labels.update(group.labels)
+    return labels

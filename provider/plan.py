@@ -21,6 +21,13 @@ class ReasonCode(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class Reason:
+    code: ReasonCode
+    message: str
+    pod_set: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Part:
     """``count`` nodes of one group from one capacity source."""
 
@@ -41,6 +48,9 @@ class Part:
 @dataclass(frozen=True, slots=True)
 class Plan:
     parts: tuple[Part, ...]
+    # Why capacity that looked usable was not used (e.g. an idle reservation in another
+    # fabric while on-demand is bought): shown to people, never needed to execute.
+    notes: tuple[Reason, ...] = ()
 
     @property
     def on_demand_cost_per_hour(self) -> float:
@@ -49,13 +59,6 @@ class Plan:
     @property
     def node_count(self) -> int:
         return sum(p.count for p in self.parts)
-
-
-@dataclass(frozen=True, slots=True)
-class Reason:
-    code: ReasonCode
-    message: str
-    pod_set: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from provider.ledger import CapacityView
 from provider.model import ScaleUpMode
 from provider.plan import Infeasible, Part, Plan, ReasonCode
 from provider.planner.group import plan_group_delta
+from provider.planner.matching import Matcher
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class ScaleUps:
         executor: Executor,
         clock: Clock,
         pool: Pool,
+        matcher: Matcher,
         *,
         ids: Callable[[], str] = new_attempt_id,
     ) -> None:
@@ -44,6 +46,7 @@ class ScaleUps:
         self._clock = clock
         self._pool = pool
         self._ids = ids
+        self._matcher = matcher
         self.draining = False
 
     def increase(self, group_id: str, delta: int) -> str:
@@ -79,7 +82,8 @@ class ScaleUps:
 
         def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
             count = wanted() - sum(p.count for p in done)
-            return plan_group_delta(view.offerings(group), count, partial=partial)
+            return plan_group_delta(view, self._matcher, group, count, partial=partial,
+                                    name=attempt)
 
         def show(instances: Sequence[CloudInstance]) -> None:
             self._fleet.show_launched(attempt, instances)

@@ -40,8 +40,8 @@ def build_for(h: Harness, count: int, partial: bool = False):  # type: ignore[no
     group = h.provider.groups["g"]
 
     def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
-        return plan_group_delta(view.offerings(group), count - sum(p.count for p in done),
-                                partial=partial)
+        return plan_group_delta(view, h.provider.matcher, group,
+                                count - sum(p.count for p in done), partial=partial)
 
     return build
 
@@ -58,15 +58,17 @@ def test_plan_prefers_reservations_then_on_demand() -> None:
 
 def test_failed_part_rolls_back_and_next_plan_uses_another_pool() -> None:
     h, ex = setup()
-    # The first plan is r-b (3) + r-a (1): r-b fails, so r-a's node is rolled back and the
-    # next plan, with r-b marked unavailable, is r-a (2) + on-demand (2).
-    h.cloud.inject("launch", InsufficientCapacity("r-b is full", cloud_code="X"))
+    # The first plan drains the smaller block first: r-a (2) + r-b (2). r-b fails, so
+    # r-a's nodes are rolled back and the next plan, with r-b marked unavailable, is
+    # r-a (2) + on-demand (2).
+    h.cloud.inject("launch", InsufficientCapacity("r-b is full", cloud_code="X"),
+                   when=lambda req: req.reservation == "r-b")
     out = ex.execute(AttemptSpec("a1", "x"), build_for(h, 4))
-    assert out.result is Result.SUCCEEDED and out.plans_tried == 2 and out.rolled_back == 1
+    assert out.result is Result.SUCCEEDED and out.plans_tried == 2 and out.rolled_back == 2
     live = sorted((i.tags.source, i.tags.reservation) for i in h.live())
     assert live == [(CapacityType.ON_DEMAND, None)] * 2 + [(CapacityType.RESERVED, "r-a")] * 2
     terminated = [i for i in h.cloud.all_instances() if i not in h.live()]
-    assert [(i.tags.reservation, i.tags.part) for i in terminated] == [("r-a", "0.1")]
+    assert [(i.tags.reservation, i.tags.part) for i in terminated] == [("r-a", "0.0")] * 2
     assert [m.key.reservation for m in h.provider.unavailable.active()] == ["r-b"]
 
 
@@ -125,10 +127,11 @@ def test_cancelled_attempt_rolls_back() -> None:
 
 def test_failed_terminations_are_kept_and_retried() -> None:
     h, ex = setup()
-    h.cloud.inject("launch", InsufficientCapacity("r-b is full"))
+    h.cloud.inject("launch", InsufficientCapacity("r-b is full"),
+                   when=lambda req: req.reservation == "r-b")
     h.cloud.inject("terminate", TransientError("throttled"), times=50)
     ex.execute(AttemptSpec("a1", "x"), build_for(h, 4))
-    assert len(ex.terminator.backlog) == 1  # the rolled-back r-a node is not forgotten
+    assert len(ex.terminator.backlog) == 2  # the rolled-back r-a nodes are not forgotten
     h.cloud._faults.clear()
     h.clock.advance(120)
     assert ex.terminator.retry_backlog(ex.retrying()) == 0

@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 import threading
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from adapters.base import (
@@ -54,6 +54,7 @@ class _Fault:
     error: CloudError
     remaining: int
     after: bool  # perform the call, then raise (a timeout whose call did happen)
+    when: Callable[[LaunchRequest], bool] | None = None  # launches this fault applies to
 
 
 class FakeCloud:
@@ -96,12 +97,19 @@ class FakeCloud:
             self._reservations.pop(reservation_id, None)
 
     def inject(
-        self, operation: str, error: CloudError, times: int = 1, after: bool = False
+        self,
+        operation: str,
+        error: CloudError,
+        times: int = 1,
+        after: bool = False,
+        when: Callable[[LaunchRequest], bool] | None = None,
     ) -> None:
         """Make the next ``times`` calls of ``operation`` (launch, terminate, commit,
-        snapshot) raise ``error``; with ``after`` the call takes effect first."""
+        snapshot) raise ``error``; with ``after`` the call takes effect first; ``when``
+        limits a launch fault to the requests it accepts."""
         with self._lock:
-            self._faults.setdefault(operation, deque()).append(_Fault(error, times, after))
+            fault = _Fault(error, times, after, when)
+            self._faults.setdefault(operation, deque()).append(fault)
 
     def all_instances(self) -> list[CloudInstance]:
         """Every instance ever launched, terminated ones included (for assertions)."""
@@ -137,7 +145,7 @@ class FakeCloud:
             seen = self._tokens.get(request.token)
             if seen is not None:
                 return [self._current(self._instances[i]) for i in seen]
-        fault = self._take_fault("launch")
+        fault = self._take_fault("launch", request)
         if fault is not None and not fault.after:
             raise fault.error
         self._clock.sleep(self._settings.launch_latency_seconds)
@@ -203,16 +211,18 @@ class FakeCloud:
         with self._lock:
             self.calls[operation] += 1
 
-    def _take_fault(self, operation: str) -> _Fault | None:
+    def _take_fault(self, operation: str, request: LaunchRequest | None = None) -> _Fault | None:
         with self._lock:
             queue = self._faults.get(operation)
             if not queue:
                 return None
-            fault = queue[0]
-            fault.remaining -= 1
-            if fault.remaining <= 0:
-                queue.popleft()
-            return fault
+            for fault in queue:
+                if fault.when is None or (request is not None and fault.when(request)):
+                    fault.remaining -= 1
+                    if fault.remaining <= 0:
+                        queue.remove(fault)
+                    return fault
+            return None
 
     def _current(self, inst: CloudInstance) -> CloudInstance:
         """Pending instances become running once they have booted."""

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from provider.model import MILLI, NodeGroup, Resources
+from provider.model import MILLI, NodeGroup, Resources, node_labels
 from provider.wire import k8s_core_v1_pb2 as core
-
-GROUP_LABEL = "allset.dev/node-group"
-FABRIC_LABEL = "allset.dev/fabric"
 
 
 def quantity(name: str, milli: int) -> str:
@@ -18,25 +15,6 @@ def quantity(name: str, milli: int) -> str:
     return str(-(-milli // MILLI))
 
 
-def template_labels(group: NodeGroup, gpu_label: str) -> dict[str, str]:
-    name = template_name(group)
-    labels = {
-        "kubernetes.io/arch": group.architecture,
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/hostname": name,
-        "node.kubernetes.io/instance-type": group.instance_type,
-        "topology.kubernetes.io/zone": group.zone,
-        "topology.kubernetes.io/region": group.region,
-        GROUP_LABEL: group.id,
-    }
-    if group.gpu_type:
-        labels[gpu_label] = group.gpu_type
-    if group.fabric:
-        labels[FABRIC_LABEL] = group.fabric
-    labels.update(group.labels)
-    return labels
-
-
 def template_name(group: NodeGroup) -> str:
     return f"{group.id}-template"
 
@@ -44,7 +22,7 @@ def template_name(group: NodeGroup) -> str:
 def template_node(group: NodeGroup, gpu_label: str) -> core.Node:
     node = core.Node()
     node.metadata.name = template_name(group)
-    node.metadata.labels.update(template_labels(group, gpu_label))
+    node.metadata.labels.update(node_labels(group, gpu_label))
     for t in group.taints:
         node.spec.taints.add(key=t.key, value=t.value, effect=t.effect)
     _fill(node.status.capacity, group.allocatable)

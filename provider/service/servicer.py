@@ -23,8 +23,9 @@ from provider.errors import (
     Unavailable,
 )
 from provider.fleet import GroupView
+from provider.model import GROUP_LABEL
 from provider.service import convert
-from provider.service.nodeinfo import GROUP_LABEL, template_node_bytes
+from provider.service.nodeinfo import template_node_bytes
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 from provider.wire import k8s_core_v1_pb2 as core

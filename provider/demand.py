@@ -1,0 +1,114 @@
+"""What must be provisioned: pod sets with their requests and placement rules (pure)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from adapters.base import CapacityType
+from provider.model import Resources, Taint
+
+CLASS_NAME = "atomic-reserved.allset.dev"
+
+
+class Operator(enum.StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+    GT = "Gt"
+    LT = "Lt"
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    key: str
+    operator: Operator
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        value = labels.get(self.key)
+        if self.operator is Operator.IN:
+            return value is not None and value in self.values
+        if self.operator is Operator.NOT_IN:
+            return value is None or value not in self.values
+        if self.operator is Operator.EXISTS:
+            return value is not None
+        if self.operator is Operator.DOES_NOT_EXIST:
+            return value is None
+        if value is None or not self.values:
+            return False
+        try:
+            number, bound = int(value), int(self.values[0])
+        except ValueError:
+            return False
+        return number > bound if self.operator is Operator.GT else number < bound
+
+    def describe(self) -> str:
+        if self.operator in (Operator.EXISTS, Operator.DOES_NOT_EXIST):
+            return f"{self.key} {self.operator}"
+        return f"{self.key} {self.operator} ({', '.join(self.values)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str | None = None  # None with Exists tolerates every taint
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str | None = None  # None: every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect is not None and self.effect != taint.effect:
+            return False
+        if self.key is None:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    name: str
+    count: int
+    requests: Resources
+    node_selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Required node affinity: any term may match; inside a term every requirement must.
+    affinity: tuple[tuple[Requirement, ...], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+    def untolerated(self, taints: tuple[Taint, ...]) -> Taint | None:
+        """The first taint that keeps these pods off a node (PreferNoSchedule never does)."""
+        for taint in taints:
+            if taint.effect == "PreferNoSchedule":
+                continue
+            if not any(t.tolerates(taint) for t in self.tolerations):
+                return taint
+        return None
+
+
+class Topology(enum.StrEnum):
+    FABRIC = "fabric"  # every node of the gang in one fabric
+    ZONE = "zone"  # every node in one zone
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """A whole gang: every pod set is provisioned, or none is."""
+
+    name: str
+    pod_sets: tuple[PodSet, ...]
+    topology: Topology = Topology.ZONE
+    capacity_types: tuple[CapacityType, ...] = (CapacityType.RESERVED, CapacityType.ON_DEMAND)
+    booking_seconds: float = 600.0
+    valid_until_seconds: float | None = None
+    no_retry: bool = False
+    # A CA scale-up: nodes of this one group (pods of the single pod set are nodes).
+    pinned_group: str | None = None
+
+    @property
+    def pods(self) -> int:
+        return sum(p.count for p in self.pod_sets)

@@ -1,0 +1,221 @@
+"""Why a gang cannot be planned, in words a person can act on.
+
+Asks "would it fit if …" one constraint at a time (topology, max size, quota, recent
+stockouts, reservation placement). Every constraint whose removal alone makes the gang
+fit is reported, each with the numbers and the closest near-miss."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+from adapters.base import CapacityType, Reservation
+from provider.clock import ManualClock
+from provider.demand import PodSet, Topology
+from provider.plan import Infeasible, Reason, ReasonCode
+from provider.planner.gang import Inputs, Relax, best_solution, domain_of, gather
+from provider.planner.matching import Exclusion, Matcher
+from provider.planner.solver import Solution
+from provider.unavailable import UnavailableOfferings
+
+_SHOWN = 4  # groups named per pod set before "and N more"
+
+
+def explain(inputs: Inputs, matcher: Matcher) -> Infeasible:
+    missing = [p for p in inputs.demand.pod_sets if not inputs.candidates[p.name]]
+    if missing:
+        return Infeasible(tuple(_no_group(inputs, matcher, p) for p in missing))
+    reasons: list[Reason] = []
+    topology = _relaxed(inputs, Relax(topology=True))
+    if topology is not None:
+        reasons.append(_topology(inputs))
+    sized = _relaxed(inputs, Relax(max_size=True))
+    if sized is not None:
+        reasons.append(_max_size(inputs, sized))
+    quota = _relaxed(inputs, Relax(quota=True))
+    if quota is not None:
+        reasons.append(_quota(inputs, quota))
+    unmarked = _without_marks(inputs, matcher)
+    if _relaxed(unmarked, Relax()) is not None:
+        reasons.append(_stockouts(inputs))
+    mismatched = _mismatched_reservations(inputs)
+    if mismatched and _relaxed(inputs, Relax(reservations=mismatched)) is not None:
+        reasons.append(_mismatch(inputs, mismatched))
+    if not reasons:
+        reasons.append(_no_capacity(inputs))
+        reasons.extend(_type_mismatch(inputs))
+    return Infeasible(tuple(reasons))
+
+
+def _relaxed(inputs: Inputs, relax: Relax) -> Solution | None:
+    return best_solution(inputs, relax)
+
+
+def _no_group(inputs: Inputs, matcher: Matcher, pod_set: PodSet) -> Reason:
+    failures = matcher.explain(inputs.demand, pod_set)
+    excluded = {g: f for g, f in failures.items() if f}
+    by_rule: dict[str, list[Exclusion]] = defaultdict(list)
+    for exclusions in excluded.values():
+        by_rule[exclusions[0].rule].append(exclusions[0])
+    summary = "; ".join(
+        f"{rule}: {len(items)} group{'s' if len(items) != 1 else ''} "
+        f"({', '.join(e.group for e in items[:_SHOWN])}"
+        f"{f' and {len(items) - _SHOWN} more' if len(items) > _SHOWN else ''})"
+        for rule, items in sorted(by_rule.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    )
+    message = f"pod set {pod_set.name}: no node group can host its pods — {summary}"
+    if excluded:
+        # The near-miss: the group that fails the fewest rules (then fewest resource gaps).
+        near = min(excluded.items(),
+                   key=lambda kv: (len(kv[1]), kv[1][0].rule == "resources", kv[0]))
+        message += (f". Closest: group {near[0]}, excluded only by "
+                    + "; ".join(e.message for e in near[1]))
+    return Reason(ReasonCode.NO_MATCHING_GROUP, message, pod_set.name)
+
+
+def _reach(inputs: Inputs, groups: set[str], pod_set: PodSet,
+           ignore_limits: bool = False) -> int:
+    """Pods of the set that these groups could host on their own (ignores sharing)."""
+    total = 0
+    for c in inputs.candidates[pod_set.name]:
+        if c.group not in groups:
+            continue
+        group = inputs.groups[c.group]
+        room = max(0, group.max_size - inputs.sizes.get(c.group, 0))
+        supply = 0
+        for o in inputs.offerings[c.group].offerings:
+            if o.capacity_type not in inputs.demand.capacity_types:
+                continue
+            if o.reservation is None or ignore_limits:
+                supply = room
+                break
+            supply += o.available or 0
+        total += c.pods_per_node * min(room, supply)
+    return total
+
+
+def _topology(inputs: Inputs) -> Reason:
+    topology = inputs.demand.topology
+    by_domain: dict[str, set[str]] = defaultdict(set)
+    for gid, g in inputs.groups.items():
+        by_domain[domain_of(g, topology)].add(gid)
+    scored = []
+    for domain, groups in sorted(by_domain.items()):
+        shares = [(min(1.0, _reach(inputs, groups, p) / p.count), p)
+                  for p in inputs.demand.pod_sets]
+        worst = min(shares, key=lambda s: s[0])
+        scored.append((worst[0], domain, worst[1], _reach(inputs, groups, worst[1])))
+    scored.sort(key=lambda s: (-s[0], s[1]))
+    word = "zone" if topology is Topology.ZONE else "fabric"
+    details = "; ".join(f"{word} {d}: {n} of {p.count} pods of {p.name}"
+                        for _, d, p, n in scored[:_SHOWN])
+    best = scored[0]
+    return Reason(
+        ReasonCode.TOPOLOGY,
+        f"topology={topology}: no single {word} can hold the whole gang, though the "
+        f"capacity exists across {word}s ({details}). Closest: {word} {best[1]}",
+        best[2].name,
+    )
+
+
+def _max_size(inputs: Inputs, solution: Solution) -> Reason:
+    per_group: dict[str, int] = defaultdict(int)
+    for (_, gid), n in solution.nodes.items():
+        per_group[gid] += n
+    limited = []
+    for gid, n in sorted(per_group.items()):
+        group = inputs.groups[gid]
+        have = inputs.sizes.get(gid, 0)
+        if have + n > group.max_size:
+            limited.append(f"group {gid} would need {have + n} nodes ({have} now + {n}), "
+                           f"maxSize is {group.max_size}")
+    return Reason(ReasonCode.MAX_SIZE, "max size reached: " + "; ".join(limited))
+
+
+def _quota(inputs: Inputs, solution: Solution) -> Reason:
+    needed: dict[str, int] = defaultdict(int)
+    for source, n in solution.take:
+        if source.capacity_type is CapacityType.RESERVED:
+            continue
+        group = inputs.groups[source.group]
+        for q in inputs.view.quotas:
+            covers = (source.capacity_type in q.capacity_types
+                      and (not q.instance_types or group.instance_type in q.instance_types)
+                      and (not q.zones or group.zone in q.zones))
+            if covers:
+                needed[q.name] += group.quota_units(q.unit) * n
+    parts = []
+    for q in inputs.view.quotas:
+        if needed.get(q.name, 0) > q.free:
+            parts.append(f"quota {q.name}: the gang needs {needed[q.name]} {q.unit}, "
+                         f"{q.free} of {q.limit} are free")
+    return Reason(ReasonCode.QUOTA, "quota exceeded: " + "; ".join(parts))
+
+
+def _without_marks(inputs: Inputs, matcher: Matcher) -> Inputs:
+    clear = UnavailableOfferings(ManualClock(), 0.0)
+    view = dataclasses.replace(inputs.view, unavailable=clear)
+    return gather(inputs.demand, view, matcher, inputs.sizes)
+
+
+def _stockouts(inputs: Inputs) -> Reason:
+    zones_types = {(g.zone, g.instance_type) for g in inputs.groups.values()}
+    marks = [m for m in inputs.view.unavailable.active()
+             if m.key.zone in ("*", *[z for z, _ in zones_types])]
+    now = inputs.view.now
+    parts = [
+        f"{m.key.capacity_type} {m.key.instance_type} in {m.key.zone}"
+        + (f" (reservation {m.key.reservation})" if m.key.reservation else "")
+        + f": {m.reason} (left out for {max(0, m.until - now):.0f}s more)"
+        for m in marks
+    ]
+    return Reason(ReasonCode.CAPACITY,
+                  "capacity unavailable (recent stockouts): " + "; ".join(parts))
+
+
+def _mismatched_reservations(inputs: Inputs) -> list[Reservation]:
+    """Reservations of a candidate group's instance type rejected for where they are."""
+    ids = {r.reservation for o in inputs.offerings.values() for r in o.rejections
+           if r.rule in ("zone", "fabric", "targeted")}
+    return [r for r in inputs.view.reservations if r.id in ids and r.free > 0]
+
+
+def _mismatch(inputs: Inputs, reservations: list[Reservation]) -> Reason:
+    ids = {r.id for r in reservations}
+    messages = sorted({r.message for o in inputs.offerings.values() for r in o.rejections
+                       if r.reservation in ids and r.rule in ("zone", "fabric", "targeted")})
+    return Reason(ReasonCode.RESERVATION_MISMATCH,
+                  "reserved capacity exists but does not fit where the gang can go: "
+                  + "; ".join(messages[:_SHOWN * 2]))
+
+
+def _type_mismatch(inputs: Inputs) -> list[Reason]:
+    types = {g.instance_type for g in inputs.groups.values()}
+    zones = {g.zone for g in inputs.groups.values()}
+    others = [r for r in inputs.view.reservations
+              if r.instance_type not in types and r.zone in zones and r.free > 0]
+    if not others:
+        return []
+    wanted = ", ".join(sorted(types))
+    parts = [f"reservation {r.id} holds {r.free} free {r.instance_type} in {r.zone}"
+             for r in others[:_SHOWN]]
+    return [Reason(ReasonCode.RESERVATION_MISMATCH,
+                   f"reservations in these zones hold other instance types (the gang needs "
+                   f"{wanted}): " + "; ".join(parts))]
+
+
+def _no_capacity(inputs: Inputs) -> Reason:
+    demand = inputs.demand
+    groups = set(inputs.groups)
+    worst = min(demand.pod_sets, key=lambda p: _reach(inputs, groups, p) / p.count)
+    reach = _reach(inputs, groups, worst)
+    allowed = ", ".join(demand.capacity_types)
+    free = sum(o.available or 0 for gid in groups for o in inputs.offerings[gid].offerings
+               if o.reservation)
+    return Reason(
+        ReasonCode.CAPACITY,
+        f"not enough capacity: pod set {worst.name} needs {worst.count} pods, the matching "
+        f"groups ({', '.join(sorted(groups)[:_SHOWN])}) can host {reach} from the allowed "
+        f"sources ({allowed}); matching reservations have {free} free slots",
+        worst.name,
+    )
