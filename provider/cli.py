@@ -68,6 +68,13 @@ def _parser() -> argparse.ArgumentParser:
                        "(default: first server name, port 8086)")
     certs.add_argument("--days", type=int, default=365)
     certs.set_defaults(run=_certs)
+
+    plan = sub.add_parser("plan", help="plan a ProvisioningRequest against the cloud now")
+    plan.add_argument("--config", type=Path, required=True)
+    plan.add_argument("--request", type=Path, required=True,
+                      help="YAML with the ProvisioningRequest and its PodTemplates")
+    plan.add_argument("--output", choices=["text", "json"], default="text")
+    plan.set_defaults(run=_plan)
     return parser
 
 
@@ -124,6 +131,54 @@ def _serve(args: argparse.Namespace) -> int:
     stop.wait()
     server.stop(args.grace)
     return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """Exit 0 with a plan, 2 when no plan exists, 1 on bad input."""
+    import json
+
+    import yaml
+
+    from adapters.registry import connect
+    from provider.clock import SystemClock
+    from provider.ledger import Ledger
+    from provider.plan import Infeasible
+    from provider.planner.gang import plan
+    from provider.planner.matching import Matcher
+    from provider.provreq import BadRequest, demand_from, split_documents
+    from provider.render import plan_json, plan_text
+    from provider.unavailable import UnavailableOfferings
+
+    config = load_config(args.config)
+    try:
+        docs = list(yaml.safe_load_all(args.request.read_text(encoding="utf-8")))
+        request, templates = split_documents(docs, str(args.request))
+        demand, _ = demand_from(request, templates)
+    except OSError as err:
+        raise UsageError(f"--request: cannot read {args.request}: {err.strerror}") from err
+    except yaml.YAMLError as err:
+        raise UsageError(f"{args.request}: not valid YAML: {err}") from err
+    except BadRequest as err:
+        lines = "\n".join(f"  {f}: {m}" if f else f"  {m}" for f, m in err.problems)
+        raise UsageError(f"{args.request}: {err.name}:\n{lines}") from err
+    clock = SystemClock()
+    adapter, config = connect(config, clock)
+    try:
+        snapshot = adapter.snapshot(config.cluster)
+    finally:
+        adapter.close()
+    ledger = Ledger(config.groups, clock,
+                    UnavailableOfferings(clock, config.unavailable_ttl_seconds))
+    ledger.apply(snapshot, clock.now())
+    sizes: dict[str, int] = {}
+    for inst in snapshot.instances:
+        sizes[inst.tags.node_group] = sizes.get(inst.tags.node_group, 0) + 1
+    result = plan(demand, ledger.view(), Matcher(config.groups, config.schema.gpu_label), sizes)
+    if args.output == "json":
+        print(json.dumps(plan_json(result), indent=2))
+    else:
+        print(plan_text(demand.name, result))
+    return 2 if isinstance(result, Infeasible) else 0
 
 
 def _certs(args: argparse.Namespace) -> int:

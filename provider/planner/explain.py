@@ -42,7 +42,7 @@ def explain(inputs: Inputs, matcher: Matcher) -> Infeasible:
     if mismatched and _relaxed(inputs, Relax(reservations=mismatched)) is not None:
         reasons.append(_mismatch(inputs, mismatched))
     if not reasons:
-        reasons.append(_no_capacity(inputs))
+        reasons.extend(_no_capacity(inputs))
         reasons.extend(_type_mismatch(inputs))
     return Infeasible(tuple(reasons))
 
@@ -174,9 +174,12 @@ def _stockouts(inputs: Inputs) -> Reason:
 
 
 def _mismatched_reservations(inputs: Inputs) -> list[Reservation]:
-    """Reservations of a candidate group's instance type rejected for where they are."""
+    """Reservations of a candidate group's instance type that no candidate group may use
+    because of where they are (zone, fabric) or how they are targeted. One that some
+    candidate group does use is not mismatched: if it is out of reach, topology is."""
+    offered = {o.reservation for g in inputs.offerings.values() for o in g.offerings}
     ids = {r.reservation for o in inputs.offerings.values() for r in o.rejections
-           if r.rule in ("zone", "fabric", "targeted")}
+           if r.rule in ("zone", "fabric", "targeted") and r.reservation not in offered}
     return [r for r in inputs.view.reservations if r.id in ids and r.free > 0]
 
 
@@ -204,18 +207,31 @@ def _type_mismatch(inputs: Inputs) -> list[Reason]:
                    f"{wanted}): " + "; ".join(parts))]
 
 
-def _no_capacity(inputs: Inputs) -> Reason:
+def _no_capacity(inputs: Inputs) -> list[Reason]:
+    """One reason per pod set the matching groups cannot hold, with the reservations of
+    those groups' instance types that were ruled out (the near-misses)."""
     demand = inputs.demand
-    groups = set(inputs.groups)
-    worst = min(demand.pod_sets, key=lambda p: _reach(inputs, groups, p) / p.count)
-    reach = _reach(inputs, groups, worst)
     allowed = ", ".join(demand.capacity_types)
-    free = sum(o.available or 0 for gid in groups for o in inputs.offerings[gid].offerings
-               if o.reservation)
-    return Reason(
-        ReasonCode.CAPACITY,
-        f"not enough capacity: pod set {worst.name} needs {worst.count} pods, the matching "
-        f"groups ({', '.join(sorted(groups)[:_SHOWN])}) can host {reach} from the allowed "
-        f"sources ({allowed}); matching reservations have {free} free slots",
-        worst.name,
-    )
+    out = []
+    for pod_set in demand.pod_sets:
+        groups = {c.group for c in inputs.candidates[pod_set.name]}
+        reach = _reach(inputs, groups, pod_set)
+        if reach >= pod_set.count:
+            continue
+        free = sum(o.available or 0 for gid in groups
+                   for o in inputs.offerings[gid].offerings if o.reservation)
+        near = sorted({r.message for gid in groups for r in inputs.offerings[gid].rejections
+                       if r.rule not in ("instance-type", "full")})
+        message = (
+            f"not enough capacity for pod set {pod_set.name}: {pod_set.count} pods, its "
+            f"groups ({', '.join(sorted(groups)[:_SHOWN])}) can host {reach} from the "
+            f"allowed sources ({allowed}); their matching reservations have {free} free slots"
+        )
+        if near:
+            message += ". Ruled out: " + "; ".join(near[:_SHOWN])
+        out.append(Reason(ReasonCode.CAPACITY, message, pod_set.name))
+    if not out:  # every pod set fits alone; together they compete for the same capacity
+        out.append(Reason(ReasonCode.CAPACITY,
+                          "not enough capacity for the whole gang at once: its pod sets "
+                          "compete for the same reservations or quota"))
+    return out

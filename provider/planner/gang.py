@@ -257,11 +257,9 @@ def _why(source: Source, offerings: GroupOfferings) -> str:
 
 
 def _idle_reservations(inputs: Inputs, solution: Solution) -> tuple[Reason, ...]:
-    """When the plan buys capacity, say which reservations of the same instance types it
-    could not use and why (another zone, fabric, not targeted, outside its window)."""
-    if not any(s.reservation is None for s, _ in solution.take):
-        return ()
-    used_groups = {s.group for s, _ in solution.take}
+    """For each group the plan buys nodes for, say which reservations of its instance type
+    it could not use and why (another zone, fabric, not targeted, outside its window)."""
+    used_groups = {s.group for s, _ in solution.take if s.reservation is None}
     notes = []
     seen = set()
     for gid in sorted(used_groups):

@@ -127,7 +127,7 @@ def pod_resources(pod: core.Pod) -> Resources:
     pod_level = resources(spec.resources) if spec.HasField("resources") else None
     return pod_requests(
         [resources(c.resources) for c in spec.containers],
-        [resources(c.resources) for c in spec.initContainers],
+        [(resources(c.resources), False) for c in spec.initContainers],
         overhead,
         pod_level,
     )

@@ -1,0 +1,54 @@
+"""Plans and infeasible answers as JSON (the `allset plan` contract) and as text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provider.plan import Infeasible, Plan, Reason
+
+
+def plan_json(result: Plan | Infeasible) -> dict[str, Any]:
+    if isinstance(result, Infeasible):
+        return {"feasible": False, "parts": [], "cost": {"onDemandPerHour": 0.0},
+                "reasons": [_reason(r) for r in result.reasons]}
+    return {
+        "feasible": True,
+        "parts": [
+            {
+                "nodeGroup": p.group,
+                "source": str(p.capacity_type),
+                "reservation": p.reservation,
+                "count": p.count,
+                "podSets": dict(p.pod_sets),
+            }
+            for p in result.parts
+        ],
+        "cost": {"onDemandPerHour": round(result.on_demand_cost_per_hour, 6)},
+        "reasons": [_reason(r) for r in result.notes],
+    }
+
+
+def _reason(r: Reason) -> dict[str, Any]:
+    return {"code": str(r.code), "podSet": r.pod_set, "message": r.message}
+
+
+def plan_text(name: str, result: Plan | Infeasible) -> str:
+    if isinstance(result, Infeasible):
+        lines = [f"{name}: no plan"]
+        for r in result.reasons:
+            where = f" [{r.pod_set}]" if r.pod_set else ""
+            lines.append(f"  {r.code}{where}: {r.message}")
+        return "\n".join(lines)
+    lines = [f"{name}: {result.node_count} nodes, on-demand spend "
+             f"{result.on_demand_cost_per_hour:.2f}/h"]
+    rows = [(p.group, str(p.capacity_type), p.reservation or "-", str(p.count),
+             ", ".join(f"{k}: {v}" for k, v in p.pod_sets.items()) or "-", p.why)
+            for p in result.parts]
+    header = ("GROUP", "SOURCE", "RESERVATION", "NODES", "PODS", "WHY")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
+    for row in [header, *rows]:
+        lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False))
+                     + "  " + row[5])
+    for note in result.notes:
+        lines.append(f"  note: {note.message}")
+    return "\n".join(lines)
