@@ -106,18 +106,18 @@ def cheapest_sources(world: World, d: Demand, view: object, nodes: dict[str, int
     for g in used:
         rids = [o.reservation for o in usable[g] if o.reservation]
         has_od = any(o.capacity_type is OD for o in usable[g])
-        splits = []
+        splits: list[tuple[dict[str, int], int]] = []
         for take in itertools.product(*[range(0, nodes[g] + 1) for _ in rids]):
             rest = nodes[g] - sum(take)
             if rest < 0 or (rest > 0 and not has_od):
                 continue
-            splits.append((dict(zip(rids, take, strict=True)), rest))
+            splits.append(({str(r): n for r, n in zip(rids, take, strict=True)}, rest))
         per_group.append((g, splits))
     for combo in itertools.product(*[s for _, s in per_group]):
         used_res: dict[str, int] = defaultdict(int)
         od_gpus, cost = 0, 0.0
-        for (g, _), (take, rest) in zip(per_group, combo, strict=True):
-            for rid, n in take.items():
+        for (g, _), (split, rest) in zip(per_group, combo, strict=True):
+            for rid, n in split.items():
                 used_res[rid] += n
             od_gpus += rest * groups[g].gpu_count
             cost += rest * groups[g].on_demand_price
