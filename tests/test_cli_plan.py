@@ -1,0 +1,79 @@
+"""`allset plan`: exit 0 with a plan, 2 when infeasible, 1 on bad input; JSON contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "deploy" / "examples" / "simulated.yaml"
+GANG = ROOT / "deploy" / "examples" / "requests" / "mixed-gang.yaml"
+
+
+def config(tmp_path: Path) -> Path:
+    # The example without its statePath, so the test starts from an empty cloud.
+    text = "\n".join(line for line in EXAMPLE.read_text().splitlines() if "statePath" not in line)
+    path = tmp_path / "allset.yaml"
+    path.write_text(text)
+    return path
+
+
+def allset_plan(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "provider.cli", "plan", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+
+
+def test_plan_json_contract(tmp_path: Path) -> None:
+    result = allset_plan("--config", str(config(tmp_path)), "--request", str(GANG),
+                         "--output", "json")
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)  # nothing else on stdout
+    assert body["feasible"] is True
+    assert body["parts"] == [
+        {"nodeGroup": "cpu-a", "source": "on-demand", "reservation": None, "count": 1,
+         "podSets": {"ps": 2}},
+        {"nodeGroup": "h100-a", "source": "reserved", "reservation": "cr-h100-a", "count": 2,
+         "podSets": {"workers": 16}},
+    ]
+    assert body["cost"] == {"onDemandPerHour": 1.61}
+    assert body["reasons"] == []
+
+
+def test_plan_infeasible_exits_2_with_reasons(tmp_path: Path) -> None:
+    request = tmp_path / "req.yaml"
+    request.write_text(GANG.read_text().replace("count: 16", "count: 48")
+                       .replace('"reserved,on-demand"', "reserved"))
+    result = allset_plan("--config", str(config(tmp_path)), "--request", str(request),
+                         "--output", "json")
+    assert result.returncode == 2, result.stderr
+    body = json.loads(result.stdout)
+    assert body["feasible"] is False and body["parts"] == []
+    codes = {(r["code"], r["podSet"]) for r in body["reasons"]}
+    assert ("CapacityUnavailable", "workers") in codes
+    text = allset_plan("--config", str(config(tmp_path)), "--request", str(request))
+    assert text.returncode == 2 and "no plan" in text.stdout
+
+
+def test_plan_bad_input_exits_1(tmp_path: Path) -> None:
+    request = tmp_path / "req.yaml"
+    request.write_text(GANG.read_text().replace("topology: zone", "topology: rack"))
+    result = allset_plan("--config", str(config(tmp_path)), "--request", str(request))
+    assert result.returncode == 1
+    assert "spec.parameters.topology: 'rack' is not one of fabric, zone, none" in result.stderr
+    missing = allset_plan("--config", str(config(tmp_path)), "--request", "nope.yaml")
+    assert missing.returncode == 1 and "cannot read nope.yaml" in missing.stderr
+    bad_config = tmp_path / "bad.yaml"
+    bad_config.write_text("cluster: x\n")
+    result = allset_plan("--config", str(bad_config), "--request", str(GANG))
+    assert result.returncode == 1 and "nodeGroups: required key is missing" in result.stderr
+
+
+def test_every_example_config_loads() -> None:
+    from provider.config import load_config
+
+    for path in sorted((ROOT / "deploy" / "examples").glob("*.yaml")):
+        if path.name in ("aws.yaml", "gcp.yaml"):
+            continue  # shapes come from the cloud; covered by the adapter tests
+        assert load_config(path).groups
