@@ -36,12 +36,24 @@ class CapacityView:
     unavailable: UnavailableOfferings
     now: float
     by_type: dict[str, tuple[Reservation, ...]] = field(default_factory=dict)
+    by_pool: dict[tuple[str, str], tuple[Reservation, ...]] = field(default_factory=dict)
+    _cache: dict[tuple[str, bool], GroupOfferings] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
-    def offerings(self, group: NodeGroup) -> GroupOfferings:
-        return group_offerings(
-            group, self.by_type.get(group.instance_type, ()), self.quotas, self.unavailable,
-            self.now,
-        )
+    def offerings(self, group: NodeGroup, *, wide: bool = False) -> GroupOfferings:
+        """The group's offerings. Only reservations of its type in its zone can serve it;
+        ``wide`` also reports the ones elsewhere as rejections (for explanations). A view
+        is a fixed picture, so each group's answer is computed once."""
+        key = (group.id, wide)
+        found = self._cache.get(key)
+        if found is None:
+            candidates = (self.by_type.get(group.instance_type, ()) if wide
+                          else self.by_pool.get((group.instance_type, group.zone), ()))
+            found = group_offerings(group, candidates, self.quotas, self.unavailable,
+                                    self.now)
+            self._cache[key] = found
+        return found
 
 
 class Ledger:
@@ -129,11 +141,14 @@ class Ledger:
         )
         quotas = tuple(self._quota_after_claims(q) for q in self._snapshot.quotas)
         by_type: dict[str, list[Reservation]] = {}
+        by_pool: dict[tuple[str, str], list[Reservation]] = {}
         for r in reservations:
             by_type.setdefault(r.instance_type, []).append(r)
+            by_pool.setdefault((r.instance_type, r.zone), []).append(r)
         return CapacityView(
             self._groups, reservations, quotas, self.unavailable, self._clock.now(),
             {k: tuple(v) for k, v in by_type.items()},
+            {k: tuple(v) for k, v in by_pool.items()},
         )
 
     def _quota_after_claims(self, q: Quota) -> Quota:

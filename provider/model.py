@@ -26,6 +26,13 @@ class Resources:
     One unit for every resource keeps comparisons exact and uniform."""
 
     _amounts: tuple[tuple[str, int], ...] = ()
+    _index: dict[str, int] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", dict(self._amounts))
+
+    def __hash__(self) -> int:
+        return hash(self._amounts)
 
     @staticmethod
     def of(amounts: Mapping[str, int] | Iterable[tuple[str, int]]) -> Resources:
@@ -36,10 +43,7 @@ class Resources:
         return Resources(tuple(sorted((k, v) for k, v in merged.items() if v)))
 
     def get(self, name: str) -> int:
-        for key, value in self._amounts:
-            if key == name:
-                return value
-        return 0
+        return self._index.get(name, 0)
 
     def names(self) -> Iterator[str]:
         return (k for k, _ in self._amounts)
@@ -61,10 +65,12 @@ class Resources:
 
     def shortfall(self, capacity: Resources) -> dict[str, int]:
         """What this request needs beyond ``capacity``, by resource (empty if it fits)."""
-        return {k: v - capacity.get(k) for k, v in self._amounts if v > capacity.get(k)}
+        have = capacity._index
+        return {k: v - have.get(k, 0) for k, v in self._amounts if v > have.get(k, 0)}
 
     def fits_in(self, capacity: Resources) -> bool:
-        return all(v <= capacity.get(k) for k, v in self._amounts)
+        have = capacity._index
+        return all(v <= have.get(k, 0) for k, v in self._amounts)
 
 
 @dataclass(frozen=True, slots=True)

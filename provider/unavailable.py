@@ -35,19 +35,26 @@ class UnavailableOfferings:
         self._ttl = ttl_seconds
         self._marks: dict[tuple[Scope, PoolKey], Mark] = {}
         self._lock = threading.Lock()
+        self._next_expiry = float("inf")
 
     def mark(self, key: PoolKey, scope: Scope, reason: str) -> None:
         norm = _normalise(key, scope)
+        until = self._clock.now() + self._ttl
         with self._lock:
-            self._marks[(scope, norm)] = Mark(norm, scope, reason, self._clock.now() + self._ttl)
+            self._marks[(scope, norm)] = Mark(norm, scope, reason, until)
+            self._next_expiry = min(self._next_expiry, until)
 
     def blocked(self, key: PoolKey) -> Mark | None:
         """The mark that rules this pool out now, if any."""
+        if not self._marks:
+            return None
         now = self._clock.now()
         with self._lock:
-            expired = [k for k, m in self._marks.items() if m.until <= now]
-            for k in expired:
-                del self._marks[k]
+            if now >= self._next_expiry:
+                for k in [k for k, m in self._marks.items() if m.until <= now]:
+                    del self._marks[k]
+                self._next_expiry = min((m.until for m in self._marks.values()),
+                                        default=float("inf"))
             for scope in (Scope.OFFERING, Scope.ZONE, Scope.CLOUD):
                 mark = self._marks.get((scope, _normalise(key, scope)))
                 if mark is not None:

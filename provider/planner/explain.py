@@ -13,15 +13,24 @@ from adapters.base import CapacityType, Reservation
 from provider.clock import ManualClock
 from provider.demand import PodSet, Topology
 from provider.plan import Infeasible, Reason, ReasonCode
-from provider.planner.gang import Inputs, Relax, best_solution, domain_of, gather
-from provider.planner.matching import Exclusion, Matcher
-from provider.planner.solver import Solution
+from provider.planner.gang import (
+    Allocation,
+    Inputs,
+    Relax,
+    allocate,
+    best_solution,
+    domain_of,
+    gather,
+)
+from provider.planner.matching import Matcher
 from provider.unavailable import UnavailableOfferings
 
 _SHOWN = 4  # groups named per pod set before "and N more"
 
 
 def explain(inputs: Inputs, matcher: Matcher) -> Infeasible:
+    # Look wider than planning does: reservations in other zones become near-misses.
+    inputs = gather(inputs.demand, inputs.view, matcher, inputs.sizes, wide=True)
     missing = [p for p in inputs.demand.pod_sets if not inputs.candidates[p.name]]
     if missing:
         return Infeasible(tuple(_no_group(inputs, matcher, p) for p in missing))
@@ -47,19 +56,20 @@ def explain(inputs: Inputs, matcher: Matcher) -> Infeasible:
     return Infeasible(tuple(reasons))
 
 
-def _relaxed(inputs: Inputs, relax: Relax) -> Solution | None:
-    return best_solution(inputs, relax)
+def _relaxed(inputs: Inputs, relax: Relax) -> Allocation | None:
+    found = best_solution(inputs, relax)
+    return None if found is None else allocate(found)
 
 
 def _no_group(inputs: Inputs, matcher: Matcher, pod_set: PodSet) -> Reason:
     failures = matcher.explain(inputs.demand, pod_set)
     excluded = {g: f for g, f in failures.items() if f}
-    by_rule: dict[str, list[Exclusion]] = defaultdict(list)
-    for exclusions in excluded.values():
-        by_rule[exclusions[0].rule].append(exclusions[0])
+    by_rule: dict[str, list[str]] = defaultdict(list)
+    for gid, exclusions in excluded.items():
+        by_rule[exclusions[0].rule].append(gid)
     summary = "; ".join(
         f"{rule}: {len(items)} group{'s' if len(items) != 1 else ''} "
-        f"({', '.join(e.group for e in items[:_SHOWN])}"
+        f"({', '.join(items[:_SHOWN])}"
         f"{f' and {len(items) - _SHOWN} more' if len(items) > _SHOWN else ''})"
         for rule, items in sorted(by_rule.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     )
@@ -118,9 +128,9 @@ def _topology(inputs: Inputs) -> Reason:
     )
 
 
-def _max_size(inputs: Inputs, solution: Solution) -> Reason:
+def _max_size(inputs: Inputs, allocation: Allocation) -> Reason:
     per_group: dict[str, int] = defaultdict(int)
-    for (_, gid), n in solution.nodes.items():
+    for (_, gid), n in allocation.nodes.items():
         per_group[gid] += n
     limited = []
     for gid, n in sorted(per_group.items()):
@@ -132,12 +142,12 @@ def _max_size(inputs: Inputs, solution: Solution) -> Reason:
     return Reason(ReasonCode.MAX_SIZE, "max size reached: " + "; ".join(limited))
 
 
-def _quota(inputs: Inputs, solution: Solution) -> Reason:
+def _quota(inputs: Inputs, allocation: Allocation) -> Reason:
     needed: dict[str, int] = defaultdict(int)
-    for source, n in solution.take:
+    for gid, source, n in allocation.takes:
         if source.capacity_type is CapacityType.RESERVED:
             continue
-        group = inputs.groups[source.group]
+        group = inputs.groups[gid]
         for q in inputs.view.quotas:
             covers = (source.capacity_type in q.capacity_types
                       and (not q.instance_types or group.instance_type in q.instance_types)
@@ -155,7 +165,7 @@ def _quota(inputs: Inputs, solution: Solution) -> Reason:
 def _without_marks(inputs: Inputs, matcher: Matcher) -> Inputs:
     clear = UnavailableOfferings(ManualClock(), 0.0)
     view = dataclasses.replace(inputs.view, unavailable=clear)
-    return gather(inputs.demand, view, matcher, inputs.sizes)
+    return gather(inputs.demand, view, matcher, inputs.sizes, wide=True)
 
 
 def _stockouts(inputs: Inputs) -> Reason:

@@ -21,7 +21,15 @@ from provider.ledger import CapacityView
 from provider.model import NodeGroup
 from provider.plan import Infeasible, Part, Plan, Reason, ReasonCode
 from provider.planner.matching import Candidate, Matcher
-from provider.planner.solver import Arc, Problem, QuotaRow, Solution, Source, solve
+from provider.planner.solver import (
+    Arc,
+    Problem,
+    QuotaRow,
+    Solution,
+    Source,
+    lower_bound,
+    solve,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +56,11 @@ class Inputs:
 
 
 def gather(demand: Demand, view: CapacityView, matcher: Matcher,
-           sizes: Mapping[str, int]) -> Inputs:
-    candidates = {p.name: matcher.match(demand, p) for p in demand.pod_sets}
+           sizes: Mapping[str, int], *, wide: bool = False) -> Inputs:
+    candidates = matcher.match_all(demand)
     used = sorted({c.group for cs in candidates.values() for c in cs})
     groups = {g: matcher.groups[g] for g in used}
-    offerings = {g: view.offerings(groups[g]) for g in used}
+    offerings = {g: view.offerings(groups[g], wide=wide) for g in used}
     return Inputs(demand, candidates, groups, offerings, view, sizes)
 
 
@@ -78,73 +86,135 @@ def plan(demand: Demand, view: CapacityView, matcher: Matcher,
     return to_plan(inputs, best)
 
 
-def best_solution(inputs: Inputs, relax: Relax) -> Solution | None:
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A solution over group classes, and who the members of each class are."""
+
+    solution: Solution
+    members: Mapping[str, tuple[tuple[str, int | None], ...]]  # class -> (group, headroom)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """A solution expanded onto real groups."""
+
+    nodes: Mapping[tuple[str, str], int]  # (pod set, group) -> nodes
+    takes: tuple[tuple[str, Source, int], ...]  # (group, source, nodes)
+
+
+def best_solution(inputs: Inputs, relax: Relax) -> Found | None:
     topology = Topology.NONE if relax.topology else inputs.demand.topology
     by_domain: dict[str, list[str]] = defaultdict(list)
     for gid, group in inputs.groups.items():
         by_domain[domain_of(group, topology)].append(gid)
     problems = []
     for domain in sorted(by_domain):
-        groups = set(by_domain[domain])
-        problem = build(inputs, groups, relax, count_zones=topology is Topology.NONE)
-        if problem is not None:
-            problems.append((lower_bound(problem), domain, problem))
-    best: Solution | None = None
-    for bound, _, problem in sorted(problems, key=lambda t: (t[0], t[1])):
-        if best is not None and bound > best.rank[0] + 1e-9:
+        built = build(inputs, set(by_domain[domain]), relax,
+                      count_zones=topology is Topology.NONE)
+        if built is not None:
+            problems.append((lower_bound(built[0]), domain, built))
+    best: Found | None = None
+    for bound, _, (problem, members) in sorted(problems, key=lambda t: (t[0], t[1])):
+        if best is not None and bound > best.solution.rank[0] + 1e-9:
             break  # sorted by bound: no later domain can be cheaper
         found = solve(problem)
-        if found is not None and (best is None or found.rank < best.rank):
-            best = found
+        if found is not None and (best is None or found.rank < best.solution.rank):
+            best = Found(found, members)
     return best
 
 
-def build(inputs: Inputs, domain: set[str], relax: Relax, count_zones: bool) -> Problem | None:
+def build(inputs: Inputs, domain: set[str], relax: Relax, count_zones: bool
+          ) -> tuple[Problem, dict[str, tuple[tuple[str, int | None], ...]]] | None:
     """The optimisation problem for the groups of one domain; None if a pod set has no
-    group there or the domain cannot hold the gang even with every source at its limit."""
+    group there or the domain cannot hold the gang even with every source at its limit.
+
+    Groups that are interchangeable for this gang (same pods per node for every pod set,
+    same sources and prices, same zone and type) form one class with their headroom
+    summed: many identical groups no longer multiply the search."""
     demand = inputs.demand
-    arcs = tuple(
-        Arc(p.name, c.group, c.pods_per_node)
-        for p in demand.pod_sets
-        for c in inputs.candidates[p.name]
-        if c.group in domain and c.pods_per_node > 0
-    )
-    covered = {a.pod_set for a in arcs}
-    if any(p.name not in covered for p in demand.pod_sets):
+    per_node: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for p in demand.pod_sets:
+        for c in inputs.candidates[p.name]:
+            if c.group in domain and c.pods_per_node > 0:
+                per_node[c.group].append((p.name, c.pods_per_node))
+    if any(all(p.name not in dict(v) for v in per_node.values()) for p in demand.pod_sets):
         return None
-    used = sorted({a.group for a in arcs})
-    sources: list[Source] = []
+    reserved_ok = CapacityType.RESERVED in demand.capacity_types
     shared: dict[str, int] = {}
-    headroom: dict[str, int | None] = {}
-    for gid in used:
+    classes: dict[tuple[object, ...], list[str]] = defaultdict(list)
+    group_sources: dict[str, list[Source]] = {}
+    for gid in sorted(per_node):
         group = inputs.groups[gid]
-        headroom[gid] = None if relax.max_size else max(
-            0, group.max_size - inputs.sizes.get(gid, 0))
+        mine: list[Source] = []
         for o in inputs.offerings[gid].offerings:
             if o.capacity_type not in demand.capacity_types:
                 continue
             # Caps live elsewhere: reservations in `shared`, on-demand in quota rows.
-            sources.append(Source(gid, o.capacity_type, o.price, None,
-                                  o.reservation, o.reservation_size, o.ends_at))
+            mine.append(Source(gid, o.capacity_type, o.price, None,
+                               o.reservation, o.reservation_size, o.ends_at))
             if o.reservation:
                 shared[o.reservation] = o.available or 0
-        reserved_ok = CapacityType.RESERVED in demand.capacity_types
         for r in relax.reservations:
             if reserved_ok and r.instance_type == group.instance_type:
-                sources.append(Source(gid, CapacityType.RESERVED, r.price, None, r.id, r.free,
-                                      r.ends_at))
+                mine.append(Source(gid, CapacityType.RESERVED, r.price, None, r.id, r.free,
+                                   r.ends_at))
                 shared[r.id] = r.free
-    quotas = () if relax.quota else _quota_rows(inputs, used)
+        group_sources[gid] = mine
+        key = (tuple(per_node[gid]), group.zone, group.instance_type,
+               tuple((s.capacity_type, s.price, s.reservation) for s in mine))
+        classes[key].append(gid)
+    members: dict[str, tuple[tuple[str, int | None], ...]] = {}
+    arcs: list[Arc] = []
+    sources: list[Source] = []
+    headroom: dict[str, int | None] = {}
+    zones: dict[str, str] = {}
+    for gids in classes.values():
+        cid = gids[0]
+        rooms = [None if relax.max_size else
+                 max(0, inputs.groups[g].max_size - inputs.sizes.get(g, 0)) for g in gids]
+        members[cid] = tuple(zip(gids, rooms, strict=True))
+        headroom[cid] = None if any(r is None for r in rooms) else sum(
+            r for r in rooms if r is not None)
+        arcs.extend(Arc(name, cid, k) for name, k in per_node[cid])
+        sources.extend(group_sources[cid])  # members share the class's sources
+        zones[cid] = inputs.groups[cid].zone
+    quotas = () if relax.quota else _quota_rows(inputs, sorted(members))
     problem = Problem(
         needs=tuple((p.name, p.count) for p in demand.pod_sets),
-        arcs=arcs,
+        arcs=tuple(arcs),
         headroom=headroom,
         sources=tuple(sources),
         shared=shared,
         quotas=quotas,
-        zones={g: inputs.groups[g].zone for g in used} if count_zones else None,
+        zones=zones if count_zones else None,
     )
-    return problem if _may_fit(problem) else None
+    return (problem, members) if _may_fit(problem) else None
+
+
+def allocate(found: Found) -> Allocation:
+    """Spread each class's nodes over its member groups, fullest headroom first (fewest
+    groups), keeping each node's pod set and capacity source."""
+    nodes: dict[tuple[str, str], int] = defaultdict(int)
+    takes: dict[tuple[str, Source], int] = defaultdict(int)
+    for cid, members in found.members.items():
+        pod_sets = [(ps, n) for (ps, g), n in sorted(found.solution.nodes.items()) if g == cid]
+        srcs = [(s, n) for s, n in found.solution.take if s.group == cid]
+        if not pod_sets:
+            continue
+        node_pod_sets = [ps for ps, n in pod_sets for _ in range(n)]
+        node_sources = [s for s, n in sorted(srcs, key=lambda t: t[0].order) for _ in range(n)]
+        order = sorted(members, key=lambda m: (-(m[1] if m[1] is not None else 10**9), m[0]))
+        index = 0
+        for gid, room in order:
+            share = len(node_pod_sets) - index if room is None else min(
+                room, len(node_pod_sets) - index)
+            for i in range(index, index + share):
+                nodes[(node_pod_sets[i], gid)] += 1
+                takes[(gid, node_sources[i])] += 1
+            index += share
+            if index >= len(node_pod_sets):
+                break
+    return Allocation(dict(nodes), tuple((g, s, n) for (g, s), n in takes.items()))
 
 
 def _quota_rows(inputs: Inputs, used: Sequence[str]) -> tuple[QuotaRow, ...]:
@@ -189,47 +259,25 @@ def _may_fit(problem: Problem) -> bool:
     return True
 
 
-def lower_bound(problem: Problem) -> float:
-    """Spend of the cheapest fractional cover of each pod set on its own (ignores sharing)."""
-    total = 0.0
-    for name, pods in problem.needs:
-        options = []
-        for a in problem.arcs:
-            if a.pod_set != name:
-                continue
-            for s in problem.sources:
-                if s.group == a.group:
-                    cap = problem.shared.get(s.reservation, 0) if s.reservation else s.cap
-                    options.append((s.price / a.per_node,
-                                    math.inf if cap is None else cap * a.per_node))
-        left = float(pods)
-        for per_pod, reach in sorted(options):
-            take = min(left, reach)
-            total += take * per_pod
-            left -= take
-            if left <= 0:
-                break
-    return total
-
-
-def to_plan(inputs: Inputs, solution: Solution) -> Plan:
+def to_plan(inputs: Inputs, found: Found) -> Plan:
     """Parts per (group, source), with how many pods of each pod set they host."""
+    allocation = allocate(found)
     per_node = {(c.group, name): c.pods_per_node
                 for name, cs in inputs.candidates.items() for c in cs}
     pods_left = {p.name: p.count for p in inputs.demand.pod_sets}
     node_queue: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    for (pod_set, gid), n in sorted(solution.nodes.items()):
+    for (pod_set, gid), n in sorted(allocation.nodes.items()):
         node_queue[gid].append((pod_set, n))
     parts = []
-    for source, count in sorted(solution.take, key=lambda t: (t[0].group, t[0].order)):
+    for gid, source, count in sorted(allocation.takes, key=lambda t: (t[0], t[1].order)):
         hosted: dict[str, int] = {}
         remaining = count
-        queue = node_queue[source.group]
+        queue = node_queue[gid]
         while remaining and queue:
             pod_set, n = queue[0]
             use = min(n, remaining)
             if inputs.demand.pinned_group is None:
-                pods = min(pods_left[pod_set], use * per_node[(source.group, pod_set)])
+                pods = min(pods_left[pod_set], use * per_node[(gid, pod_set)])
                 pods_left[pod_set] -= pods
                 hosted[pod_set] = hosted.get(pod_set, 0) + pods
             remaining -= use
@@ -237,18 +285,18 @@ def to_plan(inputs: Inputs, solution: Solution) -> Plan:
             if queue[0][1] == 0:
                 queue.pop(0)
         parts.append(Part(
-            group=source.group,
+            group=gid,
             capacity_type=source.capacity_type,
             count=count,
             price=source.price,
             reservation=source.reservation,
             pod_sets=MappingProxyType(hosted),
-            why=_why(source, inputs.offerings[source.group]),
+            why=_why(source),
         ))
-    return Plan(tuple(parts), notes=_idle_reservations(inputs, solution))
+    return Plan(tuple(parts), notes=_idle_reservations(inputs, allocation))
 
 
-def _why(source: Source, offerings: GroupOfferings) -> str:
+def _why(source: Source) -> str:
     if source.reservation:
         return f"reservation {source.reservation} ({source.size} free, already paid)"
     if source.capacity_type is CapacityType.SPOT:
@@ -256,10 +304,10 @@ def _why(source: Source, offerings: GroupOfferings) -> str:
     return f"on-demand at {source.price:.2f}/h"
 
 
-def _idle_reservations(inputs: Inputs, solution: Solution) -> tuple[Reason, ...]:
+def _idle_reservations(inputs: Inputs, allocation: Allocation) -> tuple[Reason, ...]:
     """For each group the plan buys nodes for, say which reservations of its instance type
     it could not use and why (another zone, fabric, not targeted, outside its window)."""
-    used_groups = {s.group for s, _ in solution.take if s.reservation is None}
+    used_groups = {g for g, s, _ in allocation.takes if s.reservation is None}
     notes = []
     seen = set()
     for gid in sorted(used_groups):

@@ -6,10 +6,9 @@ can name the constraint that excluded each group and the group that came closest
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from adapters.base import CapacityType
 from provider.demand import Demand, PodSet
 from provider.model import (
     FABRIC_LABEL,
@@ -31,9 +30,9 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True)
 class Exclusion:
-    """Why a group cannot host a pod set: rule names are stable, messages are for people."""
+    """Why a group cannot host a pod set: rule names are stable, messages are for people
+    (and say nothing of the group's name, so groups of a kind share them)."""
 
-    group: str
     rule: str  # capacity-type | gpu-type | zone | fabric | instance-type | node-group | label
     #            | taint | resources | topology
     message: str
@@ -63,6 +62,25 @@ class Matcher:
             for item in labels.items():
                 self._index.setdefault(item, set()).add(gid)
         self._order = {g.id: i for i, g in enumerate(groups)}
+        # Groups that differ only in their name match every pod set alike: check one of
+        # each kind (unless a pod set selects by group name or hostname).
+        self._kind: dict[str, tuple[object, ...]] = {}
+        for g in groups:
+            labels = {k: v for k, v in self.labels[g.id].items() if k not in _PER_GROUP}
+            self._kind[g.id] = (tuple(sorted(labels.items())), g.taints, g.allocatable,
+                                g.capacity_types, g.fabric is None)
+
+    def match_all(self, demand: Demand) -> dict[str, list[Candidate]]:
+        """Candidates of every pod set; pod sets that ask the same thing are matched once."""
+        seen: dict[tuple[object, ...], list[Candidate]] = {}
+        out = {}
+        for p in demand.pod_sets:
+            key = (tuple(sorted(p.node_selector.items())), p.affinity, p.tolerations,
+                   p.requests)
+            if key not in seen:
+                seen[key] = self.match(demand, p)
+            out[p.name] = seen[key]
+        return out
 
     def match(self, demand: Demand, pod_set: PodSet) -> list[Candidate]:
         if demand.pinned_group is not None:
@@ -72,18 +90,31 @@ class Matcher:
             found = self._index.get(item, set())
             ids = set(found) if ids is None else ids & found
         pool = self.groups.keys() if ids is None else ids
+        by_name = _names_groups(pod_set)
+        verdicts: dict[tuple[object, ...], int | None] = {}  # kind -> pods per node
         out = []
         for gid in sorted(pool, key=self._order.__getitem__):
             group = self.groups[gid]
-            if self._failures(demand, pod_set, group, stop_at_first=True):
-                continue
-            out.append(Candidate(gid, pods_per_node(pod_set, group)))
+            kind = (gid,) if by_name else self._kind[gid]
+            if kind not in verdicts:
+                failed = self._failures(demand, pod_set, group, stop_at_first=True)
+                verdicts[kind] = None if failed else pods_per_node(pod_set, group)
+            fits = verdicts[kind]
+            if fits is not None:
+                out.append(Candidate(gid, fits))
         return out
 
     def explain(self, demand: Demand, pod_set: PodSet) -> dict[str, list[Exclusion]]:
         """Every failed rule for every group (empty list: the group matches)."""
-        return {gid: self._failures(demand, pod_set, g, stop_at_first=False)
-                for gid, g in self.groups.items()}
+        by_name = _names_groups(pod_set)
+        verdicts: dict[tuple[object, ...], list[Exclusion]] = {}
+        out = {}
+        for gid, group in self.groups.items():
+            kind = (gid,) if by_name else self._kind[gid]
+            if kind not in verdicts:
+                verdicts[kind] = self._failures(demand, pod_set, group, stop_at_first=False)
+            out[gid] = verdicts[kind]
+        return out
 
     def _failures(self, demand: Demand, pod_set: PodSet, group: NodeGroup,
                   stop_at_first: bool) -> list[Exclusion]:
@@ -109,12 +140,20 @@ class Matcher:
 
 Check = Callable[[Matcher, Demand, PodSet, NodeGroup], Iterable[Exclusion]]
 
+_PER_GROUP = (GROUP_LABEL, "kubernetes.io/hostname")
+
+
+def _names_groups(pod_set: PodSet) -> bool:
+    """Does the pod set select nodes by a label only one group has?"""
+    keys = set(pod_set.node_selector) | {r.key for term in pod_set.affinity for r in term}
+    return any(k in keys for k in _PER_GROUP)
+
 
 def _capacity_types(m: Matcher, d: Demand, p: PodSet, g: NodeGroup) -> Iterable[Exclusion]:
     if not any(g.allows(c) for c in d.capacity_types):
-        yield Exclusion(g.id, "capacity-type",
-                        f"group {g.id} offers {', '.join(g.capacity_types)}; the request allows "
-                        f"only {', '.join(d.capacity_types)}")
+        yield Exclusion("capacity-type",
+                        f"it offers {', '.join(g.capacity_types)}; the request allows only "
+                        f"{', '.join(d.capacity_types)}")
 
 
 def _selector(m: Matcher, d: Demand, p: PodSet, g: NodeGroup) -> Iterable[Exclusion]:
@@ -123,8 +162,7 @@ def _selector(m: Matcher, d: Demand, p: PodSet, g: NodeGroup) -> Iterable[Exclus
         have = labels.get(key)
         if have != want:
             what = f"has {key}={have}" if have is not None else f"has no {key} label"
-            yield Exclusion(g.id, m.rule_for_key(key),
-                            f"nodeSelector {key}={want}: group {g.id} {what}")
+            yield Exclusion(m.rule_for_key(key), f"nodeSelector {key}={want}: it {what}")
 
 
 def _affinity(m: Matcher, d: Demand, p: PodSet, g: NodeGroup) -> Iterable[Exclusion]:
@@ -137,17 +175,16 @@ def _affinity(m: Matcher, d: Demand, p: PodSet, g: NodeGroup) -> Iterable[Exclus
     closest = min(failing, key=len)  # the term that came closest names the reason
     first = closest[0]
     have = labels.get(first.key)
-    yield Exclusion(g.id, m.rule_for_key(first.key),
-                    f"node affinity {first.describe()}: group {g.id} has "
+    yield Exclusion(m.rule_for_key(first.key),
+                    f"node affinity {first.describe()}: it has "
                     + (f"{first.key}={have}" if have is not None else f"no {first.key} label"))
 
 
 def _taints(m: Matcher, d: Demand, p: PodSet, g: NodeGroup) -> Iterable[Exclusion]:
     taint = p.untolerated(g.taints)
     if taint is not None:
-        yield Exclusion(g.id, "taint",
-                        f"group {g.id} has taint {taint.key}={taint.value}:{taint.effect} "
-                        "that the pods do not tolerate")
+        yield Exclusion("taint", f"taint {taint.key}={taint.value}:{taint.effect} is not "
+                                 "tolerated by the pods")
 
 
 def _resources(m: Matcher, d: Demand, p: PodSet, g: NodeGroup) -> Iterable[Exclusion]:
@@ -156,15 +193,13 @@ def _resources(m: Matcher, d: Demand, p: PodSet, g: NodeGroup) -> Iterable[Exclu
         parts = [f"{name} {_human(name, p.requests.get(name))} > "
                  f"{_human(name, g.allocatable.get(name))}"
                  for name in sorted(short)]
-        yield Exclusion(g.id, "resources",
-                        f"a pod does not fit a {g.instance_type} node of group {g.id}: "
-                        + ", ".join(parts))
+        yield Exclusion("resources",
+                        f"a pod does not fit a {g.instance_type} node: " + ", ".join(parts))
 
 
 def _topology(m: Matcher, d: Demand, p: PodSet, g: NodeGroup) -> Iterable[Exclusion]:
     if d.topology == "fabric" and g.fabric is None:
-        yield Exclusion(g.id, "topology",
-                        f"topology=fabric needs groups in a fabric; group {g.id} has none")
+        yield Exclusion("topology", "topology=fabric needs groups in a fabric; it has none")
 
 
 _CHECKS: tuple[Check, ...] = (_capacity_types, _selector, _affinity, _taints, _topology,
@@ -177,11 +212,3 @@ def _human(name: str, milli: int) -> str:
     if name in ("memory", "ephemeral-storage"):
         return f"{milli / MILLI / 2**30:.1f}Gi"
     return f"{milli / MILLI:g}"
-
-
-def allowed_sources(group: NodeGroup, demand: Demand) -> tuple[CapacityType, ...]:
-    return tuple(c for c in group.capacity_types if c in demand.capacity_types)
-
-
-def candidates_by_pod_set(matcher: Matcher, demand: Demand) -> Mapping[str, list[Candidate]]:
-    return {p.name: matcher.match(demand, p) for p in demand.pod_sets}

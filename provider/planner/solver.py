@@ -1,10 +1,15 @@
 """The optimisation at the heart of the planner, for one topology domain.
 
-Variables: nodes per (pod set, group) and per (group, capacity source). A node hosts pods
-of one pod set. Objective, lexicographic: on-demand spend, then domains, then groups, then
-nodes, then a penalty that draws reservations smallest-block first so the largest blocks
-stay intact. When the structure makes the answer obvious (one group per pod set, nothing
-shared between groups) a greedy fill is exact and used; otherwise HiGHS solves the MIP."""
+Variables: nodes per (pod set, group) and per (group, capacity source); a node hosts pods
+of one pod set. The objective is lexicographic: first the spend (exact), then a linear
+tie-break that prefers fewer nodes, reservations drawn smallest block first (the largest
+blocks stay intact) and groups with more room (fewer groups). Groups here are classes of
+interchangeable groups (see gang.build), so "fewest groups" is mostly decided when a
+class is spread over its members.
+
+Three ways to an answer, cheapest first: a greedy fill that is exact when each pod set has
+one group and nothing is shared; a greedy heuristic whose spend equals a lower bound; and
+otherwise HiGHS on the MIP."""
 
 from __future__ import annotations
 
@@ -79,12 +84,105 @@ class Solution:
 
 
 def solve(problem: Problem) -> Solution | None:
-    """The optimal solution, or None when the problem has none."""
+    """A solution of least spend, or None when the problem has none."""
     if not problem.needs:
         return Solution({}, (), 0.0, 0, 0, 0, 0)
     if _greedy_is_exact(problem):
         return _greedy(problem)
-    return _mip(problem)
+    guess = heuristic(problem)
+    if guess is not None and guess.cost <= lower_bound(problem) + 1e-9:
+        return guess  # proven optimal in spend by the bound
+    exact = _mip(problem)
+    return exact if exact is not None else guess
+
+
+def lower_bound(problem: Problem) -> float:
+    """Spend no solution can beat: each pod set covered on its own, fractionally where it
+    has a choice of groups and in whole nodes where it has one (ignores sharing)."""
+    total = 0.0
+    by_group: dict[str, list[Source]] = defaultdict(list)
+    for src in problem.sources:
+        by_group[src.group].append(src)
+    arcs_of: dict[str, list[Arc]] = defaultdict(list)
+    for arc in problem.arcs:
+        arcs_of[arc.pod_set].append(arc)
+    for name, pods in problem.needs:
+        arcs = arcs_of[name]
+        options = [(src.price / a.per_node, _cap(problem, src), a.per_node)
+                   for a in arcs for src in by_group[a.group]]
+        if len(arcs) == 1:  # whole nodes: ceil(pods / per node) of the cheapest sources
+            left = float(-(-pods // arcs[0].per_node))
+            for price_per_pod, cap, per_node in sorted(options):
+                take = min(left, cap)
+                total += take * price_per_pod * per_node
+                left -= take
+                if left <= 0:
+                    break
+            continue
+        left = float(pods)
+        for price_per_pod, cap, per_node in sorted(options):
+            take = min(left, cap * per_node)
+            total += take * price_per_pod
+            left -= take
+            if left <= 0:
+                break
+    return total
+
+
+def _cap(problem: Problem, source: Source) -> float:
+    if source.reservation is not None:
+        return float(problem.shared.get(source.reservation, 0))
+    return math.inf if source.cap is None else float(source.cap)
+
+
+def heuristic(p: Problem) -> Solution | None:
+    """A feasible solution, quickly: pod sets with the fewest options first, each taking
+    the cheapest capacity per pod that is still left (reservations, headroom, quota)."""
+    room = {g: (math.inf if h is None else float(h)) for g, h in p.headroom.items()}
+    shared = {r: float(n) for r, n in p.shared.items()}
+    quota_left = {q.name: float(q.free) for q in p.quotas}
+    by_group: dict[str, list[Source]] = defaultdict(list)
+    for src in p.sources:
+        by_group[src.group].append(src)
+    arcs_of: dict[str, list[Arc]] = defaultdict(list)
+    for a in p.arcs:
+        arcs_of[a.pod_set].append(a)
+    nodes: dict[tuple[str, str], int] = defaultdict(int)
+    take: dict[Source, int] = defaultdict(int)
+
+    def available(src: Source) -> float:
+        n = room[src.group]
+        if src.reservation is not None:
+            n = min(n, shared.get(src.reservation, 0.0))
+        elif src.cap is not None:
+            n = min(n, src.cap - take[src])
+        for q in p.quotas:
+            units = q.units.get((src.group, src.capacity_type))
+            if units:
+                n = min(n, quota_left[q.name] // units)
+        return n
+
+    for name, pods in sorted(p.needs, key=lambda t: (len(arcs_of[t[0]]), -t[1], t[0])):
+        left = pods
+        while left > 0:
+            options = [(src.price / a.per_node, src.order, a.group, a, src)
+                       for a in arcs_of[name] for src in by_group[a.group]
+                       if available(src) >= 1]
+            if not options:
+                return None
+            _, _, _, arc, src = min(options, key=lambda o: o[:3])
+            n = int(min(available(src), -(-left // arc.per_node)))
+            nodes[(name, arc.group)] += n
+            take[src] += n
+            room[arc.group] -= n
+            if src.reservation is not None:
+                shared[src.reservation] -= n
+            for q in p.quotas:
+                units = q.units.get((src.group, src.capacity_type))
+                if units:
+                    quota_left[q.name] -= units * n
+            left -= n * arc.per_node
+    return _summarise(p, dict(nodes), list(take.items()))
 
 
 # --- structure: when greedy is exact ----------------------------------------------------
@@ -166,6 +264,7 @@ def _summarise(p: Problem, nodes: dict[tuple[str, str], int],
 
 _INF = highspy.kHighsInf
 _quiet = threading.Lock()
+MIP_SECONDS = 2.0  # safety net: a larger MIP answers with its best solution so far
 _started = False
 
 
@@ -188,7 +287,7 @@ def _new_highs() -> highspy.Highs:
             h = highspy.Highs()  # type: ignore[no-untyped-call]
     h.setOptionValue("output_flag", False)
     h.setOptionValue("mip_rel_gap", 0.0)
-    h.setOptionValue("time_limit", 5.0)
+    h.setOptionValue("time_limit", MIP_SECONDS)
     h.setOptionValue("blend_multi_objectives", False)
     return h
 
@@ -210,10 +309,6 @@ def _mip(p: Problem) -> Solution | None:
     x = {(a.pod_set, a.group): col(0, _INF) for a in p.arcs}
     sources = [s for s in p.sources if s.group in set(groups)]
     y = [col(0, _INF if s.cap is None or s.reservation else s.cap) for s in sources]
-    z = {g: col(0, 1) for g in groups}
-    zone_of = p.zones or {}
-    zones = sorted({zone_of[g] for g in groups}) if zone_of else []
-    w = {d: col(0, 1) for d in zones}
 
     rows: list[tuple[float, float, list[int], list[float]]] = []
     for name, pods in p.needs:  # every pod placed
@@ -226,11 +321,8 @@ def _mip(p: Problem) -> Solution | None:
         # nodes hosting pods == nodes bought for the group
         rows.append((0, 0, mine + srcs, [1.0] * len(mine) + [-1.0] * len(srcs)))
         room = p.headroom.get(g)
-        big = float(room) if room is not None else float(sum(n for _, n in p.needs))
-        # nodes <= headroom * used(g)
-        rows.append((-_INF, 0, [*mine, z[g]], [1.0] * len(mine) + [-big]))
-        if zone_of:
-            rows.append((-_INF, 0, [z[g], w[zone_of[g]]], [1.0, -1.0]))
+        if room is not None:
+            rows.append((-_INF, float(room), mine, [1.0] * len(mine)))
     by_reservation: dict[str, list[int]] = defaultdict(list)
     for i, s in enumerate(sources):
         if s.reservation:
@@ -270,14 +362,20 @@ def _mip(p: Problem) -> Solution | None:
         obj.priority = priority
         h.addLinearObjective(obj)
 
-    objective(5, {y[i]: s.price for i, s in enumerate(sources)})
-    objective(4, {w[d]: 1.0 for d in zones})
-    objective(3, {z[g]: 1.0 for g in groups})
-    objective(2, {y[i]: 1.0 for i in range(len(sources))})
-    objective(1, {y[i]: float(s.size) for i, s in enumerate(sources) if s.reservation})
+    objective(2, {y[i]: s.price for i, s in enumerate(sources)})
+    # Tie-break, blended: a node costs 1; drawing a slot from a reservation block of size b
+    # adds b/(B+1) < 1 (smaller blocks first); a group with less room adds a little more.
+    biggest = max((s.size for s in sources), default=0) + 1
+    roomiest = max((h or 0 for h in p.headroom.values()), default=0) + 1
+    objective(1, {
+        y[i]: 1.0 + (s.size / biggest if s.reservation else 0.0)
+        + 0.5 * (1 - (p.headroom.get(s.group) or roomiest) / roomiest) / biggest
+        for i, s in enumerate(sources)
+    })
     h.run()
     status = h.getModelStatus()
-    if status != highspy.HighsModelStatus.kOptimal:
+    usable = (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kTimeLimit)
+    if status not in usable or h.getInfo().primal_solution_status != 2:  # 2: feasible
         return None
     values = h.getSolution().col_value
     nodes = {k: round(values[i]) for k, i in x.items()}
