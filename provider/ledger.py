@@ -37,22 +37,20 @@ class CapacityView:
     now: float
     by_type: dict[str, tuple[Reservation, ...]] = field(default_factory=dict)
     by_pool: dict[tuple[str, str], tuple[Reservation, ...]] = field(default_factory=dict)
-    _cache: dict[tuple[str, bool], GroupOfferings] = field(
+    _cache: dict[str, GroupOfferings] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
-    def offerings(self, group: NodeGroup, *, wide: bool = False) -> GroupOfferings:
-        """The group's offerings. Only reservations of its type in its zone can serve it;
-        ``wide`` also reports the ones elsewhere as rejections (for explanations). A view
-        is a fixed picture, so each group's answer is computed once."""
-        key = (group.id, wide)
-        found = self._cache.get(key)
+    def offerings(self, group: NodeGroup) -> GroupOfferings:
+        """The group's offerings; only reservations of its type in its zone can serve it
+        (the others are found by explanations directly). A view is a fixed picture, so
+        each group's answer is computed once."""
+        found = self._cache.get(group.id)
         if found is None:
-            candidates = (self.by_type.get(group.instance_type, ()) if wide
-                          else self.by_pool.get((group.instance_type, group.zone), ()))
+            candidates = self.by_pool.get((group.instance_type, group.zone), ())
             found = group_offerings(group, candidates, self.quotas, self.unavailable,
                                     self.now)
-            self._cache[key] = found
+            self._cache[group.id] = found
         return found
 
 

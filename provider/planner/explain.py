@@ -29,8 +29,6 @@ _SHOWN = 4  # groups named per pod set before "and N more"
 
 
 def explain(inputs: Inputs, matcher: Matcher) -> Infeasible:
-    # Look wider than planning does: reservations in other zones become near-misses.
-    inputs = gather(inputs.demand, inputs.view, matcher, inputs.sizes, wide=True)
     missing = [p for p in inputs.demand.pod_sets if not inputs.candidates[p.name]]
     if missing:
         return Infeasible(tuple(_no_group(inputs, matcher, p) for p in missing))
@@ -44,9 +42,10 @@ def explain(inputs: Inputs, matcher: Matcher) -> Infeasible:
     quota = _relaxed(inputs, Relax(quota=True))
     if quota is not None:
         reasons.append(_quota(inputs, quota))
-    unmarked = _without_marks(inputs, matcher)
-    if _relaxed(unmarked, Relax()) is not None:
-        reasons.append(_stockouts(inputs))
+    if inputs.view.unavailable.active():
+        unmarked = _without_marks(inputs, matcher)
+        if _relaxed(unmarked, Relax()) is not None:
+            reasons.append(_stockouts(inputs))
     mismatched = _mismatched_reservations(inputs)
     if mismatched and _relaxed(inputs, Relax(reservations=mismatched)) is not None:
         reasons.append(_mismatch(inputs, mismatched))
@@ -57,7 +56,7 @@ def explain(inputs: Inputs, matcher: Matcher) -> Infeasible:
 
 
 def _relaxed(inputs: Inputs, relax: Relax) -> Allocation | None:
-    found = best_solution(inputs, relax)
+    found = best_solution(inputs, relax, any_will_do=True)
     return None if found is None else allocate(found)
 
 
@@ -165,7 +164,7 @@ def _quota(inputs: Inputs, allocation: Allocation) -> Reason:
 def _without_marks(inputs: Inputs, matcher: Matcher) -> Inputs:
     clear = UnavailableOfferings(ManualClock(), 0.0)
     view = dataclasses.replace(inputs.view, unavailable=clear)
-    return gather(inputs.demand, view, matcher, inputs.sizes, wide=True)
+    return gather(inputs.demand, view, matcher, inputs.sizes)
 
 
 def _stockouts(inputs: Inputs) -> Reason:
@@ -184,22 +183,39 @@ def _stockouts(inputs: Inputs) -> Reason:
 
 
 def _mismatched_reservations(inputs: Inputs) -> list[Reservation]:
-    """Reservations of a candidate group's instance type that no candidate group may use
-    because of where they are (zone, fabric) or how they are targeted. One that some
-    candidate group does use is not mismatched: if it is out of reach, topology is."""
+    """Reservations of a candidate group's instance type that no candidate group may use:
+    tied to another fabric, needing a targeted launch, or in a zone with no such group.
+    One that some candidate group does use is not mismatched: if it is out of reach,
+    topology is."""
     offered = {o.reservation for g in inputs.offerings.values() for o in g.offerings}
     ids = {r.reservation for o in inputs.offerings.values() for r in o.rejections
-           if r.rule in ("zone", "fabric", "targeted") and r.reservation not in offered}
-    return [r for r in inputs.view.reservations if r.id in ids and r.free > 0]
+           if r.rule in ("fabric", "targeted") and r.reservation not in offered}
+    return [r for r in inputs.view.reservations
+            if r.free > 0 and r.id not in offered and (r.id in ids or _orphaned(inputs, r))]
+
+
+def _orphaned(inputs: Inputs, r: Reservation) -> bool:
+    """A reservation of a type the gang can use, in a zone where no such group runs."""
+    types = {(g.instance_type, g.zone) for g in inputs.groups.values()}
+    return (any(t == r.instance_type for t, _ in types)
+            and (r.instance_type, r.zone) not in types)
 
 
 def _mismatch(inputs: Inputs, reservations: list[Reservation]) -> Reason:
-    ids = {r.id for r in reservations}
-    messages = sorted({r.message for o in inputs.offerings.values() for r in o.rejections
-                       if r.reservation in ids and r.rule in ("zone", "fabric", "targeted")})
     return Reason(ReasonCode.RESERVATION_MISMATCH,
                   "reserved capacity exists but does not fit where the gang can go: "
-                  + "; ".join(messages[:_SHOWN * 2]))
+                  + "; ".join(_mismatch_messages(inputs, reservations)[:_SHOWN * 2]))
+
+
+def _mismatch_messages(inputs: Inputs, reservations: list[Reservation]) -> list[str]:
+    ids = {r.id for r in reservations}
+    messages = {r.message for o in inputs.offerings.values() for r in o.rejections
+                if r.reservation in ids and r.rule in ("fabric", "targeted")}
+    for r in reservations:
+        if _orphaned(inputs, r):
+            messages.add(f"reservation {r.id} holds {r.free} free {r.instance_type} in "
+                         f"{r.zone}, where no group that can host the gang runs")
+    return sorted(messages)
 
 
 def _type_mismatch(inputs: Inputs) -> list[Reason]:
@@ -231,7 +247,12 @@ def _no_capacity(inputs: Inputs) -> list[Reason]:
         free = sum(o.available or 0 for gid in groups
                    for o in inputs.offerings[gid].offerings if o.reservation)
         near = sorted({r.message for gid in groups for r in inputs.offerings[gid].rejections
-                       if r.rule not in ("instance-type", "full")})
+                       if r.rule not in ("instance-type", "full")}
+                      | set(_mismatch_messages(inputs, [
+                          r for r in inputs.view.reservations
+                          if r.free > 0 and _orphaned(inputs, r)
+                          and any(inputs.groups[g].instance_type == r.instance_type
+                                  for g in groups)])))
         message = (
             f"not enough capacity for pod set {pod_set.name}: {pod_set.count} pods, its "
             f"groups ({', '.join(sorted(groups)[:_SHOWN])}) can host {reach} from the "

@@ -27,6 +27,7 @@ from provider.planner.solver import (
     QuotaRow,
     Solution,
     Source,
+    heuristic,
     lower_bound,
     solve,
 )
@@ -56,11 +57,11 @@ class Inputs:
 
 
 def gather(demand: Demand, view: CapacityView, matcher: Matcher,
-           sizes: Mapping[str, int], *, wide: bool = False) -> Inputs:
+           sizes: Mapping[str, int]) -> Inputs:
     candidates = matcher.match_all(demand)
     used = sorted({c.group for cs in candidates.values() for c in cs})
     groups = {g: matcher.groups[g] for g in used}
-    offerings = {g: view.offerings(groups[g], wide=wide) for g in used}
+    offerings = {g: view.offerings(groups[g]) for g in used}
     return Inputs(demand, candidates, groups, offerings, view, sizes)
 
 
@@ -102,7 +103,10 @@ class Allocation:
     takes: tuple[tuple[str, Source, int], ...]  # (group, source, nodes)
 
 
-def best_solution(inputs: Inputs, relax: Relax) -> Found | None:
+def best_solution(inputs: Inputs, relax: Relax, *, any_will_do: bool = False) -> Found | None:
+    """The best solution over every domain. With ``any_will_do``, the first one the
+    heuristic finds: explanations only ask whether a relaxed gang would fit, and a "no"
+    from the heuristic is good enough to leave a reason out."""
     topology = Topology.NONE if relax.topology else inputs.demand.topology
     by_domain: dict[str, list[str]] = defaultdict(list)
     for gid, group in inputs.groups.items():
@@ -117,6 +121,11 @@ def best_solution(inputs: Inputs, relax: Relax) -> Found | None:
     for bound, _, (problem, members) in sorted(problems, key=lambda t: (t[0], t[1])):
         if best is not None and bound > best.solution.rank[0] + 1e-9:
             break  # sorted by bound: no later domain can be cheaper
+        if any_will_do:
+            quick = heuristic(problem)
+            if quick is not None:
+                return Found(quick, members)
+            continue
         found = solve(problem)
         if found is not None and (best is None or found.rank < best.solution.rank):
             best = Found(found, members)
@@ -137,7 +146,8 @@ def build(inputs: Inputs, domain: set[str], relax: Relax, count_zones: bool
         for c in inputs.candidates[p.name]:
             if c.group in domain and c.pods_per_node > 0:
                 per_node[c.group].append((p.name, c.pods_per_node))
-    if any(all(p.name not in dict(v) for v in per_node.values()) for p in demand.pod_sets):
+    covered = {name for pairs in per_node.values() for name, _ in pairs}
+    if any(p.name not in covered for p in demand.pod_sets):
         return None
     reserved_ok = CapacityType.RESERVED in demand.capacity_types
     shared: dict[str, int] = {}

@@ -92,7 +92,7 @@ def solve(problem: Problem) -> Solution | None:
     guess = heuristic(problem)
     if guess is not None and guess.cost <= lower_bound(problem) + 1e-9:
         return guess  # proven optimal in spend by the bound
-    exact = _mip(problem)
+    exact = _mip(problem, guess)
     return exact if exact is not None else guess
 
 
@@ -288,11 +288,29 @@ def _new_highs() -> highspy.Highs:
     h.setOptionValue("output_flag", False)
     h.setOptionValue("mip_rel_gap", 0.0)
     h.setOptionValue("time_limit", MIP_SECONDS)
-    h.setOptionValue("blend_multi_objectives", False)
     return h
 
 
-def _mip(p: Problem) -> Solution | None:
+PRICE_UNITS = 10_000  # spend is compared in 1/10,000 of a dollar per hour
+
+
+def _as_start(h: highspy.Highs, start: Solution, x: dict[tuple[str, str], int],
+              y: list[int], sources: list[Source], n: int) -> highspy.HighsSolution:
+    """The heuristic's answer as HiGHS' first incumbent: prunes the search at once."""
+    values = [0.0] * n
+    for key, count in start.nodes.items():
+        if key in x:
+            values[x[key]] = float(count)
+    taken = dict(start.take)
+    for i, src in enumerate(sources):
+        values[y[i]] = float(taken.get(src, 0))
+    sol = highspy.HighsSolution()
+    sol.col_value = values
+    sol.value_valid = True
+    return sol
+
+
+def _mip(p: Problem, start: Solution | None = None) -> Solution | None:
     cols_lb: list[float] = []
     cols_ub: list[float] = []
     integer: list[int] = []
@@ -348,30 +366,23 @@ def _mip(p: Problem) -> Solution | None:
     for lower, upper, idx, val in rows:
         h.addRow(lower, upper, len(idx), np.array(idx, dtype=np.int32),
                  np.array(val, dtype=np.float64))
-
-    def objective(priority: int, coefficients: dict[int, float]) -> None:
-        obj = highspy.HighsLinearObjective()
-        obj.weight = 1.0
-        obj.offset = 0.0
-        dense = [0.0] * n
-        for i, v in coefficients.items():
-            dense[i] = v
-        obj.coefficients = dense
-        obj.abs_tolerance = 1e-7
-        obj.rel_tolerance = 0.0
-        obj.priority = priority
-        h.addLinearObjective(obj)
-
-    objective(2, {y[i]: s.price for i, s in enumerate(sources)})
-    # Tie-break, blended: a node costs 1; drawing a slot from a reservation block of size b
-    # adds b/(B+1) < 1 (smaller blocks first); a group with less room adds a little more.
+    # One objective that is lexicographic by construction: spend in whole price units
+    # (1/10,000 of a dollar), plus a tie-break whose total stays below one unit. Ties go to
+    # fewer nodes, then smaller reservation blocks (larger ones stay intact), then roomier
+    # groups (fewer groups). One solve instead of one per tier.
+    most_nodes = float(sum(-(-pods // min((a.per_node for a in p.arcs if a.pod_set == name),
+                                         default=1)) for name, pods in p.needs)) * 2 + 2
     biggest = max((s.size for s in sources), default=0) + 1
-    roomiest = max((h or 0 for h in p.headroom.values()), default=0) + 1
-    objective(1, {
-        y[i]: 1.0 + (s.size / biggest if s.reservation else 0.0)
-        + 0.5 * (1 - (p.headroom.get(s.group) or roomiest) / roomiest) / biggest
-        for i, s in enumerate(sources)
-    })
+    roomiest = max((hr or 0 for hr in p.headroom.values()), default=0) + 1
+    costs = np.zeros(n, dtype=np.float64)
+    for i, src in enumerate(sources):
+        block = src.size / biggest if src.reservation else 0.0
+        tight = 1 - (p.headroom.get(src.group) or roomiest) / roomiest
+        tie = (1.0 + 0.5 * block + 0.25 * tight / biggest) / most_nodes / 2
+        costs[y[i]] = round(src.price * PRICE_UNITS) + tie
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), costs)
+    if start is not None:
+        h.setSolution(_as_start(h, start, x, y, sources, n))
     h.run()
     status = h.getModelStatus()
     usable = (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kTimeLimit)
