@@ -1,11 +1,19 @@
-"""The GCP adapter (work in progress: see the GCP adapter issue)."""
+"""The GCP adapter: GCE specific reservations first, one bulkInsert per part (all N or
+none), labels as the source of truth. Imported only when cloud.provider is gcp."""
 
 from __future__ import annotations
 
 from adapters.base import CloudAdapter
 from provider.clock import Clock
-from provider.config import ConfigError, LoadedConfig
+from provider.config import LoadedConfig
 
 
 def create(config: LoadedConfig, clock: Clock) -> CloudAdapter:
-    raise ConfigError(config.source, [("cloud.provider", "the gcp adapter is not built yet")])
+    """The adapter for ``cloud.gcp``; raises ConfigError naming the field to fix."""
+    from adapters.gcp.adapter import GcpAdapter
+    from adapters.gcp.clients import build
+    from adapters.gcp.settings import settings_from
+
+    settings = settings_from(config)
+    gpu_types = {g.instance_type: g.gpu.type for g in config.schema.node_groups if g.gpu}
+    return GcpAdapter(settings, build(settings), clock, gpu_types)
