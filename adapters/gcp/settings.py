@@ -4,7 +4,7 @@ by its field so a person can fix it before anything is launched."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from adapters.gcp import labels
@@ -28,7 +28,7 @@ class GroupSpec:
     fabric: str | None = None
     network: str | None = None
     subnetwork: str | None = None
-    labels: Mapping[str, str] = MappingProxyType({})
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     gpu: bool = False  # a GPU VM: onHostMaintenance must be TERMINATE
 
 
