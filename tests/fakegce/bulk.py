@@ -64,6 +64,9 @@ def bulk_insert(compute: Compute, zone: str, body: dict[str, Any],
             return compute.new_operation(zone, "bulkInsert", pattern, request_id,
                                          OpError(code, message, status, metric))
 
+        if compute.op_faults:
+            injected = compute.op_faults.pop(0)
+            return fail(injected.code, injected.message, injected.http_status)
         reservation: ReservationRec | None = None
         room = count
         if kind == "SPECIFIC_RESERVATION":

@@ -146,6 +146,7 @@ class Compute:
         self.operations: dict[tuple[str, str], OperationRec] = {}
         self.request_ids: dict[str, tuple[str, str]] = {}
         self.faults: list[Fault] = []
+        self.op_faults: list[OpError] = []  # next bulkInsert operations fail with these
         self.calls: Counter[str] = Counter()
         self._ids = itertools.count(1_000_000_001)
 

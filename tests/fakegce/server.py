@@ -332,7 +332,8 @@ def serve(compute: Compute) -> Iterator[str]:
     handler = type("Handler", (_Handler,), {"compute": compute})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, name="fake-gce", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="fake-gce",
+                              daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
