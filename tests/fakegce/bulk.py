@@ -121,8 +121,9 @@ def _mismatch(r: ReservationRec, machine_type: str, accelerators: tuple[tuple[st
         return f"reservation {r.name} holds {r.machine_type}, not {machine_type}"
     if tuple(sorted(r.accelerators)) != accelerators:
         return f"reservation {r.name} accelerators differ"
-    if r.resource_policies and tuple(r.resource_policies) != policies:
-        return f"reservation {r.name} needs resource policies {list(r.resource_policies)}"
+    if tuple(sorted(r.resource_policies)) != tuple(sorted(policies)):
+        # A VM consumes a reservation only when its properties match exactly.
+        return f"reservation {r.name} has resource policies {list(r.resource_policies)}"
     return ""
 
 

@@ -147,6 +147,7 @@ class Compute:
         self.request_ids: dict[str, tuple[str, str]] = {}
         self.faults: list[Fault] = []
         self.op_faults: list[OpError] = []  # next bulkInsert operations fail with these
+        self.created: list[str] = []  # every instance ever created, deleted ones too
         self.calls: Counter[str] = Counter()
         self._ids = itertools.count(1_000_000_001)
 
@@ -276,6 +277,7 @@ class Compute:
             accelerators=accelerators, resource_policies=policies, template=template,
         )
         self.instances[(zone, name)] = inst
+        self.created.append(f"{zone}/{name}")
         return inst
 
 
