@@ -124,6 +124,23 @@ def test_snapshot_lists_only_this_clusters_instances_across_pages(h: GcpHarness)
     assert snap.api_calls == sum(c.calls.values()) - before == 1 + 3 + 1
 
 
+def test_bulky_instances_are_listed_by_the_fields_allset_reads(h: GcpHarness) -> None:
+    h.compute.metadata_bytes = 20_000  # a bootstrap script on every instance
+    launched = h.adapter.launch(part(h, "cpu", 3))
+    listed = h.adapter.snapshot("test").instances
+    assert sorted(i.id for i in listed) == sorted(i.id for i in launched)
+    assert all(i.tags.node_group == "cpu" and i.instance_type == "n2-standard-8"
+               and i.launched_at > 0 for i in listed)
+
+
+def test_an_api_refusing_field_masks_still_gets_listed(h: GcpHarness) -> None:
+    h.compute.field_masks = False
+    launched = h.adapter.launch(part(h, "cpu", 2))
+    for _ in range(2):
+        listed = h.adapter.snapshot("test").instances
+        assert sorted(i.id for i in listed) == sorted(i.id for i in launched)
+
+
 def test_api_calls_do_not_grow_with_groups(h: GcpHarness) -> None:
     many = "".join(
         f"  - {{id: g{n}, zone: us-central1-{'abc'[n % 3]}, instanceType: n2-standard-8, "

@@ -7,14 +7,11 @@ import threading
 from collections.abc import (
     Callable,
     Iterable,
-    Iterator,
     Mapping,
-    MutableMapping,
-    MutableSequence,
     Sequence,
 )
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
@@ -45,6 +42,7 @@ from adapters.gcp.errors import (
     operation_failure,
 )
 from adapters.gcp.launch import bulk_insert_resource, request_id
+from adapters.gcp.listing import raw_instances, walk
 from adapters.gcp.settings import GcpSettings
 from provider.clock import Clock
 
@@ -52,25 +50,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class _Scoped(Protocol):
-    warning: compute_v1.Warning
-
-    def __contains__(self, key: str) -> bool: ...
-
-
-S = TypeVar("S", bound=_Scoped)
-
-
-class _Page(Protocol[S]):
-    """One page of an aggregated list: zone scope -> what it holds."""
-
-    items: MutableMapping[str, S]
-    unreachables: MutableSequence[str]
-
-
 # Listing right after a DONE bulkInsert normally shows every instance; if not, look again
 # a few times before reporting a short part (which the executor rolls back).
 LIST_SETTLE_TRIES = 5
+# A partial response: real instances carry disks, NICs and bootstrap metadata (often tens
+# of KB each) that a refresh of 10,000 of them would otherwise download and parse.
+INSTANCES_MASK = ("nextPageToken,unreachables,items/*/warning/code,items/*/instances("
+                  "name,zone,machineType,status,creationTimestamp,labels)")
 SET_LABELS_TRIES = 4
 
 
@@ -80,8 +66,10 @@ class GcpAdapter:
     name = "gcp"
 
     def __init__(self, settings: GcpSettings, clients: Clients, clock: Clock,
-                 gpu_types: Mapping[str, str] | None = None) -> None:
+                 gpu_types: Mapping[str, str] | None = None, *,
+                 field_masks: bool = True) -> None:
         self._s = settings
+        self.field_masks = field_masks
         self._c = clients
         self._clock = clock
         self._ops = Operations(clients.zone_operations, settings.project, clock,
@@ -151,8 +139,9 @@ class GcpAdapter:
         pager = call(lambda: self._c.reservations.aggregated_list(
             request=request, retry=None, timeout=self._s.request_timeout),
             what="reservations.aggregatedList", mutating=False)
-        found: list[compute_v1.Reservation] = []
-        pages = self._pages(pager.pages, "reservations", lambda sc: sc.reservations, found)
+        raw, pages = walk(pager.pages, "reservations", self._s.in_region,
+                          "reservations.aggregatedList")
+        found = [compute_v1.Reservation.wrap(r) for r in raw]
         mine = [r for r in found
                 if self._s.in_region(discovery.last(r.zone)) and self._s.selects(r.name)]
         ids = discovery.reservation_ids([(discovery.last(r.zone), r.name) for r in mine])
@@ -165,46 +154,34 @@ class GcpAdapter:
         return out, pages
 
     def _instances(self, filter_: str) -> tuple[list[CloudInstance], int]:
+        masked = self.field_masks
+        try:
+            return self._list_instances(filter_, masked)
+        except InvalidRequest as err:
+            if not masked:
+                raise
+            # Never let an optimisation cost the listing: go without it from now on.
+            log.warning("Compute refused the instance field mask (%s); listing whole "
+                        "instances from now on", err)
+            self.field_masks = False
+            found, pages = self._list_instances(filter_, False)
+            return found, pages + 1
+
+    def _list_instances(self, filter_: str, masked: bool) -> tuple[list[CloudInstance], int]:
         request = compute_v1.AggregatedListInstancesRequest(
             project=self._s.project, filter=filter_, max_results=self._s.page_size)
+        metadata = [("x-goog-fieldmask", INSTANCES_MASK)] if masked else []
         pager = call(lambda: self._c.instances.aggregated_list(
-            request=request, retry=None, timeout=self._s.request_timeout),
+            request=request, retry=None, timeout=self._s.request_timeout, metadata=metadata),
             what="instances.aggregatedList", mutating=False)
-        found: list[compute_v1.Instance] = []
-        pages = self._pages(pager.pages, "instances", lambda sc: sc.instances, found)
+        raw, pages = walk(pager.pages, "instances", self._s.in_region,
+                          "instances.aggregatedList")
         out = []
-        for inst in found:
+        for inst in raw_instances(raw):
             converted = discovery.instance_of(inst, self._s.project)
             if converted is not None:
                 out.append(converted)
         return out, pages
-
-    def _pages(self, pages: Iterator[_Page[S]], what: str,
-               items_of: Callable[[S], Iterable[T]], into: list[T]) -> int:
-        """Walk an aggregated list page by page and merge what each zone holds. A page can
-        name the same zone as an earlier one, so pages are merged, never dict()-ed. A zone
-        of our region that GCE could not reach fails the whole listing: a partial view
-        would look like instances had vanished and reservations had emptied."""
-        count = 0
-        try:
-            for page in pages:
-                count += 1
-                unreachable = [discovery.last(z) for z in page.unreachables]
-                for scope, scoped in page.items.items():
-                    if not scope.startswith("zones/"):
-                        continue
-                    if "warning" in scoped and scoped.warning.code == "UNREACHABLE":
-                        unreachable.append(discovery.last(scope))
-                    into.extend(items_of(scoped))
-                ours = sorted(z for z in unreachable if self._s.in_region(z))
-                if ours:
-                    raise TransientError(f"{what}: zones unreachable: {', '.join(ours)}",
-                                         cloud_code="UNREACHABLE")
-        except gexc.GoogleAPICallError as err:
-            raise from_api_error(err) from err
-        except TRANSPORT_ERRORS as err:
-            raise from_transport(err, mutating=False, what=f"{what}.aggregatedList") from err
-        return count
 
     def _reservation_context(self) -> ReservationContext:
         expected: dict[tuple[str, str], set[Accelerators]] = {}
@@ -305,7 +282,7 @@ class GcpAdapter:
         except TRANSPORT_ERRORS as err:
             raise from_transport(err, mutating=False, what=f"instances.list {zone}") from err
         out = []
-        for inst in listed:
+        for inst in raw_instances([compute_v1.Instance.pb(i) for i in listed]):
             converted = discovery.instance_of(inst, self._s.project)
             if converted is not None:
                 out.append(converted)

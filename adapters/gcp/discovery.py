@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from google.cloud import compute_v1
 
@@ -185,7 +186,20 @@ def reservation_name(rid: str) -> str:
 # --- instances ---------------------------------------------------------------------------
 
 
-def instance_of(inst: compute_v1.Instance, project: str) -> CloudInstance | None:
+class RawInstance(Protocol):
+    """The fields of a raw ``compute.Instance`` protobuf message allset reads."""
+
+    name: str
+    zone: str
+    machine_type: str
+    status: str
+    creation_timestamp: str
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+
+def instance_of(inst: RawInstance, project: str) -> CloudInstance | None:
     tags = labels.from_labels(inst.labels)
     if tags is None:
         return None

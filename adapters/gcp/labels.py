@@ -45,6 +45,8 @@ def encode(value: str) -> str:
 
 def decode(value: str) -> str:
     """Inverse of encode; raises ValueError on text encode cannot have produced."""
+    if "_" not in value and _plain(value):
+        return value  # the common case: nothing was escaped
     raw = bytearray()
     i = 0
     while i < len(value):
@@ -61,6 +63,10 @@ def decode(value: str) -> str:
         else:
             raise ValueError(f"character {char!r} cannot appear in a label value")
     return raw.decode()
+
+
+def _plain(value: str) -> bool:
+    return all(c in _PLAIN for c in value)
 
 
 def _pieces(encoded: str) -> list[str]:

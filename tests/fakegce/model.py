@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 LABEL = re.compile(r"^[a-z0-9_-]{0,63}$")
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -137,6 +138,8 @@ class Compute:
     quotas: dict[str, int] = field(default_factory=dict)  # regional metric -> limit
     unreachable: set[str] = field(default_factory=set)  # zones aggregated lists cannot see
     polls_to_done: int = 1  # waits/gets before an operation reports DONE
+    metadata_bytes: int = 0  # size of each instance's startup script (0: none rendered)
+    field_masks: bool = True  # False: refuse partial responses (an API that does not know)
     now: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:
@@ -148,6 +151,8 @@ class Compute:
         self.faults: list[Fault] = []
         self.op_faults: list[OpError] = []  # next bulkInsert operations fail with these
         self.created: list[str] = []  # every instance ever created, deleted ones too
+        self.version = 0  # moves on every change made through these methods
+        self.list_cache: tuple[tuple[str, int, int], list[Any]] | None = None
         self.calls: Counter[str] = Counter()
         self._ids = itertools.count(1_000_000_001)
 
@@ -247,6 +252,7 @@ class Compute:
                 return seen
             self.instance(zone, name)
             del self.instances[(zone, name)]
+            self.version += 1
             return self.new_operation(zone, "delete", name, request_id)
 
     def set_labels(self, zone: str, name: str, fingerprint: str, new: dict[str, str],
@@ -262,6 +268,7 @@ class Compute:
                                "changed")
             check_labels(new)
             inst.labels = dict(new)
+            self.version += 1
             inst.fingerprint = fingerprint_of(new)
             return self.new_operation(zone, "setLabels", name, request_id)
 
@@ -278,6 +285,7 @@ class Compute:
         )
         self.instances[(zone, name)] = inst
         self.created.append(f"{zone}/{name}")
+        self.version += 1
         return inst
 
 

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakegce import filters
+from tests.fakegce import fields, filters
 from tests.fakegce.bulk import bulk_insert
 from tests.fakegce.model import ApiError, Compute, InstanceRec, OperationRec, ReservationRec
 
@@ -59,6 +59,16 @@ def render_instance(c: Compute, i: InstanceRec) -> Json:
         "scheduling": {"provisioningModel": i.provisioning_model},
         "reservationAffinity": {"consumeReservationType": i.affinity},
     }
+    if c.metadata_bytes:  # what real instances carry: bootstrap scripts, disks, NICs
+        out["metadata"] = {"items": [{"key": "startup-script",
+                                      "value": "#" * c.metadata_bytes}]}
+        out["disks"] = [{"boot": True, "deviceName": "boot", "diskSizeGb": "200",
+                         "source": f"{zone_url(c, i.zone)}/disks/{i.name}"}]
+        out["networkInterfaces"] = [{"name": "nic0", "networkIP": "10.0.0.2",
+                                     "subnetwork": f"{API}/projects/{c.project}/regions/"
+                                     f"{c.region}/subnetworks/default"}]
+        out["serviceAccounts"] = [{"email": "nodes@proj.iam.gserviceaccount.com",
+                                   "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}]
     if i.accelerators:
         out["guestAccelerators"] = [{"acceleratorType": t, "acceleratorCount": n}
                                     for t, n in i.accelerators]
@@ -118,6 +128,7 @@ def page(req: Request, items: list[Any]) -> tuple[list[Any], str]:
 
 
 def filtered(req: Request, items: list[tuple[str, Json]]) -> list[tuple[str, Json]]:
+    """Items whose name, status and labels match the request's filter."""
     try:
         keep = filters.matcher(req.query.get("filter"))
     except ValueError as err:
@@ -134,15 +145,17 @@ def listing(req: Request, kind: str, items: list[Json]) -> Json:
     return out
 
 
-def aggregated(req: Request, kind: str, key: str, items: list[tuple[str, Json]]) -> Json:
+def aggregated(req: Request, kind: str, key: str, items: list[tuple[str, Json]],
+               render: Callable[[Json], Json] = lambda i: i) -> Json:
     """items keyed by 'zones/<zone>' per page; zones with nothing on this page carry the
-    NO_RESULTS_ON_PAGE warning, unreachable ones the UNREACHABLE warning."""
+    NO_RESULTS_ON_PAGE warning, unreachable ones the UNREACHABLE warning. ``items`` are
+    (zone, fields to filter on); ``render`` turns the kept ones into resources."""
     c = req.compute
     visible = [(z, i) for z, i in filtered(req, items) if z not in c.unreachable]
     chunk, token = page(req, visible)
     scopes: Json = {}
     for zone in c.zones:
-        held = [i for z, i in chunk if z == zone]
+        held = [render(i) for z, i in chunk if z == zone]
         if zone in c.unreachable:
             scopes[f"zones/{zone}"] = {"warning": {"code": "UNREACHABLE",
                                                    "message": f"zone {zone} unreachable"}}
@@ -168,11 +181,20 @@ def list_instances(req: Request) -> Json:
 
 
 def aggregated_instances(req: Request) -> Json:
+    """Filtered and paged on the records (the filtered order is kept between the pages
+    of one listing while nothing changes); only the page is rendered."""
     c = req.compute
     with c.lock:
-        items = [(i.zone, render_instance(c, i))
-                 for i in sorted(c.live(), key=lambda i: (i.zone, i.name))]
-    return aggregated(req, "compute#instanceAggregatedList", "instances", items)
+        key = (req.query.get("filter") or "", c.version, len(c.instances))
+        if c.list_cache is None or c.list_cache[0] != key:
+            records = sorted(c.live(), key=lambda i: (i.zone, i.name))
+            items = [(i.zone, {"name": i.name, "status": i.status, "labels": i.labels,
+                               "rec": i}) for i in records]
+            c.list_cache = (key, filtered(req, items))
+        kept = c.list_cache[1]
+        req.query.pop("filter", None)  # applied above
+        return aggregated(req, "compute#instanceAggregatedList", "instances", kept,
+                          lambda i: render_instance(c, i["rec"]))
 
 
 def get_instance(req: Request) -> Json:
@@ -295,6 +317,14 @@ class _Handler(BaseHTTPRequestHandler):
                     self._drop()
                     return
                 out = fn(Request(self.compute, match, query, json.loads(raw or b"{}")))
+                mask = self.headers.get("X-Goog-FieldMask") or query.get("fields")
+                if mask and not self.compute.field_masks:
+                    raise ApiError(400, "invalid", "Invalid field selection")
+                if mask:
+                    try:
+                        out = fields.select(out, fields.parse(mask))
+                    except ValueError as err:
+                        raise ApiError(400, "invalid", str(err)) from err
                 if fault is not None:  # it happened, but the caller never hears so
                     self._drop()
                     return
