@@ -62,3 +62,16 @@ def test_unknown_gcp_keys_are_refused() -> None:
     (field, message), = info.value.problems
     assert field == "cloud.gcp.reservationSelector.labels"
     assert "allowed keys: namePrefixes, names" in message
+
+
+def test_the_deploy_example_is_valid() -> None:
+    from pathlib import Path
+
+    from provider.config import load_config
+
+    path = Path(__file__).resolve().parent.parent / "deploy" / "examples" / "gcp.yaml"
+    cfg = load_config(path)
+    s = settings_from(cfg)
+    assert s.groups["h100-a"].placement_policy == (
+        "projects/my-project/regions/us-central1/resourcePolicies/h100-compact")
+    assert sorted(cfg.unresolved) == ["a3-highgpu-8g", "n2-standard-16"]

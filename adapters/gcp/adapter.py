@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import (
-    Callable,
-    Iterable,
-    Mapping,
-    Sequence,
-)
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from collections.abc import Iterable, Mapping, Sequence
 
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
@@ -20,35 +13,24 @@ from adapters.base import (
     CloudError,
     CloudInstance,
     CloudSnapshot,
-    InsufficientCapacity,
     InvalidRequest,
     LaunchRequest,
     Quota,
     Reservation,
     Shape,
-    TransientError,
 )
 from adapters.gcp import discovery, labels
 from adapters.gcp.calls import Operations, call
+from adapters.gcp.changes import Changes
 from adapters.gcp.clients import Clients
-from adapters.gcp.discovery import Accelerators, ReservationContext, instance_id, split_id
-from adapters.gcp.errors import (
-    CONDITION,
-    GONE,
-    TRANSPORT_ERRORS,
-    classify,
-    from_api_error,
-    from_transport,
-    operation_failure,
-)
+from adapters.gcp.discovery import Accelerators, ReservationContext
+from adapters.gcp.errors import GONE, TRANSPORT_ERRORS, from_api_error, from_transport
 from adapters.gcp.launch import bulk_insert_resource, request_id
 from adapters.gcp.listing import raw_instances, walk
 from adapters.gcp.settings import GcpSettings
 from provider.clock import Clock
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-
 
 # Listing right after a DONE bulkInsert normally shows every instance; if not, look again
 # a few times before reporting a short part (which the executor rolls back).
@@ -57,7 +39,6 @@ LIST_SETTLE_TRIES = 5
 # of KB each) that a refresh of 10,000 of them would otherwise download and parse.
 INSTANCES_MASK = ("nextPageToken,unreachables,items/*/warning/code,items/*/instances("
                   "name,zone,machineType,status,creationTimestamp,labels)")
-SET_LABELS_TRIES = 4
 
 
 class GcpAdapter:
@@ -80,8 +61,9 @@ class GcpAdapter:
         self._generation: dict[str, int] = {}  # token -> requestId generation
         # Machine type -> GPU type where the config says so (the rest from the cloud).
         self._gpu_types = dict(gpu_types or {})
-        self._pool = ThreadPoolExecutor(max_workers=settings.workers,
-                                        thread_name_prefix="gcp")
+        self._changes = Changes(clients.instances, self._ops, settings.project,
+                                request_timeout=settings.request_timeout,
+                                workers=settings.workers)
 
     # --- discovery -----------------------------------------------------------------------
 
@@ -109,8 +91,10 @@ class GcpAdapter:
                     continue
             try:
                 shape: Shape | None = self._fetch_shape(machine_type)
-            except InvalidRequest:  # not found: the type does not exist there
-                shape = None
+            except InvalidRequest as err:
+                if err.cloud_code not in GONE:
+                    raise
+                shape = None  # no such machine type: the config loader says so
             calls += 1
             with self._lock:
                 self._shapes[machine_type] = shape
@@ -291,102 +275,11 @@ class GcpAdapter:
     # --- terminate and commit ------------------------------------------------------------
 
     def terminate(self, instance_ids: Sequence[str]) -> None:
-        self._each(list(dict.fromkeys(instance_ids)), self._delete)
-
-    def _delete(self, iid: str) -> None:
-        zone, name = self._locate(iid)
-        what = f"delete {iid}"
-        try:
-            op = self._c.instances.delete_unary(project=self._s.project, zone=zone,
-                                                instance=name, retry=None,
-                                                timeout=self._s.request_timeout)
-        except gexc.GoogleAPICallError as err:
-            if err.code == 404:
-                return  # already gone: done
-            raise from_api_error(err) from err
-        except TRANSPORT_ERRORS as err:
-            # Deleting again is harmless, so this is a plain retry for the caller.
-            raise from_transport(err, mutating=False, what=what) from err
-        done = self._ops.wait(zone, op, what)
-        failure = operation_failure(done)
-        if failure is not None and not set(failure.codes) & GONE:
-            raise classify(failure)
+        self._changes.terminate(instance_ids)
 
     def commit(self, instance_ids: Sequence[str], attempt: str) -> None:
-        self._each(list(dict.fromkeys(instance_ids)),
-                   lambda iid: self._commit_one(iid, attempt))
-
-    def _commit_one(self, iid: str, attempt: str) -> None:
-        zone, name = self._locate(iid)
-        what = f"setLabels {iid}"
-        for _ in range(SET_LABELS_TRIES):
-            try:
-                inst = self._c.instances.get(project=self._s.project, zone=zone,
-                                             instance=name, retry=None,
-                                             timeout=self._s.request_timeout)
-            except gexc.GoogleAPICallError as err:
-                if err.code == 404:
-                    # A node of the gang vanished before it was committed: the gang is
-                    # not whole, so the commit fails and the attempt rolls back.
-                    raise InsufficientCapacity(f"{iid} is gone before its commit",
-                                               cloud_code="notFound") from err
-                raise from_api_error(err) from err
-            except TRANSPORT_ERRORS as err:
-                raise from_transport(err, mutating=False, what=what) from err
-            tags = labels.from_labels(inst.labels)
-            if tags is None or tags.attempt != attempt:
-                raise InvalidRequest(f"{iid} does not belong to attempt {attempt}",
-                                     cloud_code="invalid")
-            if tags.committed:
-                return
-            body = compute_v1.InstancesSetLabelsRequest(
-                label_fingerprint=inst.label_fingerprint,
-                labels=labels.committed(dict(inst.labels)))
-            try:
-                op = self._c.instances.set_labels_unary(
-                    project=self._s.project, zone=zone, instance=name,
-                    instances_set_labels_request_resource=body,
-                    retry=None, timeout=self._s.request_timeout)
-            except gexc.GoogleAPICallError as err:
-                if err.code == 412:
-                    continue  # someone changed the labels: read them again
-                raise from_api_error(err) from err
-            except TRANSPORT_ERRORS as err:
-                # Setting the same labels twice is harmless: a plain retry.
-                raise from_transport(err, mutating=False, what=what) from err
-            done = self._ops.wait(zone, op, what)
-            failure = operation_failure(done)
-            if failure is not None and set(failure.codes) & CONDITION:
-                continue
-            if failure is not None:
-                raise classify(failure)
-            return
-        raise TransientError(f"{what}: labels kept changing under us", cloud_code="412")
-
-    def _each(self, ids: list[str], fn: Callable[[str], None]) -> None:
-        """Run fn over ids concurrently; every id is tried, then the first error raised."""
-        if not ids:
-            return
-        errors: list[CloudError] = []
-        for future in [self._pool.submit(fn, i) for i in ids]:
-            try:
-                future.result()
-            except CloudError as err:
-                errors.append(err)
-        if errors:
-            if len(errors) > 1:
-                log.warning("%d of %d calls failed; first: %s", len(errors), len(ids), errors[0])
-            raise errors[0]
-
-    def _locate(self, iid: str) -> tuple[str, str]:
-        try:
-            return split_id(iid)
-        except ValueError as err:
-            raise InvalidRequest(str(err), cloud_code="invalid") from err
+        self._changes.commit(instance_ids, attempt)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True)
+        self._changes.close()
         self._c.close()
-
-
-__all__ = ["GcpAdapter", "instance_id"]
