@@ -75,3 +75,15 @@ def test_the_deploy_example_is_valid() -> None:
     assert s.groups["h100-a"].placement_policy == (
         "projects/my-project/regions/us-central1/resourcePolicies/h100-compact")
     assert sorted(cfg.unresolved) == ["a3-highgpu-8g", "n2-standard-16"]
+
+
+def test_missing_credentials_are_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from adapters.registry import create_adapter
+    from provider.clock import ManualClock
+
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/key.json")
+    cfg = gcp_config("https://compute.example.invalid", GROUPS)
+    with pytest.raises(ConfigError) as info:
+        create_adapter(cfg, ManualClock())
+    (field, message), = info.value.problems
+    assert field == "cloud.gcp" and "credentials" in message

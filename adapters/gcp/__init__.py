@@ -5,15 +5,24 @@ from __future__ import annotations
 
 from adapters.base import CloudAdapter
 from provider.clock import Clock
-from provider.config import LoadedConfig
+from provider.config import ConfigError, LoadedConfig
 
 
 def create(config: LoadedConfig, clock: Clock) -> CloudAdapter:
     """The adapter for ``cloud.gcp``; raises ConfigError naming the field to fix."""
+    from google.auth.exceptions import DefaultCredentialsError
+
     from adapters.gcp.adapter import GcpAdapter
     from adapters.gcp.clients import build
     from adapters.gcp.settings import settings_from
 
     settings = settings_from(config)
     gpu_types = {g.instance_type: g.gpu.type for g in config.schema.node_groups if g.gpu}
-    return GcpAdapter(settings, build(settings), clock, gpu_types)
+    try:
+        clients = build(settings)
+    except DefaultCredentialsError as err:
+        raise ConfigError(config.source, [(
+            "cloud.gcp", f"no Google credentials found ({err}); run with a service account "
+            "(workload identity) or set GOOGLE_APPLICATION_CREDENTIALS",
+        )]) from err
+    return GcpAdapter(settings, clients, clock, gpu_types)

@@ -97,6 +97,6 @@ def _scheduling(source: CapacityType, gpu: bool) -> compute_v1.Scheduling:
         # A preempted spot VM is deleted, not left stopped holding its disks and name.
         scheduling.instance_termination_action = "DELETE"
         scheduling.automatic_restart = False
-    if gpu:
-        scheduling.on_host_maintenance = "TERMINATE"  # GPU VMs cannot live-migrate
+    if gpu or source is CapacityType.SPOT:
+        scheduling.on_host_maintenance = "TERMINATE"  # neither can live-migrate
     return scheduling
