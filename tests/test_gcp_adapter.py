@@ -195,6 +195,12 @@ def test_reserved_part_consumes_only_its_reservation(h: GcpHarness) -> None:
     assert labels_of(h, inst)["allset-source"] == "reserved"
 
 
+def test_a_reservation_that_requires_naming_takes_a_part_that_names_it(h: GcpHarness) -> None:
+    h.compute.add_reservation("us-central1-b", "res-pinned", A3, 2, specific_required=True)
+    launched = h.adapter.launch(part(h, "h100-b", 2, CapacityType.RESERVED, "res-pinned"))
+    assert len(launched) == 2 and in_use(h, "res-pinned", "us-central1-b") == 2
+
+
 def test_on_demand_never_eats_an_open_reservation(h: GcpHarness) -> None:
     # GCE's default (ANY_RESERVATION) would put these VMs into res-open.
     h.compute.add_reservation(ZONE_A, "res-open", A3, 4, resource_policies=("fabric-a",))

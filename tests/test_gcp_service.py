@@ -117,3 +117,17 @@ def test_after_a_crash_committed_nodes_are_adopted_and_the_rest_rolled_back() ->
         assert sorted(i.name for i in compute.live()) == ["a-done-0", "a-done-1"]
         assert stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="cpu")).targetSize == 2
         assert len(nodes(stub, "cpu")) == 2
+
+
+def test_reservations_fit_on_attached_gpus() -> None:
+    compute = Compute()
+    compute.add_reservation(ZONE_A, "res-v100", "n1-standard-8", 4,
+                            accelerators=(("nvidia-tesla-v100", 2),))
+    compute.add_reservation(ZONE_A, "res-t4", "n1-standard-8", 2,
+                            accelerators=(("nvidia-tesla-t4", 1),))
+    with service(compute) as (served, stub):
+        increase(stub, "t4", 3)
+        served.run_workers()
+        used = sorted(i.reservation or "-" for i in compute.live())
+        assert used == ["-", "res-t4", "res-t4"]
+        assert {i.accelerators for i in compute.live()} == {(("nvidia-tesla-t4", 1),)}

@@ -79,7 +79,7 @@ def bulk_insert(compute: Compute, zone: str, body: dict[str, Any],
             if reservation is None:
                 return fail("CONDITION_NOT_MET", f"Specified reservation '{name}' does not "
                             "exist.", 412)
-            mismatch = _mismatch(reservation, machine_type, accelerators, policies)
+            mismatch = _mismatch(compute, reservation, machine_type, accelerators, policies)
             if reservation.status != "READY" or mismatch:
                 return fail("CONDITION_NOT_MET", mismatch or "reservation is not READY", 412)
             room = reservation.count - compute.in_use(reservation)
@@ -115,11 +115,17 @@ def bulk_insert(compute: Compute, zone: str, body: dict[str, Any],
         return compute.new_operation(zone, "bulkInsert", pattern, request_id)
 
 
-def _mismatch(r: ReservationRec, machine_type: str, accelerators: tuple[tuple[str, int], ...],
-              policies: tuple[str, ...]) -> str:
+def _mismatch(compute: Compute, r: ReservationRec, machine_type: str,
+              accelerators: tuple[tuple[str, int], ...], policies: tuple[str, ...]) -> str:
     if r.machine_type != machine_type:
         return f"reservation {r.name} holds {r.machine_type}, not {machine_type}"
-    if tuple(sorted(r.accelerators)) != accelerators:
+    builtin = tuple(sorted(compute.machine_types[machine_type].accelerators))
+
+    def attached(accs: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
+        """Listing a type's own GPUs is the same as listing none."""
+        return () if tuple(sorted(accs)) == builtin else tuple(sorted(accs))
+
+    if attached(r.accelerators) != attached(accelerators):
         return f"reservation {r.name} accelerators differ"
     if tuple(sorted(r.resource_policies)) != tuple(sorted(policies)):
         # A VM consumes a reservation only when its properties match exactly.
@@ -132,7 +138,7 @@ def _open_reservation(compute: Compute, zone: str, machine_type: str,
                       need: int) -> ReservationRec | None:
     for r in compute.reservations.values():
         if (r.zone == zone and not r.specific_required and r.status == "READY"
-                and not _mismatch(r, machine_type, accelerators, policies)
+                and not _mismatch(compute, r, machine_type, accelerators, policies)
                 and r.count - compute.in_use(r) >= need):
             return r
     return None

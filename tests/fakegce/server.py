@@ -17,7 +17,14 @@ from urllib.parse import parse_qs, urlsplit
 
 from tests.fakegce import fields, filters
 from tests.fakegce.bulk import bulk_insert
-from tests.fakegce.model import ApiError, Compute, InstanceRec, OperationRec, ReservationRec
+from tests.fakegce.model import (
+    ApiError,
+    Compute,
+    InstanceRec,
+    MachineType,
+    OperationRec,
+    ReservationRec,
+)
 
 API = "https://www.googleapis.com/compute/v1"
 MAX_PAGE = 500
@@ -243,18 +250,28 @@ def get_reservation(req: Request) -> Json:
         return render_reservation(c, r)
 
 
-def get_machine_type(req: Request) -> Json:
-    c = req.compute
-    mt = c.machine_types.get(req.params["name"])
-    zone = req.zone
-    if mt is None:
-        raise ApiError(404, "notFound", f"machine type {req.params['name']} not found")
+def render_machine_type(zone: str, mt: MachineType) -> Json:
     out: Json = {"kind": "compute#machineType", "name": mt.name, "zone": zone,
                  "guestCpus": mt.cpus, "memoryMb": mt.memory_mb, "architecture": mt.architecture}
     if mt.accelerators:
         out["accelerators"] = [{"guestAcceleratorType": t, "guestAcceleratorCount": n}
                                for t, n in mt.accelerators]
     return out
+
+
+def get_machine_type(req: Request) -> Json:
+    mt = req.compute.machine_types.get(req.params["name"])
+    zone = req.zone
+    if mt is None:
+        raise ApiError(404, "notFound", f"machine type {req.params['name']} not found")
+    return render_machine_type(zone, mt)
+
+
+def list_machine_types(req: Request) -> Json:
+    zone = req.zone
+    items = [render_machine_type(zone, mt)
+             for _, mt in sorted(req.compute.machine_types.items())]
+    return listing(req, "compute#machineTypeList", items)
 
 
 def poll_operation(req: Request) -> Json:
@@ -286,6 +303,7 @@ ROUTES: list[tuple[str, str, re.Pattern[str], Handler]] = [
         ("GET", "reservations.aggregatedList", _P + "/aggregated/reservations",
          aggregated_reservations),
         ("GET", "reservations.get", _Z + "/reservations/(?P<name>[^/]+)", get_reservation),
+        ("GET", "machineTypes.list", _Z + "/machineTypes", list_machine_types),
         ("GET", "machineTypes.get", _Z + "/machineTypes/(?P<name>[^/]+)", get_machine_type),
         ("GET", "zoneOperations.get", _Z + "/operations/(?P<op>[^/]+)", poll_operation),
         ("POST", "zoneOperations.wait", _Z + "/operations/(?P<op>[^/]+)/wait", poll_operation),
