@@ -352,3 +352,13 @@ def test_commit_of_a_vanished_node_fails_the_gang(h: GcpHarness) -> None:
     del h.compute.instances[(ZONE_A, launched[0].name)]  # preempted before the commit
     with pytest.raises(InsufficientCapacity):
         h.adapter.commit([i.id for i in launched], "a-1")
+
+
+def test_polling_survives_hiccups_and_a_forgotten_operation_is_unknown(h: GcpHarness) -> None:
+    h.compute.polls_to_done = 3
+    h.compute.inject(Fault("zoneOperations.wait", 1, status=503))
+    h.compute.inject(Fault("zoneOperations.wait", 1, drop=True))
+    assert len(h.adapter.launch(part(h, "cpu", 2))) == 2
+    h.compute.inject(Fault("zoneOperations.wait", 1, status=404, reason="notFound"))
+    with pytest.raises(OutcomeUnknown, match="gone"):
+        h.adapter.launch(part(h, "cpu", 1, attempt="a-2"))

@@ -56,6 +56,7 @@ def test_foreign_or_damaged_labels_are_not_ours() -> None:
     good = labels.to_labels(OwnerTags("c", "g", "a", "0.0", CapacityType.ON_DEMAND))
     assert labels.from_labels({**good, "allset-part": "0_zz"}) is None
     assert labels.from_labels({**good, "allset-source": "borrowed"}) is None
+    assert labels.from_labels({**good, "allset-cluster": ""}) is not None  # odd, but ours
     del good["allset-attempt"]
     assert labels.from_labels(good) is None
 

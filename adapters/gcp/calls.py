@@ -65,6 +65,9 @@ class Operations:
                                        retry=None, timeout=self._request_timeout)
                 last_error = None
             except gexc.GoogleAPICallError as err:
+                if err.code == 404:  # GCE forgot the operation: the change may be done
+                    raise OutcomeUnknown(f"{what}: operation {op.name} is gone",
+                                         cloud_code="notFound") from err
                 typed = from_api_error(err)
                 if not typed.retryable:
                     raise typed from err

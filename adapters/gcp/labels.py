@@ -126,9 +126,9 @@ def from_labels(labels: Mapping[str, str]) -> OwnerTags | None:
         attempt = _get(labels, ATTEMPT)
         part = _get(labels, PART)
         source = _get(labels, SOURCE)
-        if None in (cluster, group, attempt, part, source):
+        if cluster is None or group is None or attempt is None or part is None \
+                or source is None:
             return None
-        assert cluster and group and attempt and part and source
         return OwnerTags(
             cluster=cluster,
             node_group=group,
