@@ -170,6 +170,14 @@ def test_regional_quotas(h: GcpHarness) -> None:
                                                        CapacityType.SPOT)
 
 
+def test_unreadable_quotas_do_not_cost_the_refresh(h: GcpHarness) -> None:
+    h.compute.quotas = {"NVIDIA_H100_GPUS": 64}
+    h.compute.inject(Fault("regions.get", 1, status=403, reason="forbidden"))
+    snap = h.adapter.snapshot("test")
+    assert snap.quotas == []
+    assert [q.name for q in h.adapter.snapshot("test").quotas] == ["NVIDIA_H100_GPUS"]
+
+
 # --- launch ------------------------------------------------------------------------------
 
 

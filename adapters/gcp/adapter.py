@@ -180,10 +180,16 @@ class GcpAdapter:
         return ReservationContext(expected, builtin, fabrics)
 
     def _quotas(self) -> list[Quota]:
-        region = call(lambda: self._c.regions.get(
-            project=self._s.project, region=self._s.region,
-            retry=None, timeout=self._s.request_timeout),
-            what="regions.get", mutating=False)
+        """Best effort: quotas only spare the planner a launch that would fail with
+        QUOTA_EXCEEDED, so not reading them must not cost the whole refresh."""
+        try:
+            region = call(lambda: self._c.regions.get(
+                project=self._s.project, region=self._s.region,
+                retry=None, timeout=self._s.request_timeout),
+                what="regions.get", mutating=False)
+        except CloudError as err:
+            log.warning("regional quotas not read this time: %s", err)
+            return []
         return discovery.quotas_of(region, self._gpu_of())
 
     def _gpu_of(self) -> dict[str, str | None]:
