@@ -70,6 +70,9 @@ def _fabric(g: NodeGroup, r: Reservation, now: float) -> str | None:
     if r.fabric is not None and r.fabric != g.fabric:
         where = f"fabric {g.fabric}" if g.fabric else "no fabric"
         return f"reservation {r.id} is tied to fabric {r.fabric}, group {g.id} has {where}"
+    if r.fabric is None and g.fabric is not None:
+        # Its slots are not held together: nodes from it would sit outside the fabric.
+        return f"reservation {r.id} is tied to no fabric, group {g.id} needs fabric {g.fabric}"
     return None
 
 

@@ -1,34 +1,72 @@
-"""Config schema of the GCP adapter: `cloud.gcp` and `nodeGroups[].gcp`."""
+"""Config schema of the GCP adapter: `cloud.gcp` and `nodeGroups[].gcp`.
+
+Checks that need the whole config (a group's zone in the region, a template for every
+group) are made by the adapter when it starts (`adapters/gcp/settings.py`), each naming
+the field to fix."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
 
 from provider.config.base import Model
+from provider.config.units import duration_seconds
+
+
+def _duration(value: str | int | float) -> str | int | float:
+    duration_seconds(value)
+    return value
+
+
+Duration = Annotated[str | int | float, AfterValidator(_duration)]
 
 
 class Accelerator(Model):
-    type: str = Field(min_length=1, description="e.g. nvidia-h100-80gb")
+    type: str = Field(min_length=1, description="e.g. nvidia-tesla-t4")
     count: int = Field(gt=0)
 
 
 class GcpReservationSelector(Model):
-    names: list[str] = Field(default_factory=list)
-    labels: dict[str, str] = Field(default_factory=dict)
+    """Which specific reservations of the region allset may use (GCE reservations carry
+    no labels, so they are chosen by name). Both empty: every reservation in the region."""
+
+    names: list[str] = Field(default_factory=list, description="exact reservation names")
+    name_prefixes: list[str] = Field(default_factory=list, description="e.g. team-a-")
 
 
 class GcpCloud(Model):
     project: str = Field(min_length=1)
-    region: str = Field(min_length=1)
-    api_endpoint: str | None = Field(None, description="e.g. a local test endpoint")
+    region: str = Field(min_length=1, description="e.g. us-central1; every group's zone is in it")
+    api_endpoint: str | None = Field(
+        None, description="default: the public Compute API; an http:// endpoint is a local "
+        "test server and is called without credentials"
+    )
     reservation_selector: GcpReservationSelector = Field(default_factory=GcpReservationSelector)
+    request_timeout: Duration = Field("60s", description="timeout of one API call")
+    operation_timeout: Duration = Field(
+        "20m", description="how long a launch waits for its bulkInsert operation; after that "
+        "its outcome is unknown and is settled by listing"
+    )
 
 
 class GcpGroup(Model):
-    machine_type: str | None = Field(None, description="default: the group's instanceType")
-    accelerators: list[Accelerator] = Field(default_factory=list)
-    instance_template: str | None = None
-    placement_policy: str | None = None
-    network: str | None = None
-    subnetwork: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+    machine_type: str | None = Field(
+        None, description="must equal instanceType when given (reservations match on it)"
+    )
+    accelerators: list[Accelerator] = Field(
+        default_factory=list, description="attached GPUs (N1 style); A2/A3/G2 bring their own"
+    )
+    instance_template: str | None = Field(
+        None, description="name or URL of the instance template (image, disks, service "
+        "account, bootstrap metadata); required on GCP"
+    )
+    placement_policy: str | None = Field(
+        None, description="compact placement resource policy (name or URL); default for a "
+        "group with a fabric: the policy named like the fabric"
+    )
+    network: str | None = Field(None, description="default: the template's")
+    subnetwork: str | None = Field(None, description="default: the template's")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="extra GCE labels on every instance"
+    )

@@ -1,0 +1,291 @@
+"""The GCP adapter: adapters.base.CloudAdapter on google-cloud-compute (REST)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+
+from google.api_core import exceptions as gexc
+from google.cloud import compute_v1
+
+from adapters.base import (
+    CloudError,
+    CloudInstance,
+    CloudSnapshot,
+    InvalidRequest,
+    LaunchRequest,
+    Quota,
+    Reservation,
+    Shape,
+)
+from adapters.gcp import discovery, labels
+from adapters.gcp.calls import Operations, call
+from adapters.gcp.changes import Changes
+from adapters.gcp.clients import Clients
+from adapters.gcp.discovery import Accelerators, ReservationContext
+from adapters.gcp.errors import GONE, TRANSPORT_ERRORS, from_api_error, from_transport
+from adapters.gcp.launch import bulk_insert_resource, request_id
+from adapters.gcp.listing import raw_instances, walk
+from adapters.gcp.settings import GcpSettings
+from provider.clock import Clock
+
+log = logging.getLogger(__name__)
+
+# Listing right after a DONE bulkInsert normally shows every instance; if not, look again
+# a few times before reporting a short part (which the executor rolls back).
+LIST_SETTLE_TRIES = 5
+# A partial response: real instances carry disks, NICs and bootstrap metadata (often tens
+# of KB each) that a refresh of 10,000 of them would otherwise download and parse.
+INSTANCES_MASK = ("nextPageToken,unreachables,items/*/warning/code,items/*/instances("
+                  "name,zone,machineType,status,creationTimestamp,labels)")
+
+
+class GcpAdapter:
+    """One project and region. Thread-safe: the executor launches parts concurrently."""
+
+    name = "gcp"
+
+    def __init__(self, settings: GcpSettings, clients: Clients, clock: Clock,
+                 gpu_types: Mapping[str, str] | None = None, *,
+                 field_masks: bool = True) -> None:
+        self._s = settings
+        self.field_masks = field_masks
+        self._c = clients
+        self._clock = clock
+        self._ops = Operations(clients.zone_operations, settings.project, clock,
+                               request_timeout=settings.request_timeout,
+                               operation_timeout=settings.operation_timeout)
+        self._lock = threading.Lock()
+        self._shapes: dict[str, Shape | None] = {}
+        self._generation: dict[str, int] = {}  # token -> requestId generation
+        # Machine type -> GPU type where the config says so (the rest from the cloud).
+        self._gpu_types = dict(gpu_types or {})
+        self._changes = Changes(clients.instances, self._ops, settings.project,
+                                request_timeout=settings.request_timeout,
+                                workers=settings.workers)
+
+    # --- discovery -----------------------------------------------------------------------
+
+    def describe_shapes(self, instance_types: Sequence[str]) -> dict[str, Shape]:
+        shapes, _ = self._describe(instance_types)
+        return shapes
+
+    def snapshot(self, cluster: str) -> CloudSnapshot:
+        _, calls = self._describe(sorted({g.machine_type for g in self._s.groups.values()}))
+        reservations, n = self._reservations()
+        calls += n
+        instances, n = self._instances(labels.filter_for(cluster=cluster))
+        calls += n
+        quotas = self._quotas()
+        calls += 1
+        mine = [i for i in instances if i.tags.cluster == cluster]
+        return CloudSnapshot(reservations, mine, quotas, api_calls=calls)
+
+    def _describe(self, types: Iterable[str]) -> tuple[dict[str, Shape], int]:
+        """Machine types are facts that do not change: each is fetched once."""
+        calls = 0
+        for machine_type in types:
+            with self._lock:
+                if machine_type in self._shapes:
+                    continue
+            try:
+                shape: Shape | None = self._fetch_shape(machine_type)
+            except InvalidRequest as err:
+                if err.cloud_code not in GONE:
+                    raise
+                shape = None  # no such machine type: the config loader says so
+            calls += 1
+            with self._lock:
+                self._shapes[machine_type] = shape
+        with self._lock:
+            known = {t: s for t in types if (s := self._shapes.get(t)) is not None}
+        return known, calls
+
+    def _fetch_shape(self, machine_type: str) -> Shape:
+        zone = self._zone_for(machine_type)
+
+        def get() -> compute_v1.MachineType:
+            return self._c.machine_types.get(project=self._s.project, zone=zone,
+                                             machine_type=machine_type, retry=None,
+                                             timeout=self._s.request_timeout)
+
+        return discovery.shape_of(call(get, what=f"machineTypes.get {machine_type}",
+                                       mutating=False))
+
+    def _zone_for(self, machine_type: str) -> str:
+        zones = [g.zone for g in self._s.groups.values() if g.machine_type == machine_type]
+        return zones[0] if zones else sorted(g.zone for g in self._s.groups.values())[0]
+
+    def _reservations(self) -> tuple[list[Reservation], int]:
+        request = compute_v1.AggregatedListReservationsRequest(
+            project=self._s.project, max_results=self._s.page_size)
+        pager = call(lambda: self._c.reservations.aggregated_list(
+            request=request, retry=None, timeout=self._s.request_timeout),
+            what="reservations.aggregatedList", mutating=False)
+        raw, pages = walk(pager.pages, "reservations", self._s.in_region,
+                          "reservations.aggregatedList")
+        found = [compute_v1.Reservation.wrap(r) for r in raw]
+        mine = [r for r in found
+                if self._s.in_region(discovery.last(r.zone)) and self._s.selects(r.name)]
+        ids = discovery.reservation_ids([(discovery.last(r.zone), r.name) for r in mine])
+        ctx = self._reservation_context()
+        out = []
+        for r in mine:
+            converted = discovery.reservation_of(r, ctx, ids[(discovery.last(r.zone), r.name)])
+            if converted is not None:
+                out.append(converted)
+        return out, pages
+
+    def _instances(self, filter_: str) -> tuple[list[CloudInstance], int]:
+        masked = self.field_masks
+        try:
+            return self._list_instances(filter_, masked)
+        except InvalidRequest as err:
+            if not masked:
+                raise
+            # Never let an optimisation cost the listing: go without it from now on.
+            log.warning("Compute refused the instance field mask (%s); listing whole "
+                        "instances from now on", err)
+            self.field_masks = False
+            found, pages = self._list_instances(filter_, False)
+            return found, pages + 1
+
+    def _list_instances(self, filter_: str, masked: bool) -> tuple[list[CloudInstance], int]:
+        request = compute_v1.AggregatedListInstancesRequest(
+            project=self._s.project, filter=filter_, max_results=self._s.page_size)
+        metadata = [("x-goog-fieldmask", INSTANCES_MASK)] if masked else []
+        pager = call(lambda: self._c.instances.aggregated_list(
+            request=request, retry=None, timeout=self._s.request_timeout, metadata=metadata),
+            what="instances.aggregatedList", mutating=False)
+        raw, pages = walk(pager.pages, "instances", self._s.in_region,
+                          "instances.aggregatedList")
+        out = []
+        for inst in raw_instances(raw):
+            converted = discovery.instance_of(inst, self._s.project)
+            if converted is not None:
+                out.append(converted)
+        return out, pages
+
+    def _reservation_context(self) -> ReservationContext:
+        expected: dict[tuple[str, str], set[Accelerators]] = {}
+        for g in self._s.groups.values():
+            accs = discovery.normalise(g.accelerators)
+            expected.setdefault((g.zone, g.machine_type), set()).add(accs)
+        with self._lock:
+            builtin = {t: discovery.builtin_accelerators(s) for t, s in self._shapes.items()}
+        fabrics = {discovery.last(g.placement_policy): g.fabric
+                   for g in self._s.groups.values() if g.placement_policy and g.fabric}
+        # A group attaching nothing relies on the type's built-in GPUs.
+        return ReservationContext(expected, builtin, fabrics)
+
+    def _quotas(self) -> list[Quota]:
+        """Best effort: quotas only spare the planner a launch that would fail with
+        QUOTA_EXCEEDED, so not reading them must not cost the whole refresh."""
+        try:
+            region = call(lambda: self._c.regions.get(
+                project=self._s.project, region=self._s.region,
+                retry=None, timeout=self._s.request_timeout),
+                what="regions.get", mutating=False)
+        except CloudError as err:
+            log.warning("regional quotas not read this time: %s", err)
+            return []
+        return discovery.quotas_of(region, self._gpu_of())
+
+    def _gpu_of(self) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        with self._lock:
+            for g in self._s.groups.values():
+                shape = self._shapes.get(g.machine_type)
+                attached = g.accelerators[0][0] if g.accelerators else None
+                out[g.machine_type] = (self._gpu_types.get(g.machine_type) or attached
+                                       or (shape.gpu_type if shape else None))
+        return out
+
+    # --- launch --------------------------------------------------------------------------
+
+    def launch(self, request: LaunchRequest) -> Sequence[CloudInstance]:
+        spec = self._s.groups.get(request.node_group)
+        if spec is None:
+            raise InvalidRequest(f"node group {request.node_group} has no gcp settings",
+                                 cloud_code="invalid")
+        if (request.zone, request.instance_type) != (spec.zone, spec.machine_type):
+            raise InvalidRequest(
+                f"part {request.token} asks for {request.instance_type} in {request.zone}; "
+                f"group {spec.id} is {spec.machine_type} in {spec.zone}", cloud_code="invalid")
+        reserved = request.reservation is not None
+        with self._lock:
+            generation = self._generation.get(request.token, 0)
+        gpu = self._is_gpu(spec.machine_type, spec.gpu)
+        body = bulk_insert_resource(spec, request, gpu=gpu)
+        insert = compute_v1.BulkInsertInstanceRequest(
+            project=self._s.project, zone=spec.zone,
+            request_id=request_id(self._s.project, request.token, generation),
+            bulk_insert_instance_resource_resource=body,
+        )
+        what = f"bulkInsert {request.token} ({request.count} x {spec.machine_type} in " \
+               f"{spec.zone}, {request.source})"
+        op = call(lambda: self._c.instances.bulk_insert_unary(
+            request=insert, retry=None, timeout=self._s.request_timeout),
+            what=what, mutating=True, reserved=reserved)
+        done = self._ops.wait(spec.zone, op, what)
+        try:
+            Operations.raise_for(done, reserved=reserved)
+        except CloudError as err:
+            if err.retryable:  # nothing was created; a retry must be a new request
+                with self._lock:
+                    self._generation[request.token] = generation + 1
+            raise
+        return self._part_instances(request, spec.zone)
+
+    def _is_gpu(self, machine_type: str, configured: bool) -> bool:
+        if configured:
+            return True
+        shapes, _ = self._describe([machine_type])
+        shape = shapes.get(machine_type)
+        return bool(shape and shape.gpu_count)
+
+    def _part_instances(self, request: LaunchRequest, zone: str) -> list[CloudInstance]:
+        filter_ = labels.filter_for(cluster=request.tags.cluster, attempt=request.tags.attempt,
+                                    part=request.tags.part)
+        found: list[CloudInstance] = []
+        for attempt in range(LIST_SETTLE_TRIES):
+            found = [i for i in self._list_zone(zone, filter_)
+                     if (i.tags.attempt, i.tags.part) == (request.tags.attempt, request.tags.part)]
+            if len(found) >= request.count:
+                break
+            log.info("part %s: %d of %d instances listed, looking again",
+                     request.token, len(found), request.count)
+            self._clock.sleep(2.0 ** attempt)
+        return sorted(found, key=lambda i: i.name)
+
+    def _list_zone(self, zone: str, filter_: str) -> list[CloudInstance]:
+        request = compute_v1.ListInstancesRequest(
+            project=self._s.project, zone=zone, filter=filter_, max_results=self._s.page_size)
+        pager = call(lambda: self._c.instances.list(
+            request=request, retry=None, timeout=self._s.request_timeout),
+            what=f"instances.list {zone}", mutating=False)
+        try:
+            listed = list(pager)
+        except gexc.GoogleAPICallError as err:
+            raise from_api_error(err) from err
+        except TRANSPORT_ERRORS as err:
+            raise from_transport(err, mutating=False, what=f"instances.list {zone}") from err
+        out = []
+        for inst in raw_instances([compute_v1.Instance.pb(i) for i in listed]):
+            converted = discovery.instance_of(inst, self._s.project)
+            if converted is not None:
+                out.append(converted)
+        return out
+
+    # --- terminate and commit ------------------------------------------------------------
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        self._changes.terminate(instance_ids)
+
+    def commit(self, instance_ids: Sequence[str], attempt: str) -> None:
+        self._changes.commit(instance_ids, attempt)
+
+    def close(self) -> None:
+        self._changes.close()
+        self._c.close()

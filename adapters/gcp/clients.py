@@ -1,0 +1,52 @@
+"""The google-cloud-compute clients allset uses, all built with the same options.
+
+REST transport throughout. Every client shares the endpoint and credentials, so operations
+are polled where they were created: the ``*_unary`` calls return the Operation, and a
+ZoneOperationsClient built here waits on it. (``bulk_insert(...).result()`` would poll the
+public endpoint whatever ``api_endpoint`` says.)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.api_core.client_options import ClientOptions
+from google.auth.credentials import AnonymousCredentials, Credentials
+from google.cloud import compute_v1
+
+from adapters.gcp.settings import GcpSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Clients:
+    instances: compute_v1.InstancesClient
+    reservations: compute_v1.ReservationsClient
+    machine_types: compute_v1.MachineTypesClient
+    regions: compute_v1.RegionsClient
+    zone_operations: compute_v1.ZoneOperationsClient
+
+    def close(self) -> None:
+        for client in (self.instances, self.reservations, self.machine_types, self.regions,
+                       self.zone_operations):
+            client.transport.close()  # type: ignore[no-untyped-call]
+
+
+def build(settings: GcpSettings) -> Clients:
+    options = ClientOptions(api_endpoint=settings.api_endpoint) if settings.api_endpoint \
+        else ClientOptions()
+    # Production: Application Default Credentials (workload identity, a key file...).
+    credentials: Credentials | None = None
+    if settings.local:
+        credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
+
+    return Clients(
+        instances=compute_v1.InstancesClient(
+            client_options=options, credentials=credentials, transport="rest"),
+        reservations=compute_v1.ReservationsClient(
+            client_options=options, credentials=credentials, transport="rest"),
+        machine_types=compute_v1.MachineTypesClient(
+            client_options=options, credentials=credentials, transport="rest"),
+        regions=compute_v1.RegionsClient(
+            client_options=options, credentials=credentials, transport="rest"),
+        zone_operations=compute_v1.ZoneOperationsClient(
+            client_options=options, credentials=credentials, transport="rest"),
+    )

@@ -1,0 +1,260 @@
+"""Compute resources -> allset's frozen dataclasses: machine types, reservations, instances
+and regional quotas. Pure functions over the SDK's objects; no calls are made here."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from google.cloud import compute_v1
+
+from adapters.base import (
+    CapacityType,
+    CloudInstance,
+    InstanceState,
+    Quota,
+    Reservation,
+    Shape,
+)
+from adapters.gcp import labels
+
+# GPU memory is not in the machine type; these are the accelerators' published sizes.
+GPU_MEMORY_MIB = {
+    "nvidia-h200-141gb": 141 * 1024,
+    "nvidia-h100-mega-80gb": 80 * 1024,
+    "nvidia-h100-80gb": 80 * 1024,
+    "nvidia-a100-80gb": 80 * 1024,
+    "nvidia-tesla-a100": 40 * 1024,
+    "nvidia-l4": 24 * 1024,
+    "nvidia-tesla-t4": 16 * 1024,
+    "nvidia-tesla-v100": 16 * 1024,
+    "nvidia-tesla-p100": 16 * 1024,
+    "nvidia-tesla-p4": 8 * 1024,
+}
+
+# Regional GPU quota metrics and the accelerator each counts. PREEMPTIBLE_ ones count spot.
+GPU_QUOTAS = {
+    "NVIDIA_H200_GPUS": "nvidia-h200-141gb",
+    "NVIDIA_H100_MEGA_GPUS": "nvidia-h100-mega-80gb",
+    "NVIDIA_H100_GPUS": "nvidia-h100-80gb",
+    "NVIDIA_A100_80GB_GPUS": "nvidia-a100-80gb",
+    "NVIDIA_A100_GPUS": "nvidia-tesla-a100",
+    "NVIDIA_L4_GPUS": "nvidia-l4",
+    "NVIDIA_T4_GPUS": "nvidia-tesla-t4",
+    "NVIDIA_V100_GPUS": "nvidia-tesla-v100",
+    "NVIDIA_P100_GPUS": "nvidia-tesla-p100",
+    "NVIDIA_P4_GPUS": "nvidia-tesla-p4",
+}
+SPOT_PREFIX = "PREEMPTIBLE_"
+
+_STATES = {
+    "PROVISIONING": InstanceState.PENDING,
+    "STAGING": InstanceState.PENDING,
+    "RUNNING": InstanceState.RUNNING,
+    "REPAIRING": InstanceState.RUNNING,
+    "STOPPING": InstanceState.TERMINATING,
+    "SUSPENDING": InstanceState.TERMINATING,
+    "PENDING_STOP": InstanceState.TERMINATING,
+    "STOPPED": InstanceState.TERMINATED,
+    "SUSPENDED": InstanceState.TERMINATED,
+    "TERMINATED": InstanceState.TERMINATED,
+}
+
+Accelerators = tuple[tuple[str, int], ...]
+
+
+def last(url: str) -> str:
+    """'https://.../zones/us-central1-a' -> 'us-central1-a'."""
+    return url.rstrip("/").rsplit("/", 1)[-1]
+
+
+def instance_id(zone: str, name: str) -> str:
+    """allset's id of an instance: enough to get, label or delete it."""
+    return f"{zone}/{name}"
+
+
+def split_id(value: str) -> tuple[str, str]:
+    zone, sep, name = value.partition("/")
+    if not sep or not zone or not name:
+        raise ValueError(f"{value!r} is not a GCE instance id (zone/name)")
+    return zone, name
+
+
+def normalise(accelerators: Sequence[tuple[str, int]]) -> Accelerators:
+    merged: dict[str, int] = {}
+    for kind, count in accelerators:
+        merged[last(kind)] = merged.get(last(kind), 0) + count
+    return tuple(sorted(merged.items()))
+
+
+# --- machine types -----------------------------------------------------------------------
+
+
+def shape_of(mt: compute_v1.MachineType) -> Shape:
+    accelerators = normalise([(a.guest_accelerator_type, a.guest_accelerator_count)
+                              for a in mt.accelerators])
+    gpu_type, gpu_count = accelerators[0] if accelerators else (None, 0)
+    arch = "arm64" if mt.architecture.upper() == "ARM64" else "amd64"
+    return Shape(
+        instance_type=mt.name,
+        vcpus=mt.guest_cpus,
+        memory_mib=mt.memory_mb,  # GCE's "MB" here are MiB
+        gpu_type=gpu_type,
+        gpu_count=gpu_count,
+        gpu_memory_mib=GPU_MEMORY_MIB.get(gpu_type or "", 0),
+        architecture=arch,
+    )
+
+
+def builtin_accelerators(shape: Shape | None) -> Accelerators:
+    if shape is None or not shape.gpu_type:
+        return ()
+    return ((shape.gpu_type, shape.gpu_count),)
+
+
+# --- reservations ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationContext:
+    """What a reservation is compared with: the configured groups."""
+
+    # (zone, machine type) -> the accelerator sets groups there attach (() for built-ins)
+    expected: Mapping[tuple[str, str], Collection[Accelerators]]
+    builtin: Mapping[str, Accelerators]  # machine type -> accelerators it comes with
+    fabrics: Mapping[str, str]  # placement policy name -> the fabric of its group
+
+
+def reservation_type(machine_type: str, zone: str, accelerators: Accelerators,
+                     ctx: ReservationContext) -> str:
+    """The instance type a reservation holds, as the planner compares it with a group's:
+    the machine type when its accelerators are the ones the groups there launch with,
+    else the machine type with its accelerators (which then matches no group, and the
+    planner says so)."""
+    if accelerators == ctx.builtin.get(machine_type, ()):
+        accelerators = ()
+    expected = ctx.expected.get((zone, machine_type)) or {()}
+    if accelerators in expected:
+        return machine_type
+    return machine_type + "+" + ",".join(f"{n}x{kind}" for kind, n in accelerators)
+
+
+def reservation_of(r: compute_v1.Reservation, ctx: ReservationContext,
+                   rid: str) -> Reservation | None:
+    """A READY specific reservation as the planner sees it; None for anything else."""
+    if r.status != "READY" or "specific_reservation" not in r:
+        return None
+    sku = r.specific_reservation
+    props = sku.instance_properties
+    zone = last(r.zone)
+    machine_type = last(props.machine_type)
+    accelerators = normalise([(a.accelerator_type, a.accelerator_count)
+                              for a in props.guest_accelerators])
+    policies = [last(url) for url in r.resource_policies.values()]
+    fabric = next((ctx.fabrics[p] for p in policies if p in ctx.fabrics), None)
+    if fabric is None and policies:
+        # Tied to a placement no group uses: only a group of that fabric could use it.
+        fabric = "placement:" + policies[0]
+    return Reservation(
+        id=rid,
+        zone=zone,
+        instance_type=reservation_type(machine_type, zone, accelerators, ctx),
+        total=sku.count,
+        free=max(0, sku.count - sku.in_use_count),
+        targeted=r.specific_reservation_required,
+        fabric=fabric,
+        ends_at=timestamp(r.delete_at_time) if r.delete_at_time else None,
+    )
+
+
+def reservation_ids(zoned_names: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """Reservations are named per zone. allset calls one by its name, and by zone/name
+    only when the region has two of that name."""
+    count: dict[str, int] = {}
+    for _, name in zoned_names:
+        count[name] = count.get(name, 0) + 1
+    return {(zone, name): name if count[name] == 1 else f"{zone}/{name}"
+            for zone, name in zoned_names}
+
+
+def reservation_name(rid: str) -> str:
+    return rid.rsplit("/", 1)[-1]
+
+
+# --- instances ---------------------------------------------------------------------------
+
+
+class RawInstance(Protocol):
+    """The fields of a raw ``compute.Instance`` protobuf message allset reads."""
+
+    name: str
+    zone: str
+    machine_type: str
+    status: str
+    creation_timestamp: str
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+
+
+def instance_of(inst: RawInstance, project: str) -> CloudInstance | None:
+    tags = labels.from_labels(inst.labels)
+    if tags is None:
+        return None
+    zone = last(inst.zone)
+    return CloudInstance(
+        id=instance_id(zone, inst.name),
+        provider_id=f"gce://{project}/{zone}/{inst.name}",
+        name=inst.name,
+        zone=zone,
+        instance_type=last(inst.machine_type),
+        state=_STATES.get(inst.status, InstanceState.PENDING),
+        tags=tags,
+        launched_at=timestamp(inst.creation_timestamp) if inst.creation_timestamp else 0.0,
+    )
+
+
+def timestamp(text: str) -> float:
+    try:
+        value = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value.timestamp()
+
+
+# --- quotas ------------------------------------------------------------------------------
+
+
+def quotas_of(region: compute_v1.Region, gpu_of: Mapping[str, str | None]) -> list[Quota]:
+    """The region's GPU and instance quotas that cover a configured machine type.
+    ``gpu_of``: machine type -> its GPU type (None for CPU-only types). Spot VMs count
+    against the PREEMPTIBLE_ metric when the project has one granted, else the regular one."""
+    granted_spot = {q.metric.removeprefix(SPOT_PREFIX) for q in region.quotas
+                    if q.metric.startswith(SPOT_PREFIX) and q.limit > 0}
+    out: list[Quota] = []
+    for q in region.quotas:
+        metric = q.metric
+        if metric == "INSTANCES":
+            out.append(Quota(metric, "instances", int(q.limit), int(q.usage),
+                             (CapacityType.ON_DEMAND, CapacityType.SPOT)))
+            continue
+        spot = metric.startswith(SPOT_PREFIX)
+        base = metric.removeprefix(SPOT_PREFIX)
+        gpu = GPU_QUOTAS.get(base)
+        if gpu is None or (spot and base not in granted_spot):
+            continue
+        types = tuple(sorted(t for t, g in gpu_of.items() if g == gpu))
+        if not types:
+            continue
+        if spot:
+            ctypes: tuple[CapacityType, ...] = (CapacityType.SPOT,)
+        elif base in granted_spot:
+            ctypes = (CapacityType.ON_DEMAND,)
+        else:
+            ctypes = (CapacityType.ON_DEMAND, CapacityType.SPOT)
+        out.append(Quota(metric, "gpus", int(q.limit), int(q.usage), ctypes, types))
+    return out

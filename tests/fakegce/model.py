@@ -1,0 +1,302 @@
+"""The state of the fake Compute API: machine types, reservations whose inUseCount follows
+the instances consuming them, instances with labels and fingerprints, zone operations,
+requestIds, stockouts, regional quotas and injected faults. Written for tests by us; the
+behaviour follows the public API's documented rules, and records no call sequences that
+tests could lean on (``calls`` only counts, for the API-call bounds)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+LABEL = re.compile(r"^[a-z0-9_-]{0,63}$")
+LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+RESERVATION_KEY = "compute.googleapis.com/reservation-name"
+
+
+class ApiError(Exception):
+    """An HTTP error answer: status, reason (errors[].reason) and message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class OpError:
+    code: str
+    message: str
+    http_status: int
+    quota_metric: str = ""
+
+
+@dataclass(slots=True)
+class MachineType:
+    name: str
+    cpus: int
+    memory_mb: int
+    accelerators: tuple[tuple[str, int], ...] = ()
+    architecture: str = "X86_64"
+
+
+@dataclass(slots=True)
+class ReservationRec:
+    zone: str
+    name: str
+    machine_type: str
+    count: int
+    accelerators: tuple[tuple[str, int], ...] = ()
+    specific_required: bool = False
+    resource_policies: tuple[str, ...] = ()  # policy names
+    status: str = "READY"
+
+
+@dataclass(slots=True)
+class InstanceRec:
+    zone: str
+    name: str
+    id: int
+    machine_type: str
+    labels: dict[str, str]
+    fingerprint: str
+    status: str
+    created: str
+    provisioning_model: str
+    affinity: str
+    reservation: str | None  # name of the reservation (same zone) it consumes
+    accelerators: tuple[tuple[str, int], ...]
+    resource_policies: tuple[str, ...]
+    template: str | None
+
+
+@dataclass(slots=True)
+class OperationRec:
+    zone: str
+    name: str
+    kind: str
+    target: str
+    polls_left: int
+    error: OpError | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.polls_left <= 0
+
+
+@dataclass(slots=True)
+class Fault:
+    """An injected answer for calls whose route name matches: an HTTP error before the
+    call takes effect, or a dropped connection before or after it takes effect."""
+
+    route: str
+    times: int
+    status: int = 503
+    reason: str = "backendError"
+    drop: bool = False
+    after: bool = False  # drop the answer of a call that did take effect
+
+
+GPU_METRICS = {
+    "nvidia-h100-80gb": "NVIDIA_H100_GPUS",
+    "nvidia-a100-80gb": "NVIDIA_A100_80GB_GPUS",
+    "nvidia-tesla-a100": "NVIDIA_A100_GPUS",
+    "nvidia-l4": "NVIDIA_L4_GPUS",
+    "nvidia-tesla-t4": "NVIDIA_T4_GPUS",
+}
+
+DEFAULT_MACHINE_TYPES = (
+    MachineType("a3-highgpu-8g", 208, 1_916_928, (("nvidia-h100-80gb", 8),)),
+    MachineType("a2-ultragpu-1g", 12, 174_080, (("nvidia-a100-80gb", 1),)),
+    MachineType("g2-standard-8", 8, 32_768, (("nvidia-l4", 1),)),
+    MachineType("n1-standard-8", 8, 30_720),
+    MachineType("n2-standard-8", 8, 32_768),
+    MachineType("t2a-standard-8", 8, 32_768, architecture="ARM64"),
+)
+
+
+@dataclass
+class Compute:
+    project: str = "proj"
+    region: str = "us-central1"
+    zones: tuple[str, ...] = ("us-central1-a", "us-central1-b", "us-central1-c")
+    templates: set[str] = field(default_factory=lambda: {"gpu-node", "cpu-node"})
+    policies: set[str] = field(default_factory=lambda: {"fabric-a", "fabric-b"})
+    machine_types: dict[str, MachineType] = field(
+        default_factory=lambda: {m.name: m for m in DEFAULT_MACHINE_TYPES})
+    # (zone, machine type, provisioning model STANDARD|SPOT) with no capacity left
+    stockouts: set[tuple[str, str, str]] = field(default_factory=set)
+    quotas: dict[str, int] = field(default_factory=dict)  # regional metric -> limit
+    unreachable: set[str] = field(default_factory=set)  # zones aggregated lists cannot see
+    polls_to_done: int = 1  # waits/gets before an operation reports DONE
+    metadata_bytes: int = 0  # size of each instance's startup script (0: none rendered)
+    field_masks: bool = True  # False: refuse partial responses (an API that does not know)
+    now: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        self.lock = threading.RLock()
+        self.reservations: dict[tuple[str, str], ReservationRec] = {}
+        self.instances: dict[tuple[str, str], InstanceRec] = {}
+        self.operations: dict[tuple[str, str], OperationRec] = {}
+        self.request_ids: dict[str, tuple[str, str]] = {}
+        self.faults: list[Fault] = []
+        self.op_faults: list[OpError] = []  # next bulkInsert operations fail with these
+        self.created: list[str] = []  # every instance ever created, deleted ones too
+        self.version = 0  # moves on every change made through these methods
+        self.list_cache: tuple[tuple[str, int, int], list[Any]] | None = None
+        self.calls: Counter[str] = Counter()
+        self._ids = itertools.count(1_000_000_001)
+
+    # --- setup ---------------------------------------------------------------------------
+
+    def add_reservation(self, zone: str, name: str, machine_type: str, count: int,
+                        **kwargs: object) -> None:
+        with self.lock:
+            self.reservations[(zone, name)] = ReservationRec(
+                zone, name, machine_type, count, **kwargs)  # type: ignore[arg-type]
+
+    def inject(self, fault: Fault) -> None:
+        with self.lock:
+            self.faults.append(fault)
+
+    def take_fault(self, route: str) -> Fault | None:
+        with self.lock:
+            for fault in self.faults:
+                if fault.route == route and fault.times > 0:
+                    fault.times -= 1
+                    return fault
+        return None
+
+    # --- derived state -------------------------------------------------------------------
+
+    def in_use(self, r: ReservationRec) -> int:
+        return sum(1 for i in self.instances.values()
+                   if i.zone == r.zone and i.reservation == r.name)
+
+    def live(self, zone: str | None = None) -> list[InstanceRec]:
+        with self.lock:
+            return [i for i in self.instances.values() if zone is None or i.zone == zone]
+
+    def quota_usage(self, metric: str) -> int:
+        """Reservations hold their quota whether used or not; other VMs take their own."""
+        with self.lock:
+            if metric == "INSTANCES":
+                return len(self.instances)
+            used = sum(r.count * self.gpus(r.machine_type, r.accelerators, metric, "STANDARD")
+                       for r in self.reservations.values())
+            used += sum(self.gpus(i.machine_type, i.accelerators, metric, i.provisioning_model)
+                        for i in self.instances.values() if i.reservation is None)
+            return used
+
+    def gpus(self, machine_type: str, attached: tuple[tuple[str, int], ...], metric: str,
+              model: str) -> int:
+        mt = self.machine_types[machine_type]
+        total = 0
+        for kind, count in mt.accelerators + attached:
+            regular = GPU_METRICS.get(kind, "")
+            spot_metric = "PREEMPTIBLE_" + regular
+            counted = spot_metric if model == "SPOT" and spot_metric in self.quotas else regular
+            if counted == metric:
+                total += count
+        return total
+
+    # --- operations ----------------------------------------------------------------------
+
+    def new_operation(self, zone: str, kind: str, target: str, request_id: str | None,
+                      error: OpError | None = None) -> OperationRec:
+        name = f"operation-{next(self._ids)}"
+        op = OperationRec(zone, name, kind, target, self.polls_to_done, error)
+        self.operations[(zone, name)] = op
+        if request_id:
+            self.request_ids[request_id] = (zone, name)
+        return op
+
+    def replay(self, request_id: str | None) -> OperationRec | None:
+        """A requestId seen before gets its first operation back, and nothing happens."""
+        if not request_id:
+            return None
+        if not UUID.match(request_id):
+            raise ApiError(400, "invalid", f"requestId {request_id!r} is not a UUID")
+        key = self.request_ids.get(request_id)
+        return self.operations[key] if key else None
+
+    def poll(self, zone: str, name: str) -> OperationRec:
+        with self.lock:
+            op = self.operations.get((zone, name))
+            if op is None:
+                raise ApiError(404, "notFound", f"operation {name} not found in {zone}")
+            op.polls_left -= 1
+            return op
+
+    # --- instances -----------------------------------------------------------------------
+
+    def instance(self, zone: str, name: str) -> InstanceRec:
+        inst = self.instances.get((zone, name))
+        if inst is None:
+            raise ApiError(404, "notFound", f"instance {name} not found in {zone}")
+        return inst
+
+    def delete(self, zone: str, name: str, request_id: str | None) -> OperationRec:
+        with self.lock:
+            seen = self.replay(request_id)
+            if seen is not None:
+                return seen
+            self.instance(zone, name)
+            del self.instances[(zone, name)]
+            self.version += 1
+            return self.new_operation(zone, "delete", name, request_id)
+
+    def set_labels(self, zone: str, name: str, fingerprint: str, new: dict[str, str],
+                   request_id: str | None) -> OperationRec:
+        with self.lock:
+            seen = self.replay(request_id)
+            if seen is not None:
+                return seen
+            inst = self.instance(zone, name)
+            if fingerprint != inst.fingerprint:
+                raise ApiError(412, "conditionNotMet",
+                               "Labels fingerprint either invalid or resource labels have "
+                               "changed")
+            check_labels(new)
+            inst.labels = dict(new)
+            self.version += 1
+            inst.fingerprint = fingerprint_of(new)
+            return self.new_operation(zone, "setLabels", name, request_id)
+
+    def create(self, zone: str, name: str, machine_type: str, labels: dict[str, str],
+               model: str, affinity: str, reservation: str | None,
+               accelerators: tuple[tuple[str, int], ...], policies: tuple[str, ...],
+               template: str | None) -> InstanceRec:
+        inst = InstanceRec(
+            zone=zone, name=name, id=next(self._ids), machine_type=machine_type,
+            labels=dict(labels), fingerprint=fingerprint_of(labels), status="RUNNING",
+            created=time.strftime("%Y-%m-%dT%H:%M:%S.000-00:00", time.gmtime(self.now())),
+            provisioning_model=model, affinity=affinity, reservation=reservation,
+            accelerators=accelerators, resource_policies=policies, template=template,
+        )
+        self.instances[(zone, name)] = inst
+        self.created.append(f"{zone}/{name}")
+        self.version += 1
+        return inst
+
+
+def check_labels(labels: dict[str, str]) -> None:
+    if len(labels) > 64:
+        raise ApiError(400, "invalid", "at most 64 labels")
+    for key, value in labels.items():
+        if not LABEL_KEY.match(key) or not LABEL.match(value):
+            raise ApiError(400, "invalid", f"Invalid label {key}={value!r}")
+
+
+def fingerprint_of(labels: dict[str, str]) -> str:
+    digest = hashlib.sha256(repr(sorted(labels.items())).encode()).hexdigest()[:16]
+    return digest
