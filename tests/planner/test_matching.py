@@ -30,6 +30,7 @@ from tests.planner.kit import (
         (reservation("r", zone="z-b"), {}, "zone"),
         (reservation("r", fabric="f1"), {"fabric": "f2"}, "fabric"),
         (reservation("r", fabric="f1"), {}, "fabric"),  # group in no fabric
+        (reservation("r"), {"fabric": "f1"}, "fabric"),  # its slots are not kept together
         (reservation("r", targeted=True), {}, "targeted"),
         (reservation("r", window=(NOW + 60, NOW + 3600)), {}, "window"),  # not started
         (reservation("r", window=(NOW - 3600, NOW - 1)), {}, "window"),  # ended
@@ -51,7 +52,6 @@ def test_reservation_rejected_by_rule(res: Reservation, group_kw: dict[str, obje
     [
         (reservation("r"), {}),
         (reservation("r", fabric="f1"), {"fabric": "f1"}),
-        (reservation("r"), {"fabric": "f1"}),  # an untied reservation serves any fabric
         (reservation("r", targeted=True), {"targeted": ["r"]}),
         (reservation("r", window=(NOW - 60, NOW + 3600)), {}),  # inside its window
     ],
