@@ -30,7 +30,8 @@ from provider.planner.solver import _mip
 NOW = 1_800_000_000.0
 GIB = 2**30 * MILLI
 GPU_LABEL = "allset.dev/accelerator"
-SHAPES = {  # type: (gpu, gpus, cpu, memory GiB, on-demand price)
+# instance type: (gpu, gpus, cpu, memory GiB, on-demand price)
+SHAPES = {
     "p5.48xlarge": ("h100", 8, 191, 1900, 98.32),
     "p4d.24xlarge": ("a100", 8, 95, 1100, 32.77),
     "g6.12xlarge": ("l4", 4, 47, 180, 4.60),
@@ -144,10 +145,10 @@ def exact_cost(inputs: Inputs) -> float | None:
         by_domain[domain_of(g, topology)].add(gid)
     best = None
     for groups in by_domain.values():
-        problem = build(inputs, groups, Relax(), count_zones=topology is Topology.NONE)
-        if problem is None:
+        built = build(inputs, groups, Relax(), count_zones=topology is Topology.NONE)
+        if built is None:
             continue
-        solution = _mip(problem)
+        solution = _mip(built[0])
         if solution is not None and (best is None or solution.cost < best):
             best = solution.cost
     return best

@@ -53,7 +53,28 @@ class Inputs:
     offerings: dict[str, GroupOfferings]
     view: CapacityView
     sizes: Mapping[str, int]
-    extra: dict[str, list[Reservation]] = field(default_factory=dict)
+    # (pod set, pods per node) for each group that can host some pod set
+    arcs: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    # each group's usable capacity sources, and the free slots of each reservation
+    sources: dict[str, list[Source]] = field(default_factory=dict)
+    reserved_free: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for p in self.demand.pod_sets:
+            for c in self.candidates[p.name]:
+                if c.pods_per_node > 0:
+                    self.arcs.setdefault(c.group, []).append((p.name, c.pods_per_node))
+        allowed = self.demand.capacity_types
+        for gid in self.arcs:
+            mine = self.sources.setdefault(gid, [])
+            for o in self.offerings[gid].offerings:
+                if o.capacity_type not in allowed:
+                    continue
+                # Caps live elsewhere: reservations in `shared`, on-demand in quota rows.
+                mine.append(Source(gid, o.capacity_type, o.price, None,
+                                   o.reservation, o.reservation_size, o.ends_at))
+                if o.reservation:
+                    self.reserved_free[o.reservation] = o.available or 0
 
 
 def gather(demand: Demand, view: CapacityView, matcher: Matcher,
@@ -141,11 +162,7 @@ def build(inputs: Inputs, domain: set[str], relax: Relax, count_zones: bool
     same sources and prices, same zone and type) form one class with their headroom
     summed: many identical groups no longer multiply the search."""
     demand = inputs.demand
-    per_node: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    for p in demand.pod_sets:
-        for c in inputs.candidates[p.name]:
-            if c.group in domain and c.pods_per_node > 0:
-                per_node[c.group].append((p.name, c.pods_per_node))
+    per_node = {g: inputs.arcs[g] for g in domain if g in inputs.arcs}
     covered = {name for pairs in per_node.values() for name, _ in pairs}
     if any(p.name not in covered for p in demand.pod_sets):
         return None
@@ -155,15 +172,10 @@ def build(inputs: Inputs, domain: set[str], relax: Relax, count_zones: bool
     group_sources: dict[str, list[Source]] = {}
     for gid in sorted(per_node):
         group = inputs.groups[gid]
-        mine: list[Source] = []
-        for o in inputs.offerings[gid].offerings:
-            if o.capacity_type not in demand.capacity_types:
-                continue
-            # Caps live elsewhere: reservations in `shared`, on-demand in quota rows.
-            mine.append(Source(gid, o.capacity_type, o.price, None,
-                               o.reservation, o.reservation_size, o.ends_at))
-            if o.reservation:
-                shared[o.reservation] = o.available or 0
+        mine = list(inputs.sources[gid])
+        for s in mine:
+            if s.reservation:
+                shared[s.reservation] = inputs.reserved_free[s.reservation]
         for r in relax.reservations:
             if reserved_ok and r.instance_type == group.instance_type:
                 mine.append(Source(gid, CapacityType.RESERVED, r.price, None, r.id, r.free,
@@ -261,12 +273,22 @@ def _group_limit(problem: Problem, gid: str) -> float:
 
 
 def _may_fit(problem: Problem) -> bool:
+    """Cheap necessary conditions: each pod set fits the groups' limits on its own, and
+    the nodes all pod sets need together fit the domain's total supply (a reservation
+    counted once, however many groups may draw on it)."""
     limits = {g: _group_limit(problem, g) for g in problem.headroom}
+    need = 0
     for name, pods in problem.needs:
-        reach = sum(a.per_node * limits[a.group] for a in problem.arcs if a.pod_set == name)
-        if reach < pods:
+        arcs = [a for a in problem.arcs if a.pod_set == name]
+        if sum(a.per_node * limits[a.group] for a in arcs) < pods:
             return False
-    return True
+        need += -(-pods // max(a.per_node for a in arcs))
+    if any(s.reservation is None for s in problem.sources):
+        supply = sum(limits.values())  # on-demand somewhere: headroom bounds it
+    else:
+        supply = min(sum(limits.values()),
+                     sum(n for r, n in problem.shared.items()))
+    return need <= supply
 
 
 def to_plan(inputs: Inputs, found: Found) -> Plan:
