@@ -298,7 +298,7 @@ def test_a_reservation_of_another_shape_is_refused_before_any_launch(
 ) -> None:
     world.layer.add_reservation("us-east-1b", "p5.48xlarge", 2, id=R_ID, targeted=True)
     adapter.snapshot("test")
-    with pytest.raises(InvalidRequest, match="holds p5.48xlarge in us-east-1b"):
+    with pytest.raises(InvalidRequest, match=r"holds p5\.48xlarge in us-east-1b"):
         adapter.launch(request("gpu", 1, source=CapacityType.RESERVED, reservation=R_ID))
     assert world.layer.calls["RunInstances"] == 0
 
