@@ -117,9 +117,14 @@ class LiveInstance:
 
 
 class Ec2Layer:
-    def __init__(self, region: str = "us-east-1", now: Callable[[], float] = time.time) -> None:
+    def __init__(self, region: str = "us-east-1", now: Callable[[], float] = time.time, *,
+                 instance_pages: bool = False) -> None:
         self.region = region
         self._now = now
+        # moto pages DescribeInstances by launch (reservation), EC2 by instance. With this
+        # set, the layer pages by instance as EC2 does (benches count calls with it).
+        self._instance_pages = instance_pages
+        self._listing: list[dict[str, Any]] = []
         self.reservations: dict[str, ModelReservation] = {}
         # (zone, instance type, market) -> instances still available; absent: unlimited.
         self.pools: dict[tuple[str, str, str], int] = {}
@@ -178,7 +183,8 @@ class Ec2Layer:
                     "Values": ["pending", "running", "stopping", "stopped", "shutting-down"]}]
         filters += [{"Name": f"tag:{k}", "Values": [v]} for k, v in tag_filters.items()]
         out = []
-        for r in self.ec2.describe_instances(Filters=filters)["Reservations"]:
+        pages = self.ec2.get_paginator("describe_instances").paginate(Filters=filters)
+        for r in (r for page in pages for r in page["Reservations"]):
             for i in r["Instances"]:
                 out.append(LiveInstance(
                     i["InstanceId"], i["Placement"]["AvailabilityZone"], i["InstanceType"],
@@ -231,6 +237,8 @@ class Ec2Layer:
             decided = context.get("layer.launch")
             if isinstance(decided, tuple):
                 return decided
+        if op == "DescribeInstances" and self._instance_pages and "MaxResults" in params:
+            return self._describe_instances_by_instance(params)
         if op in ("TerminateInstances", "CreateTags"):
             named = params.get("InstanceIds") or params.get("Resources") or []
             if any(self._invisible(i) for i in named):
@@ -368,6 +376,21 @@ class Ec2Layer:
     def _release(self, instance_id: str) -> None:
         for r in self.reservations.values():
             r.instances.discard(instance_id)
+
+    def _describe_instances_by_instance(self, params: dict[str, Any]) -> Response:
+        token = params.get("NextToken") or ""
+        if not token.startswith("layer-"):  # a first page: list everything from moto once
+            pager = self.ec2.get_paginator("describe_instances")
+            self._listing = [i for page in pager.paginate(Filters=params.get("Filters", []))
+                             for r in page["Reservations"] for i in r["Instances"]]
+        start = int(token.removeprefix("layer-") or 0)
+        size = int(params["MaxResults"])
+        page = self._listing[start:start + size]
+        body: dict[str, Any] = {"Reservations": [
+            {"ReservationId": "r-layer", "OwnerId": ACCOUNT, "Instances": page}]}
+        if start + size < len(self._listing):
+            body["NextToken"] = f"layer-{start + size}"
+        return ok(body)
 
     def _repeat(self, ids: list[str]) -> Response:
         """EC2 answers a repeated ClientToken with the first call's instances."""

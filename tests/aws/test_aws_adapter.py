@@ -7,6 +7,7 @@ import pytest
 
 from adapters.aws import tags
 from adapters.aws.adapter import AwsAdapter
+from adapters.aws.client import make_clients
 from adapters.aws.discovery import gpu_type_name
 from adapters.aws.launch import CLIENT_TOKEN_MAX, client_token
 from adapters.base import (
@@ -24,8 +25,9 @@ from adapters.base import (
     Shape,
     TransientError,
 )
-from tests.aws.conftest import World
-from tests.aws.ec2model import CAPACITY_BLOCK, SPOT
+from adapters.registry import connect
+from tests.aws.conftest import REGION, World
+from tests.aws.ec2model import CAPACITY_BLOCK, SPOT, Ec2Layer
 
 HOUR = 3600.0
 
@@ -112,6 +114,15 @@ def test_shapes_come_from_describe_instance_types(adapter: AwsAdapter) -> None:
     m7g = shapes["m7g.large"]
     assert (m7g.gpu_type, m7g.gpu_count, m7g.architecture) == (None, 0, "arm64")
     assert "nope.1x" not in shapes  # unknown types are left out, the call does not fail
+
+
+def test_the_registry_connects_and_completes_groups_from_ec2(world: World) -> None:
+    adapter, config = connect(world.config(CONFIG), world.clock)
+    assert isinstance(adapter, AwsAdapter) and config.unresolved == ()
+    groups = {g.id: g for g in config.groups}
+    assert (groups["gpu"].gpu_type, groups["gpu"].gpu_count) == ("nvidia-h100-80gb", 8)
+    assert groups["cpu"].allocatable.get("cpu") == 2 * 1000 - 70  # 2 vCPUs less kubelet's
+    adapter.close()
 
 
 @pytest.mark.parametrize(("manufacturer", "name", "mib", "expected"), [
@@ -207,6 +218,17 @@ def test_snapshot_lists_this_clusters_instances_across_pages(world: World) -> No
     assert inst.tags == OwnerTags("test", "cpu", "a-1", "0.2", CapacityType.ON_DEMAND)
     assert inst.instance_type == "m7i.large" and inst.zone == "us-east-1a"
     assert inst.name.endswith(".ec2.internal") and inst.launched_at > 0
+
+
+def test_snapshot_follows_ec2s_instance_pages(world: World) -> None:
+    adapter = world.adapter(world.config(CONFIG), page_size=5)
+    adapter.launch(request("cpu", 12, itype="m7i.large"))  # one launch: one moto page
+    paged = Ec2Layer(REGION, world.clock.now, instance_pages=True)  # pages as EC2 does
+    adapter = AwsAdapter(adapter._settings, make_clients(REGION, session=paged.session()),
+                         world.clock, page_size=5)
+    snap = adapter.snapshot("test")
+    assert len(snap.instances) == 12
+    assert paged.calls["DescribeInstances"] == 3 and snap.api_calls == 1 + 3
 
 
 def test_snapshot_errors_are_typed(world: World) -> None:
