@@ -113,6 +113,10 @@ class AwsAdapter:
             horizon = now - SETTLE_SECONDS
             self._launched = {i: t for i, t in self._launched.items() if t > horizon}
             self._launched.update((i.id, now) for i in instances)
+        log.info("launched %d %s in %s for group %s from %s%s (part %s): %s",
+                 len(instances), request.instance_type, request.zone, request.node_group,
+                 request.source, f" {request.reservation}" if request.reservation else "",
+                 request.token, ", ".join(i.id for i in instances))
         return instances
 
     def _reservation_kind(self, request: LaunchRequest) -> ReservationKind | None:
@@ -153,6 +157,7 @@ class AwsAdapter:
         ago that EC2 does not show yet is a TransientError (retry), never a success."""
         for batch in _chunks(instance_ids, self._batch):
             self._terminate_batch(batch)
+            log.info("terminated %d instances: %s", len(batch), ", ".join(batch))
 
     def _terminate_batch(self, batch: list[str]) -> None:
         try:
