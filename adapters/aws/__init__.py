@@ -1,11 +1,30 @@
-"""The AWS adapter (work in progress: see the AWS adapter issue)."""
+"""The AWS adapter: EC2 with boto3. Imported only when ``cloud.provider`` is ``aws``.
+
+Modules: settings (config -> frozen launch settings), client (the two boto3 clients and
+their retry policies), discovery (instance types, reservations, instances), launch (one part
+as one RunInstances), tags (OwnerTags <-> EC2 tags), errors (EC2 codes -> typed errors),
+adapter (the CloudAdapter itself)."""
 
 from __future__ import annotations
 
+import boto3
+
+from adapters.aws.adapter import AwsAdapter
+from adapters.aws.client import make_clients
+from adapters.aws.settings import settings_from
 from adapters.base import CloudAdapter
 from provider.clock import Clock
-from provider.config import ConfigError, LoadedConfig
+from provider.config import LoadedConfig
 
 
-def create(config: LoadedConfig, clock: Clock) -> CloudAdapter:
-    raise ConfigError(config.source, [("cloud.provider", "the aws adapter is not built yet")])
+def create(
+    config: LoadedConfig, clock: Clock, *, session: boto3.session.Session | None = None
+) -> CloudAdapter:
+    """The adapter for ``config``. ``session`` lets a caller choose credentials or hook the
+    clients' events (tests do); by default the standard credential chain is used."""
+    settings = settings_from(config)
+    clients = make_clients(settings.region, settings.endpoint_url, session)
+    return AwsAdapter(settings, clients, clock)
+
+
+__all__ = ["AwsAdapter", "create"]

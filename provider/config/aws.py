@@ -1,40 +1,144 @@
-"""Config schema of the AWS adapter: `cloud.aws` and `nodeGroups[].aws`."""
+"""Config schema of the AWS adapter: `cloud.aws` and `nodeGroups[].aws`.
+
+Field checks live on the models; checks that need the whole file (a group's zone against the
+region, placement groups against fabrics) are in :func:`aws_problems`, which the loader runs
+when ``cloud.provider`` is ``aws``."""
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+import re
+from typing import TYPE_CHECKING
+
+from pydantic import Field, field_validator, model_validator
 
 from provider.config.base import Model
+
+if TYPE_CHECKING:
+    from provider.config.schema import Config
+
+# Tag keys allset writes itself (adapters/aws/tags.py) and keys AWS reserves.
+RESERVED_TAG_PREFIXES = ("allset.dev/", "aws:")
+_VERSION = re.compile(r"^(\$Default|\$Latest|[1-9][0-9]*)$")
+_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
+_ZONE = re.compile(r"^(?P<region>[a-z]{2}(-[a-z]+)+-\d+)[a-z]$")
 
 
 class LaunchTemplate(Model):
     name: str | None = None
-    id: str | None = None
+    id: str | None = Field(None, pattern=r"^lt-[0-9a-f]+$")
     version: str = Field("$Default", description="a number, $Default or $Latest")
 
     @model_validator(mode="after")
     def _one_of(self) -> LaunchTemplate:
         if (self.name is None) == (self.id is None):
             raise ValueError("give exactly one of launchTemplate.name or launchTemplate.id")
+        if not _VERSION.match(self.version):
+            raise ValueError(
+                f"launchTemplate.version {self.version!r} must be a number, $Default or $Latest"
+            )
         return self
 
 
+def _tags(value: dict[str, str]) -> dict[str, str]:
+    for key, val in value.items():
+        if key.lower().startswith(RESERVED_TAG_PREFIXES):
+            raise ValueError(f"tag key {key!r}: the prefixes allset.dev/ and aws: are reserved")
+        if not 1 <= len(key) <= 128 or len(val) > 256:
+            raise ValueError(f"tag {key!r}: keys are 1-128 characters, values at most 256")
+    return value
+
+
 class ReservationSelector(Model):
-    """Which capacity reservations allset may use: by id, or by tags (all must match)."""
+    """Which capacity reservations allset may use: those with one of ``ids``, and those
+    carrying every tag in ``tags``. Reservations a group lists under ``reservations`` are
+    always selected. Nothing selected means on-demand (and spot) only."""
 
     ids: list[str] = Field(default_factory=list)
     tags: dict[str, str] = Field(default_factory=dict)
 
+    @field_validator("ids")
+    @classmethod
+    def _ids(cls, value: list[str]) -> list[str]:
+        for rid in value:
+            if not _RESERVATION_ID.match(rid):
+                raise ValueError(f"{rid!r} is not a capacity reservation id (cr-...)")
+        return value
+
 
 class AwsCloud(Model):
-    region: str = Field(min_length=1)
-    endpoint_url: str | None = Field(None, description="e.g. a local test endpoint")
+    region: str = Field(min_length=1, pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$")
+    endpoint_url: str | None = Field(None, description="e.g. a VPC endpoint or a test server")
     reservation_selector: ReservationSelector = Field(default_factory=ReservationSelector)
 
 
 class AwsGroup(Model):
     launch_template: LaunchTemplate
-    subnet_id: str | None = None
-    placement_group: str | None = None
-    efa_interfaces: int = Field(0, ge=0, description="EFA interfaces per instance")
+    subnet_id: str | None = Field(None, pattern=r"^subnet-[0-9a-f]+$")
+    security_group_ids: list[str] = Field(
+        default_factory=list, description="override the template's; required with EFA"
+    )
+    placement_group: str | None = Field(
+        None, min_length=1, max_length=255,
+        description="cluster placement group (default: the group's fabric)",
+    )
+    efa_interfaces: int = Field(0, ge=0, le=64, description="EFA interfaces per instance")
     tags: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("tags")
+    @classmethod
+    def _user_tags(cls, value: dict[str, str]) -> dict[str, str]:
+        return _tags(value)
+
+    @model_validator(mode="after")
+    def _efa(self) -> AwsGroup:
+        if self.efa_interfaces and (self.subnet_id is None or not self.security_group_ids):
+            raise ValueError(
+                "efaInterfaces needs subnetId and securityGroupIds: the EFA interfaces allset "
+                "writes replace the launch template's network settings"
+            )
+        return self
+
+
+def aws_problems(schema: Config) -> list[tuple[str, str]]:
+    """Checks across groups; only groups with an ``aws`` section (others are reported by the
+    loader already)."""
+    cloud = schema.cloud.aws
+    if cloud is None:
+        return []
+    problems: list[tuple[str, str]] = []
+    fabric_of_pg: dict[str, tuple[str, str]] = {}  # placement group -> (fabric, group id)
+    pg_of_fabric: dict[str, tuple[str, str]] = {}
+    zone_of_pg: dict[str, str] = {}
+    for gi, group in enumerate(schema.node_groups):
+        aws = group.aws
+        if aws is None:
+            continue
+        where = f"nodeGroups[{gi}] (id {group.id})"
+        match = _ZONE.match(group.zone)
+        if match is None or match.group("region") != cloud.region:
+            problems.append((f"{where}.zone",
+                             f"{group.zone!r} is not a zone of cloud.aws.region {cloud.region}"))
+        for ri, rid in enumerate(group.reservations):
+            if not _RESERVATION_ID.match(rid):
+                problems.append((f"{where}.reservations[{ri}]",
+                                 f"{rid!r} is not a capacity reservation id (cr-...)"))
+        pg = aws.placement_group or group.fabric
+        if aws.placement_group is not None and group.fabric is None:
+            problems.append((f"{where}.fabric", "required with aws.placementGroup: the fabric "
+                             "is how plans, labels and reservations refer to that group"))
+            continue
+        if pg is None or group.fabric is None:
+            continue
+        seen = fabric_of_pg.setdefault(pg, (group.fabric, group.id))
+        if seen[0] != group.fabric:
+            problems.append((f"{where}.fabric", f"placement group {pg} is fabric {seen[0]} in "
+                             f"group {seen[1]}; one placement group is one fabric"))
+        seen = pg_of_fabric.setdefault(group.fabric, (pg, group.id))
+        if seen[0] != pg:
+            problems.append((f"{where}.aws.placementGroup", f"fabric {group.fabric} is "
+                             f"placement group {seen[0]} in group {seen[1]}, not {pg}"))
+        zone = zone_of_pg.setdefault(pg, group.zone)
+        if zone != group.zone:
+            problems.append((f"{where}.zone", f"placement group {pg} is used in {zone}; a "
+                             "cluster placement group lives in one zone"))
+    return problems

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from adapters.base import CapacityType, Shape
+from provider.config.aws import aws_problems
 from provider.config.schema import Config, NodeGroupConfig
 from provider.config.shapes import allocatable_cpu_milli, allocatable_memory_milli
 from provider.config.units import duration_seconds, quantity_milli
@@ -139,6 +140,8 @@ def _reference_problems(schema: Config) -> list[tuple[str, str]]:
                 if getattr(group, key) is None:
                     problems.append((f"{where}.{key}",
                                      "required for the simulated cloud (it describes no types)"))
+    if provider == "aws":
+        problems.extend(aws_problems(schema))
     fake = schema.cloud.fake
     if schema.cloud.provider == "fake" and fake is not None:
         known = {r.id: r for r in fake.reservations}

@@ -1,0 +1,230 @@
+"""The AWS CloudAdapter: EC2 instances launched straight from each group's launch template,
+owned by tags (no Auto Scaling group), reservations used only where the plan names them."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from adapters.aws import discovery, tags
+from adapters.aws.client import Ec2Clients
+from adapters.aws.errors import NOT_FOUND, classify, code_of
+from adapters.aws.launch import instance_from_launch, run_instances_params
+from adapters.aws.settings import AwsSettings
+from adapters.base import (
+    CapacityType,
+    CloudInstance,
+    CloudSnapshot,
+    InvalidRequest,
+    LaunchRequest,
+    Reservation,
+    ReservationKind,
+    Shape,
+    TransientError,
+)
+from provider.clock import Clock
+
+log = logging.getLogger(__name__)
+
+BATCH = 200  # ids per TerminateInstances / CreateTags / instance-id filter
+# How long after our own launch an instance id EC2 does not show yet counts as "not visible
+# yet" (eventual consistency) rather than "gone".
+SETTLE_SECONDS = 300.0
+_AWS_ERRORS = (ClientError, BotoCoreError)
+
+
+def _chunks(ids: Sequence[str], size: int) -> Iterator[list[str]]:
+    unique = list(dict.fromkeys(ids))
+    for start in range(0, len(unique), size):
+        yield unique[start:start + size]
+
+
+class AwsAdapter:
+    """Implements adapters.base.CloudAdapter for one AWS region."""
+
+    name = "aws"
+
+    def __init__(
+        self,
+        settings: AwsSettings,
+        clients: Ec2Clients,
+        clock: Clock,
+        *,
+        page_size: int = discovery.PAGE_SIZE,
+        batch_size: int = BATCH,
+    ) -> None:
+        self._settings = settings
+        self._ec2 = clients
+        self._clock = clock
+        self._page_size = page_size
+        self._batch = batch_size
+        self._lock = threading.Lock()
+        self._reservations: dict[str, Reservation] = {}  # as of the last snapshot
+        self._launched: dict[str, float] = {}  # instance id -> when we launched it
+        self._missing_reported: frozenset[str] = frozenset()
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def describe_shapes(self, instance_types: Sequence[str]) -> dict[str, Shape]:
+        try:
+            return discovery.describe_shapes(self._ec2.reads, instance_types)
+        except _AWS_ERRORS as err:
+            raise classify(err, "DescribeInstanceTypes") from err
+
+    def snapshot(self, cluster: str) -> CloudSnapshot:
+        """One paginated DescribeCapacityReservations and one paginated DescribeInstances
+        (tag filter): the same calls for 1 node group or 1,000."""
+        try:
+            reservations = discovery.list_reservations(self._ec2.reads, self._settings)
+            instances = discovery.list_instances(self._ec2.reads, cluster, self._page_size)
+        except _AWS_ERRORS as err:
+            raise classify(err, "snapshot") from err
+        with self._lock:
+            self._reservations = {r.id: r for r in reservations.items}
+        self._report_missing(reservations.items)
+        return CloudSnapshot(
+            reservations=reservations.items,
+            instances=instances.items,
+            quotas=(),  # EC2 reports limits through Service Quotas; a failed launch says more
+            api_calls=reservations.calls + instances.calls,
+        )
+
+    # --- launch ---------------------------------------------------------------------------
+
+    def launch(self, request: LaunchRequest) -> Sequence[CloudInstance]:
+        group = self._settings.groups.get(request.node_group)
+        if group is None:
+            raise InvalidRequest(f"node group {request.node_group!r} has no aws settings")
+        if request.count <= 0:
+            raise InvalidRequest(f"count must be positive, got {request.count}",
+                                 cloud_code="InvalidParameterValue")
+        kind = self._reservation_kind(request)
+        params = run_instances_params(request, group, kind)
+        try:
+            response = self._ec2.launches.run_instances(**params)
+        except _AWS_ERRORS as err:
+            raise classify(err, "RunInstances", launch=True) from err
+        now = self._clock.now()
+        instances = [instance_from_launch(i, request, now) for i in response.get("Instances", [])]
+        with self._lock:
+            horizon = now - SETTLE_SECONDS
+            self._launched = {i: t for i, t in self._launched.items() if t > horizon}
+            self._launched.update((i.id, now) for i in instances)
+        log.info("launched %d %s in %s for group %s from %s%s (part %s): %s",
+                 len(instances), request.instance_type, request.zone, request.node_group,
+                 request.source, f" {request.reservation}" if request.reservation else "",
+                 request.token, ", ".join(i.id for i in instances))
+        return instances
+
+    def _reservation_kind(self, request: LaunchRequest) -> ReservationKind | None:
+        if request.source is not CapacityType.RESERVED:
+            return None
+        rid = request.reservation
+        if rid is None:
+            raise InvalidRequest(f"part {request.token} is reserved but names no reservation")
+        with self._lock:
+            known = self._reservations.get(rid)
+        if known is None:
+            known = self._describe_reservation(rid)
+        if (known.zone, known.instance_type) != (request.zone, request.instance_type):
+            raise InvalidRequest(
+                f"reservation {rid} holds {known.instance_type} in {known.zone}, "
+                f"not {request.instance_type} in {request.zone}",
+                cloud_code="InvalidParameterCombination",
+            )
+        return known.kind
+
+    def _describe_reservation(self, rid: str) -> Reservation:
+        """A reservation no snapshot has shown yet (one call)."""
+        try:
+            response = self._ec2.reads.describe_capacity_reservations(
+                CapacityReservationIds=[rid])
+        except _AWS_ERRORS as err:
+            raise classify(err, "DescribeCapacityReservations") from err
+        items = response.get("CapacityReservations", [])
+        if not items:
+            raise InvalidRequest(f"reservation {rid} does not exist",
+                                 cloud_code="InvalidCapacityReservationId.NotFound")
+        return discovery.reservation_from(items[0], self._settings.fabric_of_placement_group)
+
+    # --- terminate and commit --------------------------------------------------------------
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        """Idempotent: terminated or long-gone ids are success. An id we launched moments
+        ago that EC2 does not show yet is a TransientError (retry), never a success."""
+        for batch in _chunks(instance_ids, self._batch):
+            self._terminate_batch(batch)
+            log.info("terminated %d instances: %s", len(batch), ", ".join(batch))
+
+    def _terminate_batch(self, batch: list[str]) -> None:
+        try:
+            self._ec2.reads.terminate_instances(InstanceIds=batch)
+            return
+        except _AWS_ERRORS as err:
+            if not (isinstance(err, ClientError) and code_of(err) == NOT_FOUND):
+                raise classify(err, "TerminateInstances") from err
+        # Some ids are unknown to EC2: learn which from a filter (which, unlike InstanceIds,
+        # never fails on unknown ids) instead of reading them out of the error message.
+        try:
+            states = self._states_of(batch)
+            alive = [i for i in batch if states.get(i, "terminated") != "terminated"]
+            if alive:
+                self._ec2.reads.terminate_instances(InstanceIds=alive)
+        except _AWS_ERRORS as err:
+            raise classify(err, "TerminateInstances") from err
+        with self._lock:
+            horizon = self._clock.now() - SETTLE_SECONDS
+            unseen = [i for i in batch if i not in states
+                      and self._launched.get(i, float("-inf")) > horizon]
+        if unseen:
+            raise TransientError(
+                f"TerminateInstances: {len(unseen)} instances launched moments ago are not "
+                f"visible yet ({', '.join(unseen[:5])}); will retry",
+                cloud_code=NOT_FOUND,
+            )
+
+    def _states_of(self, ids: list[str]) -> dict[str, str]:
+        states: dict[str, str] = {}
+        for reservations in discovery.pages(
+            self._ec2.reads.describe_instances, "Reservations",
+            Filters=[{"Name": "instance-id", "Values": ids}], MaxResults=self._page_size,
+        ):
+            for r in reservations:
+                for item in r.get("Instances", []):
+                    states[item["InstanceId"]] = item.get("State", {}).get("Name", "")
+        return states
+
+    def commit(self, instance_ids: Sequence[str], attempt: str) -> None:
+        """Tag the attempt's instances committed (value: the attempt id). CreateTags is
+        idempotent; an id not visible yet (just launched) is a TransientError."""
+        for batch in _chunks(instance_ids, self._batch):
+            try:
+                self._ec2.reads.create_tags(
+                    Resources=batch, Tags=tags.to_ec2({tags.COMMITTED: attempt}))
+            except _AWS_ERRORS as err:
+                if isinstance(err, ClientError) and code_of(err) == NOT_FOUND:
+                    raise TransientError(
+                        f"CreateTags: instances of {attempt} not visible yet; will retry",
+                        cloud_code=NOT_FOUND,
+                    ) from err
+                raise classify(err, "CreateTags") from err
+
+    def close(self) -> None:
+        for client in (self._ec2.reads, self._ec2.launches):
+            client.close()
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _report_missing(self, found: Sequence[Reservation]) -> None:
+        """Say once (per change) which reservations the config names but EC2 does not show
+        as active: expired, cancelled, a typo, or another account's."""
+        missing = self._settings.selected_ids - {r.id for r in found}
+        with self._lock:
+            changed = missing != self._missing_reported
+            self._missing_reported = frozenset(missing)
+        if changed and missing:
+            log.warning("selected reservations not active in %s: %s",
+                        self._settings.region, ", ".join(sorted(missing)))

@@ -1,0 +1,232 @@
+"""Reading EC2: instance types -> Shape, capacity reservations -> Reservation, this cluster's
+instances -> CloudInstance. Every listing is paginated to completion and counts its calls;
+none of them depends on the number of node groups."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from adapters.aws import tags
+from adapters.aws.client import Client
+from adapters.aws.settings import AwsSettings
+from adapters.base import CloudInstance, InstanceState, Reservation, ReservationKind, Shape
+
+log = logging.getLogger(__name__)
+
+Item = Mapping[str, Any]  # one element of a boto3 response, read here and nowhere else
+
+PAGE_SIZE = 1000  # the most DescribeInstances and DescribeCapacityReservations return a page
+_TYPES_PER_CALL = 100  # DescribeInstanceTypes pages hold at most 100
+
+# Listed states. Terminated instances are gone for allset; stopped ones are still ours and
+# still cost money, and CA removes them as unready nodes, so they are shown as running.
+LISTED_STATES = ("pending", "running", "shutting-down", "stopping", "stopped")
+_STATES = {
+    "pending": InstanceState.PENDING,
+    "running": InstanceState.RUNNING,
+    "stopping": InstanceState.RUNNING,
+    "stopped": InstanceState.RUNNING,
+    "shutting-down": InstanceState.TERMINATING,
+    "terminated": InstanceState.TERMINATED,
+}
+_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
+
+
+ItemT = TypeVar("ItemT")
+
+
+@dataclass(frozen=True, slots=True)
+class Listing(Generic[ItemT]):
+    items: tuple[ItemT, ...]
+    calls: int  # API calls it took, pages included
+
+
+def pages(call: Any, key: str, **params: Any) -> Iterator[Sequence[Item]]:
+    """Each page of a NextToken-paginated EC2 call (one API call per page)."""
+    token: str | None = None
+    while True:
+        response = call(**params, **({"NextToken": token} if token else {}))
+        yield response.get(key, [])
+        token = response.get("NextToken")
+        if not token:
+            return
+
+
+# --- shapes -----------------------------------------------------------------------------
+
+
+def gpu_type_name(manufacturer: str, name: str, memory_mib: int) -> str:
+    """One GPU model as allset names it: ``<manufacturer>-<model>-<memory in GiB>gb``,
+    lowercase, runs of other characters as one dash. NVIDIA H100 with 81920 MiB ->
+    ``nvidia-h100-80gb`` (the name GKE uses too); A100 40960 MiB -> ``nvidia-a100-40gb``."""
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{manufacturer} {name}".lower()).strip("-")
+    gib = round(memory_mib / 1024)
+    return f"{slug}-{gib}gb" if gib else slug
+
+
+def shape_from(item: Item) -> Shape:
+    gpus = item.get("GpuInfo", {}).get("Gpus", [])
+    gpu_type, gpu_count, gpu_memory = None, 0, 0
+    if gpus:
+        first = gpus[0]
+        gpu_memory = int(first.get("MemoryInfo", {}).get("SizeInMiB", 0))
+        gpu_type = gpu_type_name(first.get("Manufacturer", ""), first.get("Name", ""),
+                                 gpu_memory)
+        gpu_count = sum(int(g.get("Count", 0)) for g in gpus)
+    network = item.get("NetworkInfo", {})
+    efa = int(network.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0)) if network.get(
+        "EfaSupported") else 0
+    arches = item.get("ProcessorInfo", {}).get("SupportedArchitectures", [])
+    return Shape(
+        instance_type=item["InstanceType"],
+        vcpus=int(item["VCpuInfo"]["DefaultVCpus"]),
+        memory_mib=int(item["MemoryInfo"]["SizeInMiB"]),
+        gpu_type=gpu_type,
+        gpu_count=gpu_count,
+        gpu_memory_mib=gpu_memory,
+        max_efa_interfaces=efa,
+        architecture=next((_ARCH[a] for a in arches if a in _ARCH), "amd64"),
+    )
+
+
+def describe_shapes(client: Client, instance_types: Sequence[str]) -> dict[str, Shape]:
+    """A filter, not InstanceTypes=[...]: the latter fails whole on one unknown name."""
+    wanted = sorted(set(instance_types))
+    shapes: dict[str, Shape] = {}
+    for start in range(0, len(wanted), _TYPES_PER_CALL):
+        chunk = wanted[start:start + _TYPES_PER_CALL]
+        for items in pages(client.describe_instance_types,
+                              "InstanceTypes",
+                              Filters=[{"Name": "instance-type", "Values": chunk}]):
+            for item in items:
+                shape = shape_from(item)
+                shapes[shape.instance_type] = shape
+    return shapes
+
+
+# --- reservations -----------------------------------------------------------------------
+
+
+def epoch(value: Any) -> float | None:
+    if isinstance(value, dt.datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=dt.UTC)).timestamp()
+    return None
+
+
+def placement_group_name(arn: str) -> str:
+    """arn:aws:ec2:<region>:<account>:placement-group/<name> -> <name>."""
+    return arn.rpartition(":placement-group/")[2] or arn
+
+
+def reservation_from(item: Item, fabric_of_pg: Mapping[str, str]) -> Reservation:
+    kind = (ReservationKind.CAPACITY_BLOCK if item.get("ReservationType") == "capacity-block"
+            else ReservationKind.DEFAULT)
+    fabric = None
+    arn = item.get("PlacementGroupArn")
+    if arn:
+        pg = placement_group_name(arn)
+        # A reservation in a placement group no group launches into fits no group: give it
+        # a fabric no group has, which the planner's fabric filter names when it rejects it.
+        fabric = fabric_of_pg.get(pg, f"placement-group/{pg}")
+    ends = epoch(item.get("EndDate")) if item.get("EndDateType") != "unlimited" else None
+    return Reservation(
+        id=item["CapacityReservationId"],
+        zone=item["AvailabilityZone"],
+        instance_type=item["InstanceType"],
+        total=int(item.get("TotalInstanceCount", 0)),
+        free=int(item.get("AvailableInstanceCount", 0)),
+        kind=kind,
+        targeted=item.get("InstanceMatchCriteria") == "targeted",
+        fabric=fabric,
+        starts_at=epoch(item.get("StartDate")) if kind is ReservationKind.CAPACITY_BLOCK
+        else None,
+        ends_at=ends,
+        price=0.0,  # already paid for, used or not
+    )
+
+
+def selected(item: Item, settings: AwsSettings) -> bool:
+    if item.get("CapacityReservationId") in settings.selected_ids:
+        return True
+    if not settings.selector_tags:
+        return False
+    have = tags.from_ec2(item.get("Tags"))
+    return all(have.get(k) == v for k, v in settings.selector_tags.items())
+
+
+def list_reservations(client: Client, settings: AwsSettings) -> Listing[Reservation]:
+    """Active reservations the selector picks. Ids are matched here rather than sent as
+    CapacityReservationIds, which fails the whole call when one id no longer exists."""
+    if not settings.selected_ids and not settings.selector_tags:
+        return Listing((), 0)
+    filters = [{"Name": "state", "Values": ["active"]}]
+    if not settings.selected_ids:  # tags only: let EC2 do the filtering
+        filters += [{"Name": f"tag:{k}", "Values": [v]} for k, v in settings.selector_tags.items()]
+    found: list[Reservation] = []
+    calls = 0
+    for items in pages(client.describe_capacity_reservations, "CapacityReservations",
+                       Filters=filters, MaxResults=PAGE_SIZE):
+        calls += 1
+        found.extend(reservation_from(i, settings.fabric_of_placement_group)
+                     for i in items if selected(i, settings))
+    return Listing(tuple(found), calls)
+
+
+# --- instances --------------------------------------------------------------------------
+
+
+def provider_id(zone: str, instance_id: str) -> str:
+    return f"aws:///{zone}/{instance_id}"
+
+
+def state_of(item: Item) -> InstanceState:
+    return _STATES.get(item.get("State", {}).get("Name", ""), InstanceState.PENDING)
+
+
+def instance_from(item: Item) -> CloudInstance | None:
+    """None for an instance without well-formed owner tags (not launched by allset)."""
+    owner = tags.parse_owner(tags.from_ec2(item.get("Tags")))
+    if owner is None:
+        return None
+    zone = item.get("Placement", {}).get("AvailabilityZone", "")
+    iid = item["InstanceId"]
+    return CloudInstance(
+        id=iid,
+        provider_id=provider_id(zone, iid),
+        name=item.get("PrivateDnsName") or iid,
+        zone=zone,
+        instance_type=item.get("InstanceType", ""),
+        state=state_of(item),
+        tags=owner,
+        launched_at=epoch(item.get("LaunchTime")) or 0.0,
+    )
+
+
+def list_instances(client: Client, cluster: str, page_size: int = PAGE_SIZE
+                   ) -> Listing[CloudInstance]:
+    found: list[CloudInstance] = []
+    skipped: list[str] = []
+    calls = 0
+    filters = [
+        {"Name": f"tag:{tags.CLUSTER}", "Values": [cluster]},
+        {"Name": "instance-state-name", "Values": list(LISTED_STATES)},
+    ]
+    for reservations in pages(client.describe_instances, "Reservations",
+                              Filters=filters, MaxResults=page_size):
+        calls += 1
+        for r in reservations:
+            for item in r.get("Instances", []):
+                inst = instance_from(item)
+                if inst is None:
+                    skipped.append(item["InstanceId"])
+                else:
+                    found.append(inst)
+    if skipped:
+        log.warning("%d instances carry %s=%s but not allset's other owner tags; left alone: %s",
+                    len(skipped), tags.CLUSTER, cluster, ", ".join(skipped[:10]))
+    return Listing(tuple(found), calls)

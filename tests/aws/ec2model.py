@@ -1,0 +1,424 @@
+"""What moto 5.2 does not model, modelled on the test side: capacity reservations (free
+counts, open vs targeted, capacity blocks and their windows, placement groups), pools that
+stock out, ClientToken idempotency, EC2's eventual consistency, and injected faults.
+
+It hooks the botocore event system of one boto3 session, so only the adapter under test sees
+it, and it answers with real error codes and HTTP statuses, which botocore turns into real
+ClientErrors. Everything else (instances, tags, launch templates, instance types) is moto's.
+
+* ``before-parameter-build`` sees the adapter's own parameters: calls are counted and kept,
+  and a RunInstances is decided here (it may shrink MaxCount, as EC2 launches anything from
+  MinCount to MaxCount, or fail).
+* ``before-call`` answers DescribeCapacityReservations, errors and repeated ClientTokens
+  itself, or lets the call through to moto.
+* ``after-call`` records what a RunInstances launched (which reservation each instance took)
+  and gives slots back on TerminateInstances."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import itertools
+import secrets
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+from botocore.awsrequest import AWSResponse
+from botocore.exceptions import ReadTimeoutError
+
+ACCOUNT = "123456789012"
+ON_DEMAND, SPOT, CAPACITY_BLOCK = "on-demand", "spot", "capacity-block"
+_URL = "https://ec2.amazonaws.com/"
+Response = tuple[AWSResponse, dict[str, Any]]
+
+
+def new_reservation_id() -> str:
+    return "cr-" + secrets.token_hex(9)[:17]
+
+
+@dataclass
+class ModelReservation:
+    id: str
+    zone: str
+    instance_type: str
+    total: int
+    targeted: bool = False
+    capacity_block: bool = False
+    placement_group: str | None = None
+    starts: float | None = None
+    ends: float | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    state: str = "active"
+    instances: set[str] = field(default_factory=set)  # instance ids running in it
+
+    @property
+    def free(self) -> int:
+        return max(0, self.total - len(self.instances))
+
+    def item(self, region: str) -> dict[str, Any]:
+        """As DescribeCapacityReservations shows it."""
+
+        def when(epoch: float | None) -> dt.datetime | None:
+            return None if epoch is None else dt.datetime.fromtimestamp(epoch, dt.UTC)
+
+        item: dict[str, Any] = {
+            "CapacityReservationId": self.id,
+            "OwnerId": ACCOUNT,
+            "CapacityReservationArn":
+                f"arn:aws:ec2:{region}:{ACCOUNT}:capacity-reservation/{self.id}",
+            "InstanceType": self.instance_type,
+            "InstancePlatform": "Linux/UNIX",
+            "AvailabilityZone": self.zone,
+            "Tenancy": "default",
+            "TotalInstanceCount": self.total,
+            "AvailableInstanceCount": self.free,
+            "State": self.state,
+            "InstanceMatchCriteria": "targeted" if self.targeted else "open",
+            "ReservationType": CAPACITY_BLOCK if self.capacity_block else "default",
+            "EndDateType": "limited" if self.ends is not None else "unlimited",
+            "Tags": [{"Key": k, "Value": v} for k, v in self.tags.items()],
+        }
+        if self.starts is not None:
+            item["StartDate"] = when(self.starts)
+        if self.ends is not None:
+            item["EndDate"] = when(self.ends)
+        if self.placement_group is not None:
+            item["PlacementGroupArn"] = (
+                f"arn:aws:ec2:{region}:{ACCOUNT}:placement-group/{self.placement_group}")
+        return item
+
+
+@dataclass
+class _Fault:
+    code: str | None  # an error code to answer with, or None for a read timeout
+    status: int
+    after: bool  # the call happens, then the connection breaks
+    remaining: int
+
+
+@dataclass
+class _Launch:
+    count: int
+    takes: list[tuple[str | None, int]]  # (reservation id or None for the pool, instances)
+    pool: tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class LiveInstance:
+    id: str
+    zone: str
+    instance_type: str
+    state: str
+    tags: dict[str, str]
+
+
+class Ec2Layer:
+    def __init__(self, region: str = "us-east-1", now: Callable[[], float] = time.time, *,
+                 instance_pages: bool = False) -> None:
+        self.region = region
+        self._now = now
+        # moto pages DescribeInstances by launch (reservation), EC2 by instance. With this
+        # set, the layer pages by instance as EC2 does (benches count calls with it).
+        self._instance_pages = instance_pages
+        self._listing: list[dict[str, Any]] = []
+        self.reservations: dict[str, ModelReservation] = {}
+        # (zone, instance type, market) -> instances still available; absent: unlimited.
+        self.pools: dict[tuple[str, str, str], int] = {}
+        self.calls: Counter[str] = Counter()
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.tokens: dict[str, list[str]] = {}
+        self._faults: dict[str, deque[_Fault]] = {}
+        self._hidden: dict[str, int] = {}  # instance id -> calls it stays invisible for
+        self._hide_next_launch = 0
+        self._backdoor: Any = None
+
+    # --- set-up -------------------------------------------------------------------------
+
+    def add_reservation(self, zone: str, instance_type: str, total: int, *,
+                        id: str | None = None, **kw: Any) -> ModelReservation:
+        r = ModelReservation(id or new_reservation_id(), zone, instance_type, total, **kw)
+        self.reservations[r.id] = r
+        return r
+
+    def stockout(self, zone: str, instance_type: str, market: str = ON_DEMAND) -> None:
+        self.pools[(zone, instance_type, market)] = 0
+
+    def fail(self, operation: str, code: str, *, status: int = 400, times: int = 1) -> None:
+        """The next ``times`` calls of ``operation`` answer with this error code."""
+        self._faults.setdefault(operation, deque()).append(_Fault(code, status, False, times))
+
+    def timeout(self, operation: str, *, after: bool, times: int = 1) -> None:
+        """The next calls time out: before EC2 saw them, or after it carried them out."""
+        self._faults.setdefault(operation, deque()).append(_Fault(None, 0, after, times))
+
+    def hide_next_launch(self, calls: int) -> None:
+        """EC2's eventual consistency: the next launch's instances stay invisible to the
+        following ``calls`` calls that name or list them."""
+        self._hide_next_launch = calls
+
+    def session(self) -> boto3.session.Session:
+        """A session whose clients go through this layer (and moto behind it)."""
+        session = boto3.session.Session(region_name=self.region)
+        events = session.events
+        events.register("before-parameter-build.ec2", self._before_parameter_build)
+        events.register("before-call.ec2", self._before_call)
+        events.register("after-call.ec2", self._after_call)
+        return session
+
+    # --- assertions -----------------------------------------------------------------------
+
+    @property
+    def ec2(self) -> Any:
+        """A client straight to moto, bypassing the layer (set-up and assertions)."""
+        if self._backdoor is None:
+            self._backdoor = boto3.client("ec2", region_name=self.region)
+        return self._backdoor
+
+    def live(self, **tag_filters: str) -> list[LiveInstance]:
+        filters = [{"Name": "instance-state-name",
+                    "Values": ["pending", "running", "stopping", "stopped", "shutting-down"]}]
+        filters += [{"Name": f"tag:{k}", "Values": [v]} for k, v in tag_filters.items()]
+        out = []
+        pages = self.ec2.get_paginator("describe_instances").paginate(Filters=filters)
+        for r in (r for page in pages for r in page["Reservations"]):
+            for i in r["Instances"]:
+                out.append(LiveInstance(
+                    i["InstanceId"], i["Placement"]["AvailabilityZone"], i["InstanceType"],
+                    i["State"]["Name"], {t["Key"]: t["Value"] for t in i.get("Tags", [])},
+                ))
+        return out
+
+    def used(self, reservation_id: str) -> int:
+        return len(self.reservations[reservation_id].instances)
+
+    def adapter_calls(self) -> int:
+        return sum(self.calls.values())
+
+    # --- event handlers -------------------------------------------------------------------
+
+    def _before_parameter_build(self, params: dict[str, Any], model: Any,
+                                context: dict[str, Any], **_: Any) -> None:
+        op = model.name
+        self.calls[op] += 1
+        self.requests.append((op, copy.deepcopy(params)))
+        context["layer.params"] = params
+        fault = self._take_fault(op)
+        context["layer.fault"] = fault
+        if fault is not None and not fault.after:
+            return
+        if op == "RunInstances":
+            repeated = self.tokens.get(params.get("ClientToken", ""))
+            if repeated is not None:
+                context["layer.repeat"] = repeated
+                return
+            decided = self._decide_launch(params)
+            if isinstance(decided, _Launch):
+                # EC2 launches anything from MinCount to MaxCount; moto launches MinCount.
+                params["MinCount"] = params["MaxCount"] = decided.count
+            context["layer.launch"] = decided
+
+    def _before_call(self, model: Any, context: dict[str, Any], **_: Any) -> Response | None:
+        op = model.name
+        params: dict[str, Any] = context.get("layer.params", {})
+        fault: _Fault | None = context.get("layer.fault")
+        if fault is not None and not fault.after:
+            if fault.code is None:
+                raise ReadTimeoutError(endpoint_url=_URL)
+            return error(fault.code, fault.status)
+        if op == "DescribeCapacityReservations":
+            return self._describe_reservations(params)
+        if op == "RunInstances":
+            if "layer.repeat" in context:
+                return self._repeat(context["layer.repeat"])
+            decided = context.get("layer.launch")
+            if isinstance(decided, tuple):
+                return decided
+        if op == "DescribeInstances" and self._instance_pages and "MaxResults" in params:
+            return self._describe_instances_by_instance(params)
+        if op in ("TerminateInstances", "CreateTags"):
+            named = params.get("InstanceIds") or params.get("Resources") or []
+            if any(self._invisible(i) for i in named):
+                return error("InvalidInstanceID.NotFound", 400)
+        return None
+
+    def _after_call(self, model: Any, parsed: dict[str, Any], context: dict[str, Any],
+                    **_: Any) -> None:
+        op = model.name
+        ok = parsed.get("ResponseMetadata", {}).get("HTTPStatusCode", 200) < 300
+        decided = context.get("layer.launch")
+        if op == "RunInstances" and ok and isinstance(decided, _Launch):
+            self._record_launch(context["layer.params"], decided, parsed)
+        if op == "TerminateInstances" and ok:
+            for item in parsed.get("TerminatingInstances", []):
+                self._release(item["InstanceId"])
+        if op == "DescribeInstances" and ok:
+            for r in parsed.get("Reservations", []):
+                r["Instances"] = [i for i in r["Instances"]
+                                  if not self._invisible(i["InstanceId"])]
+        fault: _Fault | None = context.get("layer.fault")
+        if fault is not None and fault.after:
+            raise ReadTimeoutError(endpoint_url=_URL)
+
+    # --- the model ----------------------------------------------------------------------
+
+    def _take_fault(self, op: str) -> _Fault | None:
+        queue = self._faults.get(op)
+        if not queue:
+            return None
+        fault = queue[0]
+        fault.remaining -= 1
+        if fault.remaining <= 0:
+            queue.popleft()
+        return fault
+
+    def _invisible(self, instance_id: str) -> bool:
+        left = self._hidden.get(instance_id, 0)
+        if left <= 0:
+            return False
+        self._hidden[instance_id] = left - 1
+        return True
+
+    def _describe_reservations(self, params: dict[str, Any]) -> Response:
+        wanted = params.get("CapacityReservationIds") or []
+        for rid in wanted:
+            if rid not in self.reservations:
+                return error("InvalidCapacityReservationId.NotFound", 400)
+        items = [r for r in self.reservations.values() if not wanted or r.id in wanted]
+        for f in params.get("Filters", []):
+            name, values = f["Name"], set(f["Values"])
+            items = [r for r in items if _matches(r, name, values)]
+        start = int(params.get("NextToken") or 0)
+        size = int(params.get("MaxResults") or 1000)
+        page = items[start:start + size]
+        body: dict[str, Any] = {"CapacityReservations": [r.item(self.region) for r in page]}
+        if start + size < len(items):
+            body["NextToken"] = str(start + size)
+        return ok(body)
+
+    def _decide_launch(self, params: dict[str, Any]) -> _Launch | Response:
+        low, high = int(params["MinCount"]), int(params["MaxCount"])
+        zone = params.get("Placement", {}).get("AvailabilityZone", "")
+        itype = params.get("InstanceType", "")
+        market = params.get("InstanceMarketOptions", {}).get("MarketType", ON_DEMAND)
+        spec = params.get("CapacityReservationSpecification", {})
+        target = spec.get("CapacityReservationTarget", {}).get("CapacityReservationId")
+        pool = (zone, itype, market)
+        if target is not None:
+            return self._decide_targeted(target, params, low, high, market, pool)
+        if market == CAPACITY_BLOCK:
+            return error("InvalidParameterCombination", 400)
+        takes: list[tuple[str | None, int]] = []
+        remaining = high
+        preference = spec.get("CapacityReservationPreference", "open")
+        if market == ON_DEMAND and preference in ("open", "capacity-reservations-only"):
+            # EC2's default: matching open reservations are consumed silently.
+            for r in self.reservations.values():
+                if (r.state == "active" and not r.targeted and r.free and remaining
+                        and (r.zone, r.instance_type) == (zone, itype)):
+                    n = min(r.free, remaining)
+                    takes.append((r.id, n))
+                    remaining -= n
+        if remaining and preference != "capacity-reservations-only":
+            n = min(remaining, self.pools.get(pool, remaining))
+            if n:
+                takes.append((None, n))
+                remaining -= n
+        got = high - remaining
+        if got < low:
+            return error("InsufficientInstanceCapacity", 500)
+        return _Launch(got, takes, pool)
+
+    def _decide_targeted(self, rid: str, params: dict[str, Any], low: int, high: int,
+                         market: str, pool: tuple[str, str, str]) -> _Launch | Response:
+        r = self.reservations.get(rid)
+        if r is None:
+            return error("InvalidCapacityReservationId.NotFound", 400)
+        zone, itype, _ = pool
+        if (r.zone, r.instance_type) != (zone, itype):
+            return error("InvalidParameterCombination", 400)
+        if r.capacity_block != (market == CAPACITY_BLOCK):
+            return error("InvalidParameterCombination", 400)
+        group = params.get("Placement", {}).get("GroupName")
+        if r.placement_group is not None and group != r.placement_group:
+            return error("InvalidParameterCombination", 400)
+        now = self._now()
+        if r.state != "active" or (r.starts is not None and now < r.starts) or (
+                r.ends is not None and now >= r.ends):
+            return error("ReservationCapacityExceeded", 400)
+        n = min(high, r.free)
+        if n < low:
+            return error("ReservationCapacityExceeded", 400)
+        return _Launch(n, [(r.id, n)], pool)
+
+    def _record_launch(self, params: dict[str, Any], launch: _Launch,
+                       parsed: dict[str, Any]) -> None:
+        ids = [i["InstanceId"] for i in parsed.get("Instances", [])]
+        token = params.get("ClientToken")
+        if token:
+            self.tokens[token] = ids
+        rest = iter(ids)
+        for rid, n in launch.takes:
+            taken = list(itertools.islice(rest, n))
+            if rid is None:
+                if launch.pool in self.pools:
+                    self.pools[launch.pool] -= len(taken)
+            else:
+                self.reservations[rid].instances.update(taken)
+        if self._hide_next_launch:
+            for i in ids:
+                self._hidden[i] = self._hide_next_launch
+            self._hide_next_launch = 0
+
+    def _release(self, instance_id: str) -> None:
+        for r in self.reservations.values():
+            r.instances.discard(instance_id)
+
+    def _describe_instances_by_instance(self, params: dict[str, Any]) -> Response:
+        token = params.get("NextToken") or ""
+        if not token.startswith("layer-"):  # a first page: list everything from moto once
+            pager = self.ec2.get_paginator("describe_instances")
+            self._listing = [i for page in pager.paginate(Filters=params.get("Filters", []))
+                             for r in page["Reservations"] for i in r["Instances"]]
+        start = int(token.removeprefix("layer-") or 0)
+        size = int(params["MaxResults"])
+        page = self._listing[start:start + size]
+        body: dict[str, Any] = {"Reservations": [
+            {"ReservationId": "r-layer", "OwnerId": ACCOUNT, "Instances": page}]}
+        if start + size < len(self._listing):
+            body["NextToken"] = f"layer-{start + size}"
+        return ok(body)
+
+    def _repeat(self, ids: list[str]) -> Response:
+        """EC2 answers a repeated ClientToken with the first call's instances."""
+        found = self.ec2.describe_instances(InstanceIds=ids)["Reservations"]
+        instances = [i for r in found for i in r["Instances"]]
+        return ok({"ReservationId": "r-repeat", "OwnerId": ACCOUNT, "Instances": instances})
+
+
+def _matches(r: ModelReservation, name: str, values: set[str]) -> bool:
+    if name == "state":
+        return r.state in values
+    if name == "instance-type":
+        return r.instance_type in values
+    if name == "availability-zone":
+        return r.zone in values
+    if name.startswith("tag:"):
+        return r.tags.get(name[4:]) in values
+    raise AssertionError(f"the layer does not model the filter {name!r}")
+
+
+def ok(body: dict[str, Any]) -> Response:
+    body["ResponseMetadata"] = {"HTTPStatusCode": 200, "RequestId": "layer"}
+    return AWSResponse(_URL, 200, {}, None), body
+
+
+def error(code: str, status: int) -> Response:
+    body = {
+        "Error": {"Code": code, "Message": f"(modelled by the test layer) {code}"},
+        "ResponseMetadata": {"HTTPStatusCode": status, "RequestId": "layer"},
+    }
+    return AWSResponse(_URL, status, {}, None), body
