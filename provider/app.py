@@ -12,9 +12,10 @@ from adapters.base import CapacityType, CloudAdapter
 from provider.clock import Clock, SystemClock
 from provider.config import LoadedConfig
 from provider.executor import Executor as AttemptExecutor
-from provider.executor import Journal, Observer, PartRunner, ThreadRunner
+from provider.executor import Journal, MemoryJournal, Observer, PartRunner, ThreadRunner
 from provider.fleet import Fleet
 from provider.ledger import Ledger
+from provider.metrics import Metrics
 from provider.model import NodeGroup, Resources
 from provider.planner.matching import Matcher
 from provider.reconcile import Reconciler
@@ -46,11 +47,13 @@ class Provider:
         self.ledger = Ledger(config.groups, self.clock, self.unavailable)
         self.fleet = Fleet(config.groups)
         self._thread_runner = ThreadRunner() if runner is None else None
+        self.metrics = Metrics()
+        self.journal: Journal = journal or MemoryJournal()
         self.executor = AttemptExecutor(
             adapter, self.ledger, config.groups, self.clock,
             runner=runner or self._thread_runner or ThreadRunner(),
-            journal=journal,
-            observer=observer,
+            journal=self.journal,
+            observer=observer or self.metrics,
             max_plans=config.schema.attempts.max_plans,
             deadline_seconds=config.attempt_deadline_seconds,
         )
@@ -61,7 +64,7 @@ class Provider:
         self.scaleups = ScaleUps(config.cluster, self.fleet, self.executor, self.clock,
                                  self.workers, self.matcher, ids=ids)
         self.reconciler = Reconciler(config.cluster, adapter, self.fleet, self.ledger,
-                                     self.executor, self.clock)
+                                     self.executor, self.clock, metrics=self.metrics)
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._loop: threading.Thread | None = None
@@ -71,7 +74,13 @@ class Provider:
 
     def start(self) -> None:
         """First reconcile synchronously (CA must see real sizes from the first call),
-        then keep the inventory fresh in the background."""
+        then keep the inventory fresh in the background. Attempts a previous run left
+        open are over: reconcile commits or rolls back their instances by their tags."""
+        interrupted = self.journal.open_attempts()
+        if interrupted:
+            log.warning("previous run stopped during %d attempts: %s", len(interrupted),
+                        ", ".join(a.id for a in interrupted))
+            self.journal.close_interrupted([a.id for a in interrupted])
         self.refresh_now()
         self._loop = threading.Thread(target=self._refresh_loop, name="refresh", daemon=True)
         self._loop.start()

@@ -16,6 +16,7 @@ from provider.config import ConfigError, LoadedConfig, load_config
 log = logging.getLogger("allset")
 
 DEFAULT_ADDRESS = "127.0.0.1:8086"
+DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "allset"
 
 
 class UsageError(Exception):
@@ -58,7 +59,23 @@ def _parser() -> argparse.ArgumentParser:
                        help="serve plaintext without TLS (local use only)")
     serve.add_argument("--grace", type=float, default=10.0,
                        help="seconds RPCs in progress get to finish on SIGTERM")
+    serve.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
+                       help="local attempt journal (SQLite); safe to lose, the cloud's tags "
+                       "are the truth (default: %(default)s)")
+    serve.add_argument("--metrics-address", default="",
+                       help="host:port to serve Prometheus metrics on (default: off)")
     serve.set_defaults(run=_serve)
+
+    instances = sub.add_parser("instances", help="every instance the cloud has for this "
+                               "cluster, with its group, attempt and commit state")
+    instances.add_argument("--config", type=Path,
+                           help="config file (default: the built-in demo)")
+    instances.add_argument("--output", choices=["text", "json"], default="text")
+    instances.add_argument("--orphans", action="store_true",
+                           help="only what reconcile would roll back: instances of attempts "
+                           "that never committed (an attempt in flight in a running server "
+                           "also shows until it commits)")
+    instances.set_defaults(run=_instances)
 
     certs = sub.add_parser("certs", help="write a dev CA, server and client certificates")
     certs.add_argument("--out", type=Path, required=True, help="directory to write PEM files to")
@@ -88,11 +105,13 @@ def _load(path: Path | None) -> LoadedConfig:
 
 def _serve(args: argparse.Namespace) -> int:
     import grpc
+    from prometheus_client import start_http_server
 
     from adapters.registry import connect
     from provider.app import Provider
     from provider.clock import SystemClock
     from provider.service.server import Server
+    from provider.store.journal import SqliteJournal
     from provider.tls import server_credentials
 
     tls = (args.tls_cert, args.tls_key, args.tls_client_ca)
@@ -114,8 +133,14 @@ def _serve(args: argparse.Namespace) -> int:
     config = _load(args.config)
     clock = SystemClock()
     adapter, config = connect(config, clock)
-    provider = Provider(config, adapter, clock)
+    journal = SqliteJournal(args.state_dir / config.cluster / "attempts.db")
+    provider = Provider(config, adapter, clock, journal=journal)
     server = Server(provider, args.address, credentials)
+    if args.metrics_address:
+        host, _, port = args.metrics_address.rpartition(":")
+        if not port.isdigit():
+            raise UsageError(f"--metrics-address: {args.metrics_address!r} is not host:port")
+        start_http_server(int(port), host or "0.0.0.0", registry=provider.metrics.registry)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -179,6 +204,51 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         print(plan_text(demand.name, result))
     return 2 if isinstance(result, Infeasible) else 0
+
+
+def _instances(args: argparse.Namespace) -> int:
+    import json
+
+    from adapters.registry import connect
+    from provider.clock import SystemClock
+    from provider.reconcile import classify
+
+    config = _load(args.config)
+    adapter, config = connect(config, SystemClock())
+    try:
+        snapshot = adapter.snapshot(config.cluster)
+    finally:
+        adapter.close()
+    found = classify(snapshot, in_flight=())
+    orphans = {i.id for i in found.orphans}
+    rows = [i for i in snapshot.instances if not args.orphans or i.id in orphans]
+    records = [{
+        "id": i.id,
+        "providerID": i.provider_id,
+        "nodeGroup": i.tags.node_group,
+        "attempt": i.tags.attempt,
+        "part": i.tags.part,
+        "source": str(i.tags.source),
+        "reservation": i.tags.reservation,
+        "request": i.tags.request,
+        "state": str(i.state),
+        # Reconcile finishes a commit that a crash interrupted: those count as committed.
+        "committed": i.tags.committed or i in found.to_commit,
+    } for i in sorted(rows, key=lambda i: (i.tags.node_group, i.tags.attempt, i.id))]
+    if args.output == "json":
+        print(json.dumps(records, indent=2))
+        return 0
+    header = ("INSTANCE", "GROUP", "ATTEMPT", "PART", "SOURCE", "RESERVATION", "STATE",
+              "COMMITTED")
+    table = [header] + [(r["id"], r["nodeGroup"], r["attempt"], r["part"], r["source"],
+                         r["reservation"] or "-", r["state"], "yes" if r["committed"] else "no")
+                        for r in records]
+    widths = [max(len(str(row[c])) for row in table) for c in range(len(header))]
+    for row in table:
+        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+    if not records:
+        print("(no orphans)" if args.orphans else "(no instances)")
+    return 0
 
 
 def _certs(args: argparse.Namespace) -> int:

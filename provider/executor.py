@@ -35,6 +35,7 @@ from adapters.base import (
     OwnerTags,
     TransientError,
 )
+from provider import failpoints
 from provider.clock import Clock
 from provider.ledger import CapacityView, Ledger
 from provider.model import NodeGroup
@@ -111,16 +112,16 @@ class Outcome:
 class Observer(Protocol):
     """What the executor reports (metrics implement it; the default ignores it)."""
 
-    def launched(self, part: Part, instances: int) -> None: ...
-    def rolled_back(self, attempt: str, instances: int) -> None: ...
+    def launched_part(self, part: Part, instances: int) -> None: ...
+    def rolled_back_part(self, attempt: str, instances: int) -> None: ...
     def finished(self, outcome: Outcome) -> None: ...
 
 
 class NullObserver:
-    def launched(self, part: Part, instances: int) -> None:
+    def launched_part(self, part: Part, instances: int) -> None:
         pass
 
-    def rolled_back(self, attempt: str, instances: int) -> None:
+    def rolled_back_part(self, attempt: str, instances: int) -> None:
         pass
 
     def finished(self, outcome: Outcome) -> None:
@@ -128,17 +129,34 @@ class NullObserver:
 
 
 class Journal(Protocol):
-    """Where attempts are recorded before their first cloud call (durable in issue 4)."""
+    """Where attempts are recorded, before their first cloud call, and terminations owed.
+    (provider.store.journal keeps it in SQLite under --state-dir.)"""
 
     def begin(self, spec: AttemptSpec, now: float) -> None: ...
     def planned(self, attempt: str, plan_index: int, plan: Plan) -> None: ...
+    def launched(self, attempt: str, label: str, instance_ids: Sequence[str]) -> None: ...
     def finished(self, outcome: Outcome) -> None: ...
+    def owe(self, instance_ids: Sequence[str], now: float) -> None: ...
+    def paid(self, instance_ids: Sequence[str]) -> None: ...
+    def owed(self) -> list[str]: ...
+    def open_attempts(self) -> list[OpenAttempt]: ...
+    def close_interrupted(self, attempts: Sequence[str]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAttempt:
+    """An attempt a previous run began and never finished."""
+
+    id: str
+    started_at: float
+    instances: tuple[str, ...]
 
 
 class MemoryJournal:
     def __init__(self) -> None:
         self.open: dict[str, AttemptSpec] = {}
         self.outcomes: dict[str, Outcome] = {}
+        self._owed: dict[str, float] = {}
 
     def begin(self, spec: AttemptSpec, now: float) -> None:
         self.open[spec.id] = spec
@@ -146,9 +164,29 @@ class MemoryJournal:
     def planned(self, attempt: str, plan_index: int, plan: Plan) -> None:
         pass
 
+    def launched(self, attempt: str, label: str, instance_ids: Sequence[str]) -> None:
+        pass
+
     def finished(self, outcome: Outcome) -> None:
         self.open.pop(outcome.attempt, None)
         self.outcomes[outcome.attempt] = outcome
+
+    def owe(self, instance_ids: Sequence[str], now: float) -> None:
+        for i in instance_ids:
+            self._owed.setdefault(i, now)
+
+    def paid(self, instance_ids: Sequence[str]) -> None:
+        for i in instance_ids:
+            self._owed.pop(i, None)
+
+    def owed(self) -> list[str]:
+        return list(self._owed)
+
+    def open_attempts(self) -> list[OpenAttempt]:
+        return []  # nothing outlives the process
+
+    def close_interrupted(self, attempts: Sequence[str]) -> None:
+        pass
 
 
 Build = Callable[[CapacityView, Sequence[Part]], Plan | Infeasible]
@@ -157,22 +195,32 @@ LaunchResult = tuple[Part, list[CloudInstance], CloudError | None]
 
 @dataclass(slots=True)
 class Terminator:
-    """Terminates instances, retrying until done; failures are kept, never forgotten."""
+    """Terminates instances, retrying until done. Each termination is written to the
+    journal before it is tried and crossed off after, so none is ever forgotten, not even
+    across a crash."""
 
     adapter: CloudAdapter
     clock: Clock
+    journal: Journal
     retry_seconds: float = 60.0
     backlog: dict[str, float] = field(default_factory=dict)  # instance id -> next try
+
+    def __post_init__(self) -> None:
+        now = self.clock.now()
+        for instance_id in self.journal.owed():  # owed by a previous run
+            self.backlog.setdefault(instance_id, now)
 
     def terminate(self, ids: Sequence[str], retry: Retrying) -> bool:
         if not ids:
             return True
+        self.journal.owe(ids, self.clock.now())
         try:
             for attempt in retry:
                 with attempt:
                     self.adapter.terminate(list(ids))
             for i in ids:
                 self.backlog.pop(i, None)
+            self.journal.paid(ids)
             return True
         except (CloudError, RetryError) as err:
             log.warning("terminate of %d instances failed, will retry: %s", len(ids), err)
@@ -218,7 +266,7 @@ class Executor:
         self._call_attempts = call_attempts
         self._backoff = backoff_seconds
         self._max_backoff = max_backoff_seconds
-        self.terminator = Terminator(adapter, clock)
+        self.terminator = Terminator(adapter, clock, self.journal)
         self.in_flight: set[str] = set()
 
     def retrying(self) -> Retrying:
@@ -242,6 +290,7 @@ class Executor:
         started = self._clock.now()
         self.in_flight.add(spec.id)
         self.journal.begin(spec, self._clock.now())
+        failpoints.hit("executor.recorded")
         try:
             outcome = self._run(spec, build, on_launched, cancelled)
         finally:
@@ -269,7 +318,7 @@ class Executor:
         while plans < self._max_plans and self._clock.now() < deadline:
             if cancelled():
                 launched = [i for _, insts in kept for i in insts]
-                self._rollback(spec, launched)
+                self._rollback(spec, [insts for _, insts in kept])
                 return Outcome(spec.id, Result.CANCELLED, failures=tuple(failures),
                                plans_tried=plans, rolled_back=rolled_back + len(launched))
             already = [p for p, _ in kept]
@@ -292,9 +341,11 @@ class Executor:
             good = [(p, insts) for p, insts, err in results if err is None]
             bad = [PartFailure(p, err) for p, _, err in results if err is not None]
             for p, insts in good:
-                self._observer.launched(p, len(insts))
+                self._observer.launched_part(p, len(insts))
                 if on_launched is not None:
                     on_launched(insts)
+            if bad:
+                failpoints.hit("executor.rollback-started")
             if not bad:
                 kept.extend(good)
                 complete = True
@@ -308,7 +359,7 @@ class Executor:
             else:
                 launched = [i for _, insts in good for i in insts]
                 rolled_back += len(launched)
-                if self._rollback(spec, launched):
+                if self._rollback(spec, [insts for _, insts in good]):
                     self._ledger.release(spec.id, [p for p, _ in good])
                 # else: the nodes still hold their slots until the terminator gets them;
                 # the claim stays so the next plan does not count those slots as free.
@@ -318,20 +369,22 @@ class Executor:
             return Outcome(spec.id, result, infeasible=infeasible, failures=tuple(failures),
                            plans_tried=plans, rolled_back=rolled_back)
         if cancelled():
-            self._rollback(spec, instances)
+            self._rollback(spec, [insts for _, insts in kept])
             rolled_back += len(instances)
             return Outcome(spec.id, Result.CANCELLED, failures=tuple(failures),
                            plans_tried=plans, rolled_back=rolled_back)
+        failpoints.hit("executor.before-commit")
         try:
             for attempt in self.retrying():
                 with attempt:
                     self._adapter.commit([i.id for i in instances], spec.id)
         except CloudError as err:
             log.error("attempt %s: commit failed, rolling back: %s", spec.id, err)
-            self._rollback(spec, instances)
+            self._rollback(spec, [insts for _, insts in kept])
             rolled_back += len(instances)
             return Outcome(spec.id, Result.FAILED, failures=tuple(failures),
                            plans_tried=plans, rolled_back=rolled_back)
+        failpoints.hit("executor.committed")
         committed = tuple(i.with_commit() for i in instances)
         result = Result.SUCCEEDED if complete else Result.PARTIAL
         return Outcome(spec.id, result, committed, infeasible=infeasible,
@@ -366,11 +419,13 @@ class Executor:
                         instances = list(self._adapter.launch(request))
                     except OutcomeUnknown:
                         instances = self._settle_unknown(request)
+            self.journal.launched(spec.id, label, [i.id for i in instances])
             if len(instances) != part.count:
-                self._rollback(spec, instances)  # never keep a part that is not whole
+                self._rollback(spec, [instances])  # never keep a part that is not whole
                 raise CloudError(
                     f"launch of part {label} returned {len(instances)} of {part.count} instances"
                 )
+            failpoints.hit("executor.part-launched")
             return part, instances, None
         except CloudError as err:
             return part, [], err
@@ -387,12 +442,18 @@ class Executor:
             return found
         raise TransientError(f"launch {request.token} outcome unknown and nothing listed yet")
 
-    def _rollback(self, spec: AttemptSpec, instances: Sequence[CloudInstance]) -> bool:
-        """Terminate the instances; False if some are left to the terminator's backlog."""
-        if not instances:
+    def _rollback(self, spec: AttemptSpec, parts: Sequence[Sequence[CloudInstance]]) -> bool:
+        """Terminate every launched part, one part at a time; False if some instances are
+        left to the terminator's backlog."""
+        parts = [p for p in parts if p]
+        if not parts:
             return True
-        self._observer.rolled_back(spec.id, len(instances))
-        return self.terminator.terminate([i.id for i in instances], self.retrying())
+        self._observer.rolled_back_part(spec.id, sum(len(p) for p in parts))
+        done = True
+        for part in parts:
+            done = self.terminator.terminate([i.id for i in part], self.retrying()) and done
+            failpoints.hit("executor.part-rolled-back")
+        return done
 
     def _mark_unavailable(self, failure: PartFailure) -> None:
         group = self._groups[failure.part.group]

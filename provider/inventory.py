@@ -7,7 +7,7 @@ infeasible plan can name the reservation that almost fit."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from adapters.base import CapacityType, Quota, Reservation, ReservationKind
@@ -83,7 +83,7 @@ def _targeting(g: NodeGroup, r: Reservation, now: float) -> str | None:
     return None
 
 
-def _window(g: NodeGroup, r: Reservation, now: float) -> str | None:
+def _window(r: Reservation, now: float) -> str | None:
     if r.starts_at is not None and now < r.starts_at:
         return f"reservation {r.id} starts at {r.starts_at:.0f} (now {now:.0f})"
     if r.ends_at is not None and now >= r.ends_at:
@@ -93,14 +93,30 @@ def _window(g: NodeGroup, r: Reservation, now: float) -> str | None:
     return None
 
 
-# Order matters only for which reason is reported: the most structural mismatch first.
+# Rules about a group and a reservation. Order matters only for which reason is
+# reported: the most structural mismatch first. What depends on the reservation alone
+# (its window, free slots, recent failures) is `reservation_state`.
 RESERVATION_RULES: tuple[tuple[str, Rule], ...] = (
     ("instance-type", _instance_type),
     ("zone", _zone),
     ("fabric", _fabric),
     ("targeted", _targeting),
-    ("window", _window),
 )
+
+State = tuple[str, str] | None  # (rule, message) when the reservation serves nobody now
+
+
+def reservation_state(r: Reservation, now: float, unavailable: UnavailableOfferings) -> State:
+    """Why this reservation can serve no group now, whatever the group."""
+    message = _window(r, now)
+    if message is not None:
+        return ("window", message)
+    if r.free <= 0:
+        return ("full", f"reservation {r.id} has no free slot")
+    mark = unavailable.blocked(PoolKey(r.zone, r.instance_type, CapacityType.RESERVED, r.id))
+    if mark is not None:
+        return ("unavailable", f"reservation {r.id} failed recently: {mark.reason}")
+    return None
 
 
 def group_offerings(
@@ -109,12 +125,18 @@ def group_offerings(
     quotas: Sequence[Quota],
     unavailable: UnavailableOfferings,
     now: float,
+    states: Mapping[str, State] | None = None,
 ) -> GroupOfferings:
+    """The group's offerings, cheapest first, and why each other reservation was left
+    out. ``states`` may carry `reservation_state` already worked out for these
+    reservations (a capacity view does, once for every group)."""
     offerings: list[Offering] = []
     rejections: list[Rejection] = []
     if group.allows(CapacityType.RESERVED):
         for r in reservations:
-            rejection = _reject(group, r, now, unavailable)
+            state = states[r.id] if states is not None else reservation_state(
+                r, now, unavailable)
+            rejection = _reject(group, r, now, state)
             if rejection is not None:
                 rejections.append(rejection)
                 continue
@@ -142,20 +164,13 @@ def group_offerings(
     return GroupOfferings(group, tuple(offerings), tuple(rejections))
 
 
-def _reject(
-    group: NodeGroup, r: Reservation, now: float, unavailable: UnavailableOfferings
-) -> Rejection | None:
+def _reject(group: NodeGroup, r: Reservation, now: float, state: State) -> Rejection | None:
     for name, rule in RESERVATION_RULES:
         message = rule(group, r, now)
         if message is not None:
             return Rejection(group.id, r.id, name, message)
-    if r.free <= 0:
-        return Rejection(group.id, r.id, "full", f"reservation {r.id} has no free slot")
-    key = PoolKey(r.zone, r.instance_type, CapacityType.RESERVED, r.id)
-    mark = unavailable.blocked(key)
-    if mark is not None:
-        return Rejection(group.id, r.id, "unavailable",
-                         f"reservation {r.id} failed recently: {mark.reason}")
+    if state is not None:
+        return Rejection(group.id, r.id, state[0], state[1])
     return None
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from adapters.base import CloudSnapshot, Quota, Reservation
 from provider.clock import Clock
-from provider.inventory import GroupOfferings, group_offerings
+from provider.inventory import GroupOfferings, State, group_offerings, reservation_state
 from provider.model import NodeGroup
 from provider.plan import Infeasible, Part, Plan
 from provider.unavailable import UnavailableOfferings
@@ -40,6 +40,8 @@ class CapacityView:
     _cache: dict[str, GroupOfferings] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _states: dict[str, State] = field(default_factory=dict, init=False, repr=False,
+                                      compare=False)
 
     def offerings(self, group: NodeGroup) -> GroupOfferings:
         """The group's offerings; only reservations of its type in its zone can serve it
@@ -48,8 +50,11 @@ class CapacityView:
         found = self._cache.get(group.id)
         if found is None:
             candidates = self.by_pool.get((group.instance_type, group.zone), ())
+            for r in candidates:
+                if r.id not in self._states:
+                    self._states[r.id] = reservation_state(r, self.now, self.unavailable)
             found = group_offerings(group, candidates, self.quotas, self.unavailable,
-                                    self.now)
+                                    self.now, self._states)
             self._cache[group.id] = found
         return found
 

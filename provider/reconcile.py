@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from adapters.base import CloudAdapter, CloudError, CloudInstance, CloudSnapshot
@@ -13,6 +13,7 @@ from provider.clock import Clock
 from provider.executor import Executor
 from provider.fleet import Fleet
 from provider.ledger import Ledger
+from provider.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class Reconciler:
         *,
         grace_seconds: float = 60.0,
         failed_placeholder_ttl: float = 900.0,
-        on_snapshot: Callable[[CloudSnapshot], None] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._cluster = cluster
         self._adapter = adapter
@@ -68,7 +69,7 @@ class Reconciler:
         self._clock = clock
         self._grace = grace_seconds
         self._failed_ttl = failed_placeholder_ttl
-        self._on_snapshot = on_snapshot
+        self._metrics = metrics
         self.last_error: str | None = None
         self.orphans_seen = 0
 
@@ -82,6 +83,8 @@ class Reconciler:
         except CloudError as err:
             self.last_error = str(err)
             log.warning("refresh failed, keeping previous state: %s", err)
+            if self._metrics is not None:
+                self._metrics.refresh_failures.inc()
             return None
         self.last_error = None
         in_flight = flying_before | set(self._executor.in_flight)
@@ -97,9 +100,9 @@ class Reconciler:
                         len(found.orphans), sorted({i.tags.attempt for i in found.orphans}))
             self._executor.terminator.terminate([i.id for i in found.orphans],
                                                 self._executor.retrying())
-        self._executor.terminator.retry_backlog(self._executor.retrying())
-        if self._on_snapshot is not None:
-            self._on_snapshot(snapshot)
+        owed = self._executor.terminator.retry_backlog(self._executor.retrying())
+        if self._metrics is not None:
+            self._metrics.observe_snapshot(snapshot, len(found.orphans), owed)
         return found
 
     def _snapshot(self) -> CloudSnapshot:

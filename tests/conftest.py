@@ -38,3 +38,14 @@ def channel(server: Server) -> Iterator[grpc.Channel]:
 @pytest.fixture
 def served(h: Harness, channel: grpc.Channel) -> tuple[Harness, pb_grpc.CloudProviderStub]:
     return h, pb_grpc.CloudProviderStub(channel)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    from tests.test_crash import COVERED, SCENARIOS
+
+    if COVERED:
+        points = {c.split("=")[0] for c in COVERED}
+        terminalreporter.write_line(
+            f"crash test: {len(points)} crash points, {len(COVERED)} of "
+            f"{2 * len(SCENARIOS)} scenarios (kill, restart with state kept or wiped) passed"
+        )

@@ -30,10 +30,11 @@ def allset(*args: str) -> subprocess.CompletedProcess[str]:
                           cwd=ROOT, check=False)
 
 
-def test_serve_demo_answers_and_stops_on_sigterm() -> None:
+def test_serve_demo_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
     proc = subprocess.Popen(
-        [*ALLSET, "serve", "--insecure", "--address", f"127.0.0.1:{port}"],
+        [*ALLSET, "serve", "--insecure", "--address", f"127.0.0.1:{port}",
+         "--state-dir", str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )
     try:

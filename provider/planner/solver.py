@@ -97,8 +97,8 @@ def solve(problem: Problem) -> Solution | None:
 
 
 def lower_bound(problem: Problem) -> float:
-    """Spend no solution can beat: each pod set covered on its own, fractionally where it
-    has a choice of groups and in whole nodes where it has one (ignores sharing)."""
+    """Spend no solution can beat: each pod set covered on its own (ignoring what others
+    take), in whole nodes when all its groups pack it alike, fractionally otherwise."""
     total = 0.0
     by_group: dict[str, list[Source]] = defaultdict(list)
     for src in problem.sources:
@@ -110,7 +110,8 @@ def lower_bound(problem: Problem) -> float:
         arcs = arcs_of[name]
         options = [(src.price / a.per_node, _cap(problem, src), a.per_node)
                    for a in arcs for src in by_group[a.group]]
-        if len(arcs) == 1:  # whole nodes: ceil(pods / per node) of the cheapest sources
+        if len({a.per_node for a in arcs}) == 1:
+            # Every option packs alike: ceil(pods / per node) whole nodes, cheapest first.
             left = float(-(-pods // arcs[0].per_node))
             for price_per_pod, cap, per_node in sorted(options):
                 take = min(left, cap)
@@ -164,14 +165,17 @@ def heuristic(p: Problem) -> Solution | None:
 
     for name, pods in sorted(p.needs, key=lambda t: (len(arcs_of[t[0]]), -t[1], t[0])):
         left = pods
-        while left > 0:
-            options = [(src.price / a.per_node, src.order, a.group, a, src)
-                       for a in arcs_of[name] for src in by_group[a.group]
-                       if available(src) >= 1]
-            if not options:
-                return None
-            _, _, _, arc, src = min(options, key=lambda o: o[:3])
+        # Capacity only shrinks as it is taken, so one pass in price-per-pod order is the
+        # greedy choice at every step.
+        options = sorted(((src.price / a.per_node, src.order, a.group, a, src)
+                          for a in arcs_of[name] for src in by_group[a.group]),
+                         key=lambda o: o[:3])
+        for _, _, _, arc, src in options:
+            if left <= 0:
+                break
             n = int(min(available(src), -(-left // arc.per_node)))
+            if n <= 0:
+                continue
             nodes[(name, arc.group)] += n
             take[src] += n
             room[arc.group] -= n
@@ -182,6 +186,8 @@ def heuristic(p: Problem) -> Solution | None:
                 if units:
                     quota_left[q.name] -= units * n
             left -= n * arc.per_node
+        if left > 0:
+            return None
     return _summarise(p, dict(nodes), list(take.items()))
 
 
