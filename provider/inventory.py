@@ -17,7 +17,6 @@ from provider.unavailable import PoolKey, UnavailableOfferings
 
 @dataclass(frozen=True, slots=True)
 class Offering:
-    group: str
     capacity_type: CapacityType
     price: float  # USD per node-hour
     available: int | None  # None: no known limit (on-demand without a quota)
@@ -36,9 +35,9 @@ class Offering:
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
-    """A reservation that did not serve a group, and the rule that excluded it."""
+    """A reservation that did not serve a group, and the rule that excluded it. The
+    message says "the group": groups of one kind share their offerings."""
 
-    group: str
     reservation: str
     rule: str  # instance-type | zone | fabric | targeted | window | full | unavailable | policy
     message: str
@@ -46,7 +45,6 @@ class Rejection:
 
 @dataclass(frozen=True, slots=True)
 class GroupOfferings:
-    group: NodeGroup
     offerings: tuple[Offering, ...]
     rejections: tuple[Rejection, ...]
 
@@ -56,29 +54,29 @@ Rule = Callable[[NodeGroup, Reservation, float], str | None]
 
 def _instance_type(g: NodeGroup, r: Reservation, now: float) -> str | None:
     if r.instance_type != g.instance_type:
-        return f"reservation {r.id} holds {r.instance_type}, group {g.id} is {g.instance_type}"
+        return f"reservation {r.id} holds {r.instance_type}, the group runs {g.instance_type}"
     return None
 
 
 def _zone(g: NodeGroup, r: Reservation, now: float) -> str | None:
     if r.zone != g.zone:
-        return f"reservation {r.id} is in {r.zone}, group {g.id} is in {g.zone}"
+        return f"reservation {r.id} is in {r.zone}, the group is in {g.zone}"
     return None
 
 
 def _fabric(g: NodeGroup, r: Reservation, now: float) -> str | None:
     if r.fabric is not None and r.fabric != g.fabric:
         where = f"fabric {g.fabric}" if g.fabric else "no fabric"
-        return f"reservation {r.id} is tied to fabric {r.fabric}, group {g.id} has {where}"
+        return f"reservation {r.id} is tied to fabric {r.fabric}, the group has {where}"
     if r.fabric is None and g.fabric is not None:
         # Its slots are not held together: nodes from it would sit outside the fabric.
-        return f"reservation {r.id} is tied to no fabric, group {g.id} needs fabric {g.fabric}"
+        return f"reservation {r.id} is tied to no fabric, the group needs fabric {g.fabric}"
     return None
 
 
 def _targeting(g: NodeGroup, r: Reservation, now: float) -> str | None:
     if r.targeted and r.id not in g.targeted_reservations:
-        return (f"reservation {r.id} only accepts targeted launches and group {g.id} "
+        return (f"reservation {r.id} only accepts targeted launches and the group "
                 "does not list it under reservations")
     return None
 
@@ -141,7 +139,6 @@ def group_offerings(
                 rejections.append(rejection)
                 continue
             offerings.append(Offering(
-                group=group.id,
                 capacity_type=CapacityType.RESERVED,
                 price=r.price,
                 available=r.free,
@@ -155,22 +152,21 @@ def group_offerings(
         if unavailable.blocked(PoolKey(group.zone, group.instance_type, ctype)) is not None:
             continue
         offerings.append(Offering(
-            group=group.id,
             capacity_type=ctype,
             price=group.price(ctype),
             available=quota_headroom(group, ctype, quotas),
         ))
     offerings.sort(key=lambda o: o.sort_key)
-    return GroupOfferings(group, tuple(offerings), tuple(rejections))
+    return GroupOfferings(tuple(offerings), tuple(rejections))
 
 
 def _reject(group: NodeGroup, r: Reservation, now: float, state: State) -> Rejection | None:
     for name, rule in RESERVATION_RULES:
         message = rule(group, r, now)
         if message is not None:
-            return Rejection(group.id, r.id, name, message)
+            return Rejection(r.id, name, message)
     if state is not None:
-        return Rejection(group.id, r.id, state[0], state[1])
+        return Rejection(r.id, state[0], state[1])
     return None
 
 

@@ -37,7 +37,7 @@ class CapacityView:
     now: float
     by_type: dict[str, tuple[Reservation, ...]] = field(default_factory=dict)
     by_pool: dict[tuple[str, str], tuple[Reservation, ...]] = field(default_factory=dict)
-    _cache: dict[str, GroupOfferings] = field(
+    _cache: dict[tuple[object, ...], GroupOfferings] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
     _states: dict[str, State] = field(default_factory=dict, init=False, repr=False,
@@ -47,7 +47,12 @@ class CapacityView:
         """The group's offerings; only reservations of its type in its zone can serve it
         (the others are found by explanations directly). A view is a fixed picture, so
         each group's answer is computed once."""
-        found = self._cache.get(group.id)
+        # Groups of one kind (type, zone, fabric, targeted reservations, sources, prices)
+        # have the same offerings: work them out once per kind.
+        kind = (group.instance_type, group.zone, group.fabric, group.targeted_reservations,
+                group.capacity_types, group.on_demand_price, group.spot_price,
+                group.gpu_count, group.allocatable.get("cpu"))
+        found = self._cache.get(kind)
         if found is None:
             candidates = self.by_pool.get((group.instance_type, group.zone), ())
             for r in candidates:
@@ -55,7 +60,7 @@ class CapacityView:
                     self._states[r.id] = reservation_state(r, self.now, self.unavailable)
             found = group_offerings(group, candidates, self.quotas, self.unavailable,
                                     self.now, self._states)
-            self._cache[group.id] = found
+            self._cache[kind] = found
         return found
 
 

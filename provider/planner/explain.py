@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Mapping
 
 from adapters.base import CapacityType, Reservation
 from provider.clock import ManualClock
 from provider.demand import PodSet, Topology
+from provider.inventory import GroupOfferings
 from provider.plan import Infeasible, Reason, ReasonCode
 from provider.planner.gang import (
     Allocation,
@@ -209,13 +211,24 @@ def _mismatch(inputs: Inputs, reservations: list[Reservation]) -> Reason:
 
 def _mismatch_messages(inputs: Inputs, reservations: list[Reservation]) -> list[str]:
     ids = {r.id for r in reservations}
-    messages = {r.message for o in inputs.offerings.values() for r in o.rejections
-                if r.reservation in ids and r.rule in ("fabric", "targeted")}
+    messages = set(_by_reservation(inputs, inputs.offerings, ("fabric", "targeted"), ids))
     for r in reservations:
         if _orphaned(inputs, r):
             messages.add(f"reservation {r.id} holds {r.free} free {r.instance_type} in "
                          f"{r.zone}, where no group that can host the gang runs")
     return sorted(messages)
+
+
+def _by_reservation(inputs: Inputs, offerings: Mapping[str, GroupOfferings],
+                    rules: tuple[str, ...], only: set[str] | None = None) -> list[str]:
+    """One "group g: <why>" per rejected reservation (the first group that saw it)."""
+    seen: dict[str, str] = {}
+    for gid in sorted(offerings):
+        for r in offerings[gid].rejections:
+            if r.rule in rules and r.reservation not in seen and (only is None
+                                                                  or r.reservation in only):
+                seen[r.reservation] = f"group {gid}: {r.message}"
+    return list(seen.values())
 
 
 def _type_mismatch(inputs: Inputs) -> list[Reason]:
@@ -246,8 +259,9 @@ def _no_capacity(inputs: Inputs) -> list[Reason]:
             continue
         free = sum(o.available or 0 for gid in groups
                    for o in inputs.offerings[gid].offerings if o.reservation)
-        near = sorted({r.message for gid in groups for r in inputs.offerings[gid].rejections
-                       if r.rule not in ("instance-type", "full")}
+        near = sorted(set(_by_reservation(
+                          inputs, {g: inputs.offerings[g] for g in groups},
+                          ("zone", "fabric", "targeted", "window", "unavailable")))
                       | set(_mismatch_messages(inputs, [
                           r for r in inputs.view.reservations
                           if r.free > 0 and _orphaned(inputs, r)

@@ -29,6 +29,7 @@ from provider.planner.solver import (
     Source,
     heuristic,
     lower_bound,
+    may_fit,
     solve,
 )
 
@@ -147,7 +148,7 @@ def best_solution(inputs: Inputs, relax: Relax, *, any_will_do: bool = False) ->
             if quick is not None:
                 return Found(quick, members)
             continue
-        found = solve(problem)
+        found = solve(problem, bound)
         if found is not None and (best is None or found.rank < best.solution.rank):
             best = Found(found, members)
     return best
@@ -210,7 +211,7 @@ def build(inputs: Inputs, domain: set[str], relax: Relax, count_zones: bool
         quotas=quotas,
         zones=zones if count_zones else None,
     )
-    return (problem, members) if _may_fit(problem) else None
+    return (problem, members) if _may_fit(problem) and may_fit(problem) else None
 
 
 def allocate(found: Found) -> Allocation:
@@ -348,5 +349,5 @@ def _idle_reservations(inputs: Inputs, allocation: Allocation) -> tuple[Reason, 
                 continue
             seen.add(rejection.reservation)
             notes.append(Reason(ReasonCode.RESERVATION_MISMATCH,
-                                f"not used: {rejection.message}"))
+                                f"not used by group {gid}: {rejection.message}"))
     return tuple(notes)

@@ -64,11 +64,13 @@ class Matcher:
         self._order = {g.id: i for i, g in enumerate(groups)}
         # Groups that differ only in their name match every pod set alike: check one of
         # each kind (unless a pod set selects by group name or hostname).
-        self._kind: dict[str, tuple[object, ...]] = {}
+        kinds: dict[tuple[object, ...], int] = {}
+        self._kind: dict[str, int] = {}
         for g in groups:
             labels = {k: v for k, v in self.labels[g.id].items() if k not in _PER_GROUP}
-            self._kind[g.id] = (tuple(sorted(labels.items())), g.taints, g.allocatable,
-                                g.capacity_types, g.fabric is None)
+            key = (tuple(sorted(labels.items())), g.taints, g.allocatable, g.capacity_types,
+                   g.fabric is None)
+            self._kind[g.id] = kinds.setdefault(key, len(kinds))
 
     def match_all(self, demand: Demand) -> dict[str, list[Candidate]]:
         """Candidates of every pod set; pod sets that ask the same thing are matched once."""
@@ -91,11 +93,11 @@ class Matcher:
             ids = set(found) if ids is None else ids & found
         pool = self.groups.keys() if ids is None else ids
         by_name = _names_groups(pod_set)
-        verdicts: dict[tuple[object, ...], int | None] = {}  # kind -> pods per node
+        verdicts: dict[int | str, int | None] = {}  # kind -> pods per node
         out = []
         for gid in sorted(pool, key=self._order.__getitem__):
             group = self.groups[gid]
-            kind = (gid,) if by_name else self._kind[gid]
+            kind: int | str = gid if by_name else self._kind[gid]
             if kind not in verdicts:
                 failed = self._failures(demand, pod_set, group, stop_at_first=True)
                 verdicts[kind] = None if failed else pods_per_node(pod_set, group)
@@ -107,10 +109,10 @@ class Matcher:
     def explain(self, demand: Demand, pod_set: PodSet) -> dict[str, list[Exclusion]]:
         """Every failed rule for every group (empty list: the group matches)."""
         by_name = _names_groups(pod_set)
-        verdicts: dict[tuple[object, ...], list[Exclusion]] = {}
+        verdicts: dict[int | str, list[Exclusion]] = {}
         out = {}
         for gid, group in self.groups.items():
-            kind = (gid,) if by_name else self._kind[gid]
+            kind: int | str = gid if by_name else self._kind[gid]
             if kind not in verdicts:
                 verdicts[kind] = self._failures(demand, pod_set, group, stop_at_first=False)
             out[gid] = verdicts[kind]

@@ -19,7 +19,7 @@ import sys
 import threading
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import highspy
 import numpy as np
@@ -83,22 +83,107 @@ class Solution:
                 self.block_penalty)
 
 
-def solve(problem: Problem) -> Solution | None:
-    """A solution of least spend, or None when the problem has none."""
+def solve(problem: Problem, bound: float | None = None) -> Solution | None:
+    """A solution of least spend, or None when the problem has none. ``bound`` is the
+    problem's lower_bound if the caller has it already."""
     if not problem.needs:
         return Solution({}, (), 0.0, 0, 0, 0, 0)
     if _greedy_is_exact(problem):
         return _greedy(problem)
     guess = heuristic(problem)
-    if guess is not None and guess.cost <= lower_bound(problem) + 1e-9:
+    if bound is None:
+        bound = lower_bound(problem)
+    if guess is not None and guess.cost <= bound + 1e-9:
         return guess  # proven optimal in spend by the bound
     exact = _mip(problem, guess)
     return exact if exact is not None else guess
 
 
 def lower_bound(problem: Problem) -> float:
-    """Spend no solution can beat: each pod set covered on its own (ignoring what others
-    take), in whole nodes when all its groups pack it alike, fractionally otherwise."""
+    """Spend no solution can beat: the larger of two relaxations."""
+    return max(_alone_bound(problem), _pooled_bound(problem))
+
+
+@dataclass(slots=True)
+class _Family:
+    """Pod sets that share groups, directly or through one another: they compete for the
+    same capacity."""
+
+    nodes: int = 0  # the fewest whole nodes its pod sets could need
+    sources: dict[str, tuple[float, float]] = field(default_factory=dict)  # key: price, cap
+    unreserved: set[tuple[str, CapacityType]] = field(default_factory=set)
+    room: float = 0.0  # headroom of its groups together
+
+
+def _families(problem: Problem) -> list[_Family]:
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for arc in problem.arcs:
+        parent[find("set:" + arc.pod_set)] = find("group:" + arc.group)
+    best_pack: dict[str, int] = defaultdict(int)
+    for arc in problem.arcs:
+        best_pack[arc.pod_set] = max(best_pack[arc.pod_set], arc.per_node)
+    families: dict[str, _Family] = defaultdict(_Family)
+    for name, pods in problem.needs:
+        families[find("set:" + name)].nodes += -(-pods // max(1, best_pack[name]))
+    for group, room in problem.headroom.items():
+        families[find("group:" + group)].room += math.inf if room is None else room
+    for src in problem.sources:
+        family = families[find("group:" + src.group)]
+        if src.reservation is not None:
+            key = "r:" + src.reservation
+            cap = float(problem.shared.get(src.reservation, 0))
+        else:
+            key = f"g:{src.group}:{src.capacity_type}"
+            room = problem.headroom.get(src.group)
+            cap = math.inf if room is None else float(room)
+            family.unreserved.add((src.group, src.capacity_type))
+        old = family.sources.get(key)
+        if old is None or src.price < old[0]:
+            family.sources[key] = (src.price, cap)
+    return [f for f in families.values() if f.nodes]
+
+
+def may_fit(problem: Problem) -> bool:
+    """A cheap necessary condition: every family of pod sets fits the nodes its sources
+    can give at most (reservations counted once; bought nodes bounded by headroom and by
+    any quota that covers them all)."""
+    for family in _families(problem):
+        reserved = sum(cap for key, (_, cap) in family.sources.items() if key[:2] == "r:")
+        bought = sum(cap for key, (_, cap) in family.sources.items() if key[:2] != "r:")
+        for q in problem.quotas:
+            units = [q.units.get(k) for k in family.unreserved]
+            if family.unreserved and all(units):
+                bought = min(bought, q.free // min(u for u in units if u))
+        if min(family.room, reserved + bought) < family.nodes:
+            return False
+    return True
+
+
+def _pooled_bound(problem: Problem) -> float:
+    """For each family of pod sets, the fewest whole nodes it could need, bought as cheaply
+    as its pooled sources allow."""
+    total = 0.0
+    for family in _families(problem):
+        left = float(family.nodes)
+        for price, cap in sorted(family.sources.values()):
+            take = min(left, cap)
+            total += take * price
+            left -= take
+            if left <= 0:
+                break
+    return total
+
+
+def _alone_bound(problem: Problem) -> float:
+    """Each pod set covered on its own (ignoring what others take), in whole nodes when
+    all its groups pack it alike, fractionally otherwise."""
     total = 0.0
     by_group: dict[str, list[Source]] = defaultdict(list)
     for src in problem.sources:
@@ -106,9 +191,10 @@ def lower_bound(problem: Problem) -> float:
     arcs_of: dict[str, list[Arc]] = defaultdict(list)
     for arc in problem.arcs:
         arcs_of[arc.pod_set].append(arc)
+    caps = {id(src): _cap(problem, src) for src in problem.sources}
     for name, pods in problem.needs:
         arcs = arcs_of[name]
-        options = [(src.price / a.per_node, _cap(problem, src), a.per_node)
+        options = [(src.price / a.per_node, caps[id(src)], a.per_node)
                    for a in arcs for src in by_group[a.group]]
         if len({a.per_node for a in arcs}) == 1:
             # Every option packs alike: ceil(pods / per node) whole nodes, cheapest first.

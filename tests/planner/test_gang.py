@@ -113,7 +113,8 @@ def test_wrong_fabric_reservation_is_a_reservation_mismatch() -> None:
     result = plan(demand(workers(16), capacity=[RES]), world.view(), world.matcher)
     assert reasons(result) == [ReasonCode.RESERVATION_MISMATCH]
     assert isinstance(result, Infeasible)
-    assert "reservation r is tied to fabric f2, group g has fabric f1" in result.reasons[0].message
+    assert "group g: reservation r is tied to fabric f2, the group has fabric f1" in (
+        result.reasons[0].message)
     # With on-demand allowed the plan buys, and says which reservation idled and why.
     bought = plan(demand(workers(16)), world.view(), world.matcher)
     assert isinstance(bought, Plan)
