@@ -123,7 +123,8 @@ def test_partial_attempt_keeps_what_launched() -> None:
 def test_cancelled_attempt_rolls_back() -> None:
     h, ex = setup()
     calls = iter([False, True])
-    out = ex.execute(AttemptSpec("a1", "x"), build_for(h.provider, 2), cancelled=lambda: next(calls))
+    out = ex.execute(AttemptSpec("a1", "x"), build_for(h.provider, 2),
+                     cancelled=lambda: next(calls))
     assert out.result is Result.CANCELLED and h.live() == []
 
 

@@ -27,6 +27,7 @@ from provider.planner.solver import (
     QuotaRow,
     Solution,
     Source,
+    families_of,
     heuristic,
     lower_bound,
     may_fit,
@@ -138,7 +139,7 @@ def best_solution(inputs: Inputs, relax: Relax, *, any_will_do: bool = False) ->
         built = build(inputs, set(by_domain[domain]), relax,
                       count_zones=topology is Topology.NONE)
         if built is not None:
-            problems.append((lower_bound(built[0]), domain, built))
+            problems.append((built[2], domain, built[:2]))
     best: Found | None = None
     for bound, _, (problem, members) in sorted(problems, key=lambda t: (t[0], t[1])):
         if best is not None and bound > best.solution.rank[0] + 1e-9:
@@ -155,7 +156,7 @@ def best_solution(inputs: Inputs, relax: Relax, *, any_will_do: bool = False) ->
 
 
 def build(inputs: Inputs, domain: set[str], relax: Relax, count_zones: bool
-          ) -> tuple[Problem, dict[str, tuple[tuple[str, int | None], ...]]] | None:
+          ) -> tuple[Problem, dict[str, tuple[tuple[str, int | None], ...]], float] | None:
     """The optimisation problem for the groups of one domain; None if a pod set has no
     group there or the domain cannot hold the gang even with every source at its limit.
 
@@ -211,7 +212,12 @@ def build(inputs: Inputs, domain: set[str], relax: Relax, count_zones: bool
         quotas=quotas,
         zones=zones if count_zones else None,
     )
-    return (problem, members) if _may_fit(problem) and may_fit(problem) else None
+    if not _may_fit(problem):
+        return None
+    families = families_of(problem)
+    if not may_fit(problem, families):
+        return None
+    return problem, members, lower_bound(problem, families)
 
 
 def allocate(found: Found) -> Allocation:
@@ -279,8 +285,11 @@ def _may_fit(problem: Problem) -> bool:
     counted once, however many groups may draw on it)."""
     limits = {g: _group_limit(problem, g) for g in problem.headroom}
     need = 0
+    arcs_of: dict[str, list[Arc]] = defaultdict(list)
+    for arc in problem.arcs:
+        arcs_of[arc.pod_set].append(arc)
     for name, pods in problem.needs:
-        arcs = [a for a in problem.arcs if a.pod_set == name]
+        arcs = arcs_of[name]
         if sum(a.per_node * limits[a.group] for a in arcs) < pods:
             return False
         need += -(-pods // max(a.per_node for a in arcs))

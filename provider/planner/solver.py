@@ -99,13 +99,14 @@ def solve(problem: Problem, bound: float | None = None) -> Solution | None:
     return exact if exact is not None else guess
 
 
-def lower_bound(problem: Problem) -> float:
+def lower_bound(problem: Problem, families: list[Family] | None = None) -> float:
     """Spend no solution can beat: the larger of two relaxations."""
-    return max(_alone_bound(problem), _pooled_bound(problem))
+    pooled = _pooled_bound(families if families is not None else families_of(problem))
+    return max(_alone_bound(problem), pooled)
 
 
 @dataclass(slots=True)
-class _Family:
+class Family:
     """Pod sets that share groups, directly or through one another: they compete for the
     same capacity."""
 
@@ -115,7 +116,7 @@ class _Family:
     room: float = 0.0  # headroom of its groups together
 
 
-def _families(problem: Problem) -> list[_Family]:
+def families_of(problem: Problem) -> list[Family]:
     parent: dict[str, str] = {}
 
     def find(x: str) -> str:
@@ -129,7 +130,7 @@ def _families(problem: Problem) -> list[_Family]:
     best_pack: dict[str, int] = defaultdict(int)
     for arc in problem.arcs:
         best_pack[arc.pod_set] = max(best_pack[arc.pod_set], arc.per_node)
-    families: dict[str, _Family] = defaultdict(_Family)
+    families: dict[str, Family] = defaultdict(Family)
     for name, pods in problem.needs:
         families[find("set:" + name)].nodes += -(-pods // max(1, best_pack[name]))
     for group, room in problem.headroom.items():
@@ -150,11 +151,11 @@ def _families(problem: Problem) -> list[_Family]:
     return [f for f in families.values() if f.nodes]
 
 
-def may_fit(problem: Problem) -> bool:
+def may_fit(problem: Problem, families: list[Family] | None = None) -> bool:
     """A cheap necessary condition: every family of pod sets fits the nodes its sources
     can give at most (reservations counted once; bought nodes bounded by headroom and by
     any quota that covers them all)."""
-    for family in _families(problem):
+    for family in families if families is not None else families_of(problem):
         reserved = sum(cap for key, (_, cap) in family.sources.items() if key[:2] == "r:")
         bought = sum(cap for key, (_, cap) in family.sources.items() if key[:2] != "r:")
         for q in problem.quotas:
@@ -166,11 +167,11 @@ def may_fit(problem: Problem) -> bool:
     return True
 
 
-def _pooled_bound(problem: Problem) -> float:
+def _pooled_bound(families: list[Family]) -> float:
     """For each family of pod sets, the fewest whole nodes it could need, bought as cheaply
     as its pooled sources allow."""
     total = 0.0
-    for family in _families(problem):
+    for family in families:
         left = float(family.nodes)
         for price, cap in sorted(family.sources.values()):
             take = min(left, cap)
