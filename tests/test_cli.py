@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -31,10 +32,10 @@ def allset(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_serve_demo_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     proc = subprocess.Popen(
         [*ALLSET, "serve", "--insecure", "--address", f"127.0.0.1:{port}",
-         "--state-dir", str(tmp_path)],
+         "--state-dir", str(tmp_path), "--metrics-address", f"127.0.0.1:{metrics_port}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )
     try:
@@ -53,6 +54,14 @@ def test_serve_demo_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert groups == ["h100-a", "h100-b", "a100-b", "cpu-a"]
         stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="h100-a", delta=2))
         channel.close()
+
+        def counted() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics") as r:
+                text = r.read().decode()
+            return 'allset_attempts_total{outcome="succeeded"} 1.0' in text
+
+        wait_until(counted, timeout=30)
+        assert (tmp_path / "demo" / "attempts.db").is_file()
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:
