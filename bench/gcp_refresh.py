@@ -126,7 +126,7 @@ def measure(endpoint: str, live: int, served_calls: Callable[[], int], groups: i
         started = time.perf_counter()
         assert provider.refresh_now()
         full = time.perf_counter() - started
-        adopted = sum(len(provider.fleet.adopted(g.id)) for g in cfg.groups)
+        adopted = sum(provider.fleet.view(g.id).target_size for g in cfg.groups)
         mask = "" if field_masks else " (whole instances: no field mask)"
         print(f"{groups:>7} {statistics.median(times):>10.2f} {max(times):>9.2f} "
               f"{'/'.join(map(str, sorted(calls))):>10} {'/'.join(map(str, sorted(served))):>7}"

@@ -120,10 +120,6 @@ class Fleet:
                     return state.scale_ups[attempt]
         return None
 
-    def adopted(self, group_id: str) -> list[CloudInstance]:
-        with self._lock:
-            return list(self._state[group_id].instances.values())
-
     # --- CA mutations ---------------------------------------------------------------------
 
     def increase(self, group_id: str, delta: int, attempt: str, now: float) -> ScaleUp:
@@ -276,19 +272,6 @@ class Fleet:
                     continue
                 state.instances[inst.id] = inst
                 state.adopted_at[inst.id] = now
-                touched.add(inst.tags.node_group)
-            for gid in touched:
-                self._publish(gid)
-
-    def mark_deleting(self, instances: Iterable[CloudInstance]) -> None:
-        with self._lock:
-            touched = set()
-            for inst in instances:
-                state = self._state.get(inst.tags.node_group)
-                if state is None:
-                    continue
-                state.instances.pop(inst.id, None)
-                state.deleting[inst.id] = inst
                 touched.add(inst.tags.node_group)
             for gid in touched:
                 self._publish(gid)

@@ -35,7 +35,6 @@ class CapacityView:
     quotas: tuple[Quota, ...]
     unavailable: UnavailableOfferings
     now: float
-    by_type: dict[str, tuple[Reservation, ...]] = field(default_factory=dict)
     by_pool: dict[tuple[str, str], tuple[Reservation, ...]] = field(default_factory=dict)
     _cache: dict[tuple[object, ...], GroupOfferings] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -78,10 +77,6 @@ class Ledger:
     @property
     def snapshot(self) -> CloudSnapshot:
         return self._snapshot
-
-    @property
-    def snapshot_taken_at(self) -> float:
-        return self._taken_at
 
     def apply(self, snapshot: CloudSnapshot, taken_at: float) -> None:
         """Adopt a newer snapshot; claims it already reflects are dropped."""
@@ -148,14 +143,11 @@ class Ledger:
             for r in self._snapshot.reservations
         )
         quotas = tuple(self._quota_after_claims(q) for q in self._snapshot.quotas)
-        by_type: dict[str, list[Reservation]] = {}
         by_pool: dict[tuple[str, str], list[Reservation]] = {}
         for r in reservations:
-            by_type.setdefault(r.instance_type, []).append(r)
             by_pool.setdefault((r.instance_type, r.zone), []).append(r)
         return CapacityView(
             self._groups, reservations, quotas, self.unavailable, self._clock.now(),
-            {k: tuple(v) for k, v in by_type.items()},
             {k: tuple(v) for k, v in by_pool.items()},
         )
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from adapters.base import CapacityType, CloudSnapshot
@@ -66,6 +64,3 @@ class Metrics:
         self.reserved_free.clear()
         for r in snapshot.reservations:
             self.reserved_free.labels(r.id, r.zone, r.instance_type).set(r.free)
-
-    def names(self) -> Sequence[str]:
-        return [m.name for m in self.registry.collect()]

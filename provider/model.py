@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -45,17 +45,11 @@ class Resources:
     def get(self, name: str) -> int:
         return self._index.get(name, 0)
 
-    def names(self) -> Iterator[str]:
-        return (k for k, _ in self._amounts)
-
     def items(self) -> tuple[tuple[str, int], ...]:
         return self._amounts
 
     def __add__(self, other: Resources) -> Resources:
         return Resources.of((*self._amounts, *other._amounts))
-
-    def scaled(self, factor: int) -> Resources:
-        return Resources(tuple((k, v * factor) for k, v in self._amounts))
 
     def maximum(self, other: Resources) -> Resources:
         merged = dict(self._amounts)

@@ -130,3 +130,13 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
 
 def running(instances: list[Any]) -> list[Any]:
     return [i for i in instances if i.state is not InstanceState.TERMINATED]
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago, for a server in a subprocess."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -13,17 +12,10 @@ import grpc
 
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 
 ALLSET = [sys.executable, "-m", "provider.cli"]
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def allset(*args: str) -> subprocess.CompletedProcess[str]:

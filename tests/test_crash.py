@@ -21,7 +21,7 @@ from adapters.base import InstanceState
 from adapters.fake.store import FakeStore
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,11 +74,7 @@ class Service:
         self.tmp, self.config, self.state_dir = tmp, config, state_dir
 
     def start(self, failpoints: str = "") -> tuple[subprocess.Popen[bytes], str]:
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            address = f"127.0.0.1:{s.getsockname()[1]}"
+        address = f"127.0.0.1:{free_port()}"
         env = {**os.environ, "ALLSET_FAILPOINTS": failpoints}
         log = open(self.tmp / "serve.log", "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(

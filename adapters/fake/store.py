@@ -4,14 +4,12 @@ of the service (what a real cloud does). Every launch is written in one transact
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 
 from adapters.base import CapacityType, CloudInstance, InstanceState, OwnerTags
+from provider.store.sqlite import Database
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS instances (
@@ -32,20 +30,15 @@ CREATE TABLE IF NOT EXISTS tokens (
 
 class FakeStore:
     def __init__(self, path: str | Path) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
-        self._lock = threading.Lock()
+        self._db = Database(path, _SCHEMA)
 
     def load(self) -> tuple[list[CloudInstance], dict[str, tuple[str, ...]]]:
-        with self._lock:
-            rows = self._db.execute(
+        with self._db.reading() as db:
+            rows = db.execute(
                 "SELECT id, provider_id, zone, instance_type, state, tags, launched_at "
                 "FROM instances ORDER BY launched_at, id"
             ).fetchall()
-            tokens = self._db.execute("SELECT token, instance_ids FROM tokens").fetchall()
+            tokens = db.execute("SELECT token, instance_ids FROM tokens").fetchall()
         instances = [
             CloudInstance(
                 id=r[0],
@@ -61,20 +54,9 @@ class FakeStore:
         ]
         return instances, {t: tuple(json.loads(ids)) for t, ids in tokens}
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-
     def save_launch(self, token: str, instances: Iterable[CloudInstance]) -> None:
         items = list(instances)
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             db.executemany(
                 "INSERT OR REPLACE INTO instances VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [_row(i) for i in items],
@@ -85,15 +67,14 @@ class FakeStore:
             )
 
     def save(self, instances: Iterable[CloudInstance]) -> None:
-        with self._transaction() as db:
+        with self._db.transaction() as db:
             db.executemany(
                 "INSERT OR REPLACE INTO instances VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [_row(i) for i in instances],
             )
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._db.close()
 
 
 def _row(i: CloudInstance) -> tuple[str, str, str, str, str, str, float]:

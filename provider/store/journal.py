@@ -4,14 +4,12 @@ part's instances as they launch, its outcome, and terminations still owed."""
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 from provider.executor import AttemptSpec, OpenAttempt, Outcome
 from provider.plan import Plan
+from provider.store.sqlite import Database
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS attempts (
@@ -45,33 +43,17 @@ class SqliteJournal:
     """Implements provider.executor.Journal and the terminator's durable backlog."""
 
     def __init__(self, path: str | Path) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")  # an attempt is recorded before launch
-        self._db.executescript(_SCHEMA)
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+        self._db = Database(path, _SCHEMA)  # fsynced: an attempt is recorded before launch
 
     # --- executor.Journal ------------------------------------------------------------------
 
     def begin(self, spec: AttemptSpec, now: float) -> None:
-        with self._tx() as db:
+        with self._db.transaction() as db:
             db.execute("INSERT OR REPLACE INTO attempts VALUES (?, ?, ?, ?, 'open', ?, NULL, NULL)",
                        (spec.id, spec.cluster, spec.request, int(spec.partial), now))
 
     def planned(self, attempt: str, plan_index: int, plan: Plan) -> None:
-        with self._tx() as db:
+        with self._db.transaction() as db:
             db.executemany(
                 "INSERT OR REPLACE INTO parts VALUES (?, ?, ?, ?, ?, ?, NULL)",
                 [(attempt, f"{plan_index}.{i}", p.group, str(p.capacity_type), p.reservation,
@@ -79,7 +61,7 @@ class SqliteJournal:
             )
 
     def launched(self, attempt: str, label: str, instance_ids: Sequence[str]) -> None:
-        with self._tx() as db:
+        with self._db.transaction() as db:
             db.execute("UPDATE parts SET instances = ? WHERE attempt = ? AND label = ?",
                        (json.dumps(list(instance_ids)), attempt, label))
 
@@ -87,7 +69,7 @@ class SqliteJournal:
         detail = {"plans": outcome.plans_tried, "rolledBack": outcome.rolled_back,
                   "instances": [i.id for i in outcome.instances],
                   "errors": [str(f.error) for f in outcome.failures]}
-        with self._tx() as db:
+        with self._db.transaction() as db:
             db.execute("UPDATE attempts SET state = ?, finished_at = started_at + ?, "
                        "detail = ? WHERE id = ?",
                        (str(outcome.result), outcome.seconds, json.dumps(detail),
@@ -97,13 +79,13 @@ class SqliteJournal:
 
     def open_attempts(self) -> list[OpenAttempt]:
         """Attempts a previous run began and never finished (it crashed)."""
-        with self._lock:
-            rows = self._db.execute(
+        with self._db.reading() as db:
+            rows = db.execute(
                 "SELECT id, started_at FROM attempts WHERE state = 'open' ORDER BY started_at"
             ).fetchall()
             out = []
             for attempt, started in rows:
-                parts = self._db.execute(
+                parts = db.execute(
                     "SELECT instances FROM parts WHERE attempt = ? AND instances IS NOT NULL",
                     (attempt,)).fetchall()
                 ids = tuple(i for (text,) in parts for i in json.loads(text))
@@ -111,32 +93,31 @@ class SqliteJournal:
             return out
 
     def close_interrupted(self, attempts: Sequence[str]) -> None:
-        with self._tx() as db:
+        with self._db.transaction() as db:
             db.executemany("UPDATE attempts SET state = 'interrupted' WHERE id = ?",
                            [(a,) for a in attempts])
 
     def attempt_state(self, attempt: str) -> str | None:
-        with self._lock:
-            row = self._db.execute("SELECT state FROM attempts WHERE id = ?",
+        with self._db.reading() as db:
+            row = db.execute("SELECT state FROM attempts WHERE id = ?",
                                    (attempt,)).fetchone()
         return None if row is None else str(row[0])
 
     # --- terminations owed ---------------------------------------------------------------
 
     def owe(self, instance_ids: Sequence[str], now: float) -> None:
-        with self._tx() as db:
+        with self._db.transaction() as db:
             db.executemany("INSERT OR IGNORE INTO terminations VALUES (?, ?)",
                            [(i, now) for i in instance_ids])
 
     def paid(self, instance_ids: Sequence[str]) -> None:
-        with self._tx() as db:
+        with self._db.transaction() as db:
             db.executemany("DELETE FROM terminations WHERE instance_id = ?",
                            [(i,) for i in instance_ids])
 
     def owed(self) -> list[str]:
-        with self._lock:
-            return [r[0] for r in self._db.execute("SELECT instance_id FROM terminations")]
+        with self._db.reading() as db:
+            return [r[0] for r in db.execute("SELECT instance_id FROM terminations")]
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._db.close()
