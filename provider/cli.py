@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
                        "are the truth (default: %(default)s)")
     serve.add_argument("--metrics-address", default="",
                        help="host:port to serve Prometheus metrics on (default: off)")
+    serve.add_argument("--health-address", default="",
+                       help="host:port for a plaintext gRPC health service only, for "
+                       "kubelet probes when the main port requires mTLS (default: off)")
     serve.set_defaults(run=_serve)
 
     instances = sub.add_parser("instances", help="every instance the cloud has for this "
@@ -135,7 +138,7 @@ def _serve(args: argparse.Namespace) -> int:
     adapter, config = connect(config, clock)
     journal = SqliteJournal(args.state_dir / config.cluster / "attempts.db")
     provider = Provider(config, adapter, clock, journal=journal)
-    server = Server(provider, args.address, credentials)
+    server = Server(provider, args.address, credentials, health_address=args.health_address)
     if args.metrics_address:
         host, _, port = args.metrics_address.rpartition(":")
         if not port.isdigit():

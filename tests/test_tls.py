@@ -69,6 +69,25 @@ def test_client_certificate_from_another_ca_is_refused(tls_server: Server, pki: 
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
+def test_health_port_answers_probes_without_a_certificate(pki: Path) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    h = harness()
+    creds = server_credentials(pki / "server.crt", pki / "server.key", pki / "ca.crt")
+    srv = Server(h.provider, "127.0.0.1:0", creds, health_address="127.0.0.1:0")
+    srv.start()
+    try:
+        probe = grpc.insecure_channel(srv.health_address)
+        reply = health_pb2_grpc.HealthStub(probe).Check(health_pb2.HealthCheckRequest(),
+                                                         timeout=5)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as info:  # and nothing else
+            pb_grpc.CloudProviderStub(probe).NodeGroups(pb.NodeGroupsRequest(), timeout=5)
+        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        srv.stop(grace=0.5)
+
+
 def test_plaintext_client_is_refused(tls_server: Server) -> None:
     channel = grpc.insecure_channel(tls_server.address)
     with pytest.raises(grpc.RpcError) as info:

@@ -23,7 +23,7 @@ _UNIT_SECONDS = {
 def quantity_milli(value: str | int | float) -> int:
     """A Kubernetes quantity ("500m", "1.5", "80Gi", 96) in milli-units, rounded up."""
     try:
-        amount: Decimal = parse_quantity(value)  # type: ignore[no-untyped-call]
+        amount: Decimal = parse_quantity(value)
     except (ValueError, InvalidOperation, TypeError) as err:
         raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 8, 64Gi)") from err
     if amount < 0:

@@ -27,6 +27,7 @@ class Server:
         credentials: grpc.ServerCredentials | None,
         *,
         max_workers: int = 16,
+        health_address: str = "",
     ) -> None:
         self.provider = provider
         self._server = grpc.server(
@@ -47,10 +48,24 @@ class Server:
             raise OSError(f"cannot listen on {address}")
         host = address.rsplit(":", 1)[0]
         self.address = f"{host}:{self.port}"
+        # Kubelet's gRPC probes present no client certificate, so with mTLS on the main
+        # port they get a plaintext port that serves health and nothing else.
+        self._probe: grpc.Server | None = None
+        self.health_address = ""
+        if health_address:
+            self._probe = grpc.server(ThreadPoolExecutor(max_workers=2,
+                                                         thread_name_prefix="probe"))
+            health_pb2_grpc.add_HealthServicer_to_server(self._health, self._probe)
+            port = self._probe.add_insecure_port(health_address)
+            if port == 0:
+                raise OSError(f"cannot listen on {health_address}")
+            self.health_address = f"{health_address.rsplit(':', 1)[0]}:{port}"
 
     def start(self) -> None:
         self.provider.start()
         self._server.start()
+        if self._probe is not None:
+            self._probe.start()
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("allset serving %s on %s", SERVICE_NAME, self.address)
@@ -61,6 +76,8 @@ class Server:
         self._health.enter_graceful_shutdown()
         self.provider.stop(timeout=max(grace, 30.0))
         self._server.stop(grace).wait()
+        if self._probe is not None:
+            self._probe.stop(0).wait()
         log.info("allset stopped")
 
     def wait(self, timeout: float | None = None) -> bool:

@@ -1,0 +1,1 @@
+"""The ProvisioningRequest controller: serves the atomic-reserved.allset.dev class."""

@@ -1,0 +1,130 @@
+"""Every Kubernetes API call allset makes, in one place (the edge of the controller).
+
+`CALLS` lists them as RBAC sees them; deploy/ grants exactly these and a test checks
+that the two agree."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+GROUP = "autoscaling.x-k8s.io"
+VERSIONS = ("v1", "v1beta1")
+PLURAL = "provisioningrequests"
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    group: str  # "" is the core API group
+    resource: str
+    verbs: tuple[str, ...]
+
+
+CALLS: tuple[Call, ...] = (
+    Call(GROUP, "provisioningrequests", ("get", "list", "watch", "patch")),
+    Call(GROUP, "provisioningrequests/status", ("update",)),
+    Call("", "podtemplates", ("get",)),
+    Call("", "nodes", ("list", "patch")),
+    Call("", "pods", ("list",)),
+    Call("", "events", ("create",)),
+)
+
+
+class Conflict(Exception):
+    """The object changed since it was read (HTTP 409): read it again and retry."""
+
+
+class Gone(Exception):
+    """The object no longer exists (HTTP 404)."""
+
+
+class KubeApi:
+    """A thin wrapper over the official client; one method per call in CALLS."""
+
+    def __init__(self, api: client.ApiClient, version: str = "v1") -> None:
+        self.version = version
+        self._custom = client.CustomObjectsApi(api)
+        self._core = client.CoreV1Api(api)
+
+    # --- ProvisioningRequests --------------------------------------------------------------
+
+    def list_requests(self) -> tuple[list[dict[str, Any]], str]:
+        body: dict[str, Any] = self._custom.list_cluster_custom_object(GROUP, self.version,
+                                                                       PLURAL)
+        return list(body.get("items", [])), str(body["metadata"]["resourceVersion"])
+
+    def watch_requests(self, resource_version: str, timeout_seconds: int
+                       ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(event type, object) until the server ends the watch. Raises ApiException 410
+        when ``resource_version`` is too old: list again."""
+        w = watch.Watch()
+        for event in w.stream(self._custom.list_cluster_custom_object, GROUP, self.version,
+                              PLURAL, resource_version=resource_version,
+                              timeout_seconds=timeout_seconds, allow_watch_bookmarks=True):
+            yield str(event["type"]), event["raw_object"]
+
+    def get_request(self, namespace: str, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = _call(self._custom.get_namespaced_custom_object, GROUP,
+                                      self.version, namespace, PLURAL, name)
+        return found
+
+    def patch_request(self, namespace: str, name: str, patch: Mapping[str, Any]
+                      ) -> dict[str, Any]:
+        """A JSON merge patch of metadata (finalizers)."""
+        patched: dict[str, Any] = _call(self._custom.patch_namespaced_custom_object, GROUP,
+                                        self.version, namespace, PLURAL, name, patch)
+        return patched
+
+    def replace_status(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Write ``request['status']``; the object's resourceVersion guards against lost
+        updates (Conflict when someone wrote in between)."""
+        meta = request["metadata"]
+        written: dict[str, Any] = _call(self._custom.replace_namespaced_custom_object_status,
+                                        GROUP, self.version, meta["namespace"], PLURAL,
+                                        meta["name"], request)
+        return written
+
+    # --- the rest --------------------------------------------------------------------------
+
+    def get_pod_template(self, namespace: str, name: str) -> dict[str, Any]:
+        template: dict[str, Any] = _call(self._core.read_namespaced_pod_template, name,
+                                         namespace, _preload_content=False)
+        return template
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        body: dict[str, Any] = _call(self._core.list_node, _preload_content=False)
+        return list(body.get("items", []))
+
+    def patch_node(self, name: str, labels: Mapping[str, str | None],
+                   annotations: Mapping[str, str | None]) -> None:
+        """Set (or, with None, remove) labels and annotations on a node."""
+        _call(self._core.patch_node, name,
+              {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}})
+
+    def list_pods(self, namespace: str) -> list[dict[str, Any]]:
+        body: dict[str, Any] = _call(self._core.list_namespaced_pod, namespace,
+                                     _preload_content=False)
+        return list(body.get("items", []))
+
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        _call(self._core.create_namespaced_event, namespace, dict(event))
+
+
+def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    import json
+
+    try:
+        out = fn(*args, **kwargs)
+    except ApiException as err:
+        if err.status == 409:
+            raise Conflict(str(err.reason)) from err
+        if err.status == 404:
+            raise Gone(str(err.reason)) from err
+        raise
+    if kwargs.get("_preload_content") is False:
+        return json.loads(out.data)
+    return out
