@@ -65,6 +65,9 @@ class Provider:
                                  self.workers, self.matcher, ids=ids)
         self.reconciler = Reconciler(config.cluster, adapter, self.fleet, self.ledger,
                                      self.executor, self.clock, metrics=self.metrics)
+        self._booked: dict[str, set[str]] = {}  # request -> provider ids it holds
+        self._booked_lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._loop: threading.Thread | None = None
@@ -100,10 +103,32 @@ class Provider:
         self.adapter.close()
 
     def refresh_now(self) -> bool:
-        found = self.reconciler.run_once()
-        if found is not None:
-            self._last_refresh = self.clock.now()
-        return found is not None
+        with self._refresh_lock:
+            found = self.reconciler.run_once()
+            if found is not None:
+                self._last_refresh = self.clock.now()
+            return found is not None
+
+    def refresh_if_older(self, seconds: float) -> None:
+        """List the cloud now unless that was done within ``seconds`` (callers waiting on
+        instance states share one listing)."""
+        if self.clock.now() - self._last_refresh > seconds:
+            self.refresh_now()
+
+    # --- bookings: nodes a ProvisioningRequest holds until its pods land ---------------------
+
+    def book(self, request: str, provider_ids: set[str]) -> None:
+        with self._booked_lock:
+            self._booked[request] = set(provider_ids)
+
+    def unbook(self, request: str) -> set[str]:
+        with self._booked_lock:
+            return self._booked.pop(request, set())
+
+    def bookings(self) -> dict[str, str]:
+        """provider id -> the request that books it."""
+        with self._booked_lock:
+            return {pid: req for req, ids in self._booked.items() for pid in ids}
 
     def request_refresh(self) -> None:
         """CA's Refresh: never blocks on the cloud; wakes the loop if the data is stale."""
@@ -126,7 +151,7 @@ class Provider:
 
     def delete_nodes(self, group_id: str, provider_ids: Sequence[str]) -> None:
         """Lower the target now; terminate in the background (retried until done)."""
-        doomed = self.fleet.delete_nodes(group_id, provider_ids)
+        doomed = self.fleet.delete_nodes(group_id, provider_ids, protected=self.bookings())
         if doomed:
             ids = [i.id for i in doomed]
             self.workers.submit(self.executor.terminator.terminate, ids, self.executor.retrying())

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from provider.config import ConfigError, LoadedConfig, load_config
 
@@ -64,6 +65,12 @@ def _parser() -> argparse.ArgumentParser:
                        "are the truth (default: %(default)s)")
     serve.add_argument("--metrics-address", default="",
                        help="host:port to serve Prometheus metrics on (default: off)")
+    serve.add_argument("--kubeconfig", type=Path,
+                       help="kubeconfig for the ProvisioningRequest controller (in a cluster "
+                       "the service account is used)")
+    serve.add_argument("--controller", choices=["auto", "on", "off"], default="auto",
+                       help="run the ProvisioningRequest controller: auto = when in a cluster "
+                       "or given --kubeconfig")
     serve.add_argument("--health-address", default="",
                        help="host:port for a plaintext gRPC health service only, for "
                        "kubelet probes when the main port requires mTLS (default: off)")
@@ -152,13 +159,54 @@ def _serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    controller = _controller(args, provider)
     server.start()
+    if controller is not None:
+        controller.start()
     mode = "plaintext" if credentials is None else "mTLS"
     print(f"allset: serving {config.source} ({len(config.groups)} node groups, "
           f"cloud {config.schema.cloud.provider}) on {server.address} [{mode}]", flush=True)
     stop.wait()
+    if controller is not None:
+        controller.stop()
     server.stop(args.grace)
     return 0
+
+
+def _controller(args: argparse.Namespace, provider: Any) -> Any:
+    """The ProvisioningRequest controller, when it can and should reach a cluster."""
+    import os
+
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    wanted = args.controller == "on" or (
+        args.controller == "auto" and (in_cluster or args.kubeconfig is not None))
+    if not wanted:
+        return None
+    from kubernetes import client
+    from kubernetes import config as kubeconfig
+
+    from provider.config.units import duration_seconds
+    from provider.controller.controller import Controller
+    from provider.controller.kube import KubeApi
+    from provider.controller.requests import Backoff
+
+    configuration = client.Configuration()
+    if args.kubeconfig is not None:
+        kubeconfig.load_kube_config(config_file=str(args.kubeconfig),
+                                    client_configuration=configuration)
+    elif in_cluster:
+        kubeconfig.load_incluster_config(client_configuration=configuration)
+    else:
+        raise UsageError("--controller on needs --kubeconfig outside a cluster")
+    settings = provider.config.schema.provisioning_requests
+    return Controller(
+        provider,
+        KubeApi(client.ApiClient(configuration)),
+        workers=settings.workers,
+        backoff=Backoff(duration_seconds(settings.initial_backoff),
+                        duration_seconds(settings.max_backoff)),
+        resync_seconds=duration_seconds(settings.resync),
+    )
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -188,6 +188,15 @@ class Attempts(Model):
     deadline: Duration = Field("10m", description="give up on a scale-up after this long")
 
 
+class ProvisioningRequests(Model):
+    """How the controller of class atomic-reserved.allset.dev works."""
+
+    workers: int = Field(16, ge=1, le=256, description="requests handled at once")
+    initial_backoff: Duration = Field("1m", description="first retry after a failed attempt")
+    max_backoff: Duration = Field("10m", description="retries double up to this")
+    resync: Duration = Field("30s", description="how often every request is looked at again")
+
+
 class Config(Model):
     cluster: Name = Field(description="cluster name; every instance is tagged with it")
     gpu_label: str = Field("allset.dev/accelerator", description="node label naming the GPU")
@@ -197,6 +206,7 @@ class Config(Model):
         "3m", description="how long a pool that just failed is left out of plans"
     )
     attempts: Attempts = Attempts()
+    provisioning_requests: ProvisioningRequests = ProvisioningRequests()
     node_groups: list[NodeGroupConfig] = Field(min_length=1)
 
     @model_validator(mode="after")

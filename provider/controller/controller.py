@@ -1,0 +1,196 @@
+"""The controller loop: list and watch ProvisioningRequests of our class in every
+namespace, and hand each changed request to a worker (one worker per request at a time,
+many requests at once)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+from prometheus_client import Gauge
+
+from provider.app import Provider
+from provider.controller import conditions as c
+from provider.controller.kube import KubeApi
+from provider.controller.queue import WorkQueue
+from provider.controller.requests import Backoff, RequestHandler, key_of, ours
+
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    def __init__(
+        self,
+        provider: Provider,
+        kube: KubeApi,
+        *,
+        workers: int = 16,
+        backoff: Backoff | None = None,
+        resync_seconds: float = 30.0,
+        watch_seconds: int = 300,
+    ) -> None:
+        self._p = provider
+        self._kube = kube
+        self._workers = workers
+        self._resync = resync_seconds
+        self._watch_seconds = watch_seconds
+        self.handler = RequestHandler(provider, kube, backoff or Backoff())
+        self.queue = WorkQueue(provider.clock)
+        self._cache: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._states = Gauge("allset_provisioning_requests", "ProvisioningRequests of our "
+                             "class by state.", ["state"], registry=provider.metrics.registry)
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._choose_version()
+        self._relist()
+        targets = [self._watch_loop, self._resync_loop] + [self._work] * self._workers
+        for i, target in enumerate(targets):
+            thread = threading.Thread(target=target, name=f"provreq-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        log.info("ProvisioningRequest controller started (%s/%s, %d workers)",
+                 "autoscaling.x-k8s.io", self._kube.version, self._workers)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self.queue.close()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def sync_once(self, limit: int = 1000) -> int:
+        """List, then handle every key that is due, in this thread (tests, simulation)."""
+        self._relist()
+        handled = 0
+        while handled < limit:
+            key = self.queue.get_nowait()
+            if key is None:
+                break
+            self._handle(key)
+            handled += 1
+        return handled
+
+    # --- loops -----------------------------------------------------------------------------
+
+    def _choose_version(self) -> None:
+        """v1 is the storage version; clusters that only serve v1beta1 are tolerated."""
+        try:
+            self._kube.list_requests()
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            self._kube.version = "v1beta1"
+            log.warning("ProvisioningRequest v1 is not served; using v1beta1")
+
+    def _relist(self) -> str:
+        items, version = self._kube.list_requests()
+        seen = set()
+        with self._lock:
+            for obj in items:
+                if not ours(obj):
+                    continue
+                key = key_of(obj)
+                seen.add(key)
+                self._cache[key] = obj
+                self.queue.add(key)
+            vanished = [k for k in self._cache if k not in seen]
+            for key in vanished:
+                del self._cache[key]
+        for key in vanished:
+            self.handler.gone(key)
+        return version
+
+    def _watch_loop(self) -> None:
+        version = ""
+        while not self._stop.is_set():
+            try:
+                version = version or self._relist()
+                for kind, obj in self._kube.watch_requests(version, self._watch_seconds):
+                    if self._stop.is_set():
+                        return
+                    version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                    if kind in ("ADDED", "MODIFIED") and ours(obj):
+                        with self._lock:
+                            self._cache[key_of(obj)] = obj
+                        self.queue.add(key_of(obj))
+                    elif kind == "DELETED" and ours(obj):
+                        with self._lock:
+                            self._cache.pop(key_of(obj), None)
+                        self.handler.gone(key_of(obj))
+            except ApiException as err:
+                if err.status == 410:  # our resourceVersion is too old: list again
+                    version = ""
+                    continue
+                log.warning("watching ProvisioningRequests failed: %s", err)
+                version = ""
+                self._stop.wait(5.0)
+            except Exception:
+                log.exception("watching ProvisioningRequests failed")
+                version = ""
+                self._stop.wait(5.0)
+
+    def _resync_loop(self) -> None:
+        """Time moves even when nothing changes: bookings end, retries come due."""
+        while not self._stop.wait(self._resync):
+            with self._lock:
+                keys = list(self._cache)
+            for key in keys:
+                self.queue.add(key)
+            self._count_states()
+
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            key = self.queue.get(timeout=1.0)
+            if key is not None:
+                self._handle(key)
+
+    def _handle(self, key: str) -> None:
+        delay: float | None = None
+        try:
+            with self._lock:
+                obj = self._cache.get(key)
+            if obj is None:
+                self.handler.gone(key)
+                return
+            fresh = self.handler.latest(key)
+            if fresh is not None and _newer(fresh, obj):
+                obj = fresh
+            delay = self.handler.handle(obj)
+        except Exception:
+            log.exception("handling ProvisioningRequest %s failed; will retry", key)
+            delay = 10.0
+        finally:
+            self.queue.done(key)
+        if delay is not None:
+            self.queue.add(key, delay)
+
+    def _count_states(self) -> None:
+        counts = {"pending": 0, "provisioned": 0, "failed": 0, "booking-expired": 0}
+        with self._lock:
+            objs = list(self._cache.values())
+        for obj in objs:
+            conds = c.read((obj.get("status") or {}).get("conditions"))
+            if conds.get(c.FAILED) is not None and conds[c.FAILED].true:
+                counts["failed"] += 1
+            elif conds.get(c.BOOKING_EXPIRED) is not None and conds[c.BOOKING_EXPIRED].true:
+                counts["booking-expired"] += 1
+            elif conds.get(c.PROVISIONED) is not None and conds[c.PROVISIONED].true:
+                counts["provisioned"] += 1
+            else:
+                counts["pending"] += 1
+        for state, n in counts.items():
+            self._states.labels(state=state).set(n)
+
+
+def _newer(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    def version(o: dict[str, Any]) -> int:
+        text = str((o.get("metadata") or {}).get("resourceVersion") or "0")
+        return int(text) if text.isdigit() else 0
+
+    return version(a) > version(b)
