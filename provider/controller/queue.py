@@ -24,10 +24,9 @@ class WorkQueue:
 
     def add(self, key: str, delay: float = 0.0) -> None:
         with self._cv:
-            if key in self._active:
-                self._dirty.add(key)
-                if delay <= 0:
-                    return
+            if key in self._active and delay <= 0:
+                self._dirty.add(key)  # handle it again as soon as this pass is done
+                return
             due = self._clock.now() + delay
             if key in self._due and self._due[key] <= due:
                 return
@@ -60,7 +59,7 @@ class WorkQueue:
             if key in self._dirty:
                 self._dirty.discard(key)
                 self._seq += 1
-                due = min(self._due.get(key, float("inf")), self._clock.now())
+                due = self._clock.now()
                 self._due[key] = due
                 heapq.heappush(self._heap, (due, self._seq, key))
             self._cv.notify()

@@ -1,0 +1,61 @@
+"""The controller's pure parts: conditions, booking labels, the work queue, backoff."""
+
+from __future__ import annotations
+
+from provider.clock import ManualClock
+from provider.controller import conditions as c
+from provider.controller.queue import WorkQueue
+from provider.controller.requests import Backoff
+
+
+def test_condition_transition_time_moves_only_with_status() -> None:
+    conds: dict[str, c.Condition] = {}
+    assert c.put(conds, c.PROVISIONED, False, "CapacityUnavailable", "stocked out", 100.0, 1)
+    first = conds[c.PROVISIONED].last_transition
+    assert not c.put(conds, c.PROVISIONED, False, "CapacityUnavailable", "stocked out", 200.0, 1)
+    assert c.put(conds, c.PROVISIONED, False, "QuotaExceeded", "quota", 300.0, 1)
+    assert conds[c.PROVISIONED].last_transition == first  # still False
+    assert c.put(conds, c.PROVISIONED, True, "CapacityIsProvisioned", "ok", 400.0, 1)
+    assert conds[c.PROVISIONED].last_transition == c.rfc3339(400.0)
+    again = c.read([x.as_dict() for x in conds.values()])
+    assert again == conds
+    assert c.epoch(conds[c.PROVISIONED].last_transition) == 400.0
+
+
+def test_booking_value_is_a_valid_label_value() -> None:
+    assert c.booking_value("ml", "job-1") == "ml.job-1"
+    long = c.booking_value("team-" + "x" * 40, "workload-" + "y" * 40)
+    assert len(long) <= 63 and long[0].isalnum() and long[-1].isalnum()
+    assert long != c.booking_value("team-" + "x" * 40, "workload-" + "y" * 39 + "z")
+    assert c.booking_value("ns", "a/b") == "ns.a-b"
+
+
+def test_backoff_doubles_to_a_cap() -> None:
+    b = Backoff(60, 600)
+    assert [b.delay(n) for n in (1, 2, 3, 4, 5, 9)] == [60, 120, 240, 480, 600, 600]
+
+
+def test_work_queue_semantics() -> None:
+    clock = ManualClock(0)
+    q = WorkQueue(clock)
+    q.add("a")
+    q.add("a")  # waits once
+    q.add("b", delay=10)
+    assert q.get_nowait() == "a" and q.get_nowait() is None  # b is not due yet
+    q.add("a")  # changed while being handled: comes back after done()
+    assert q.get_nowait() is None
+    q.done("a")
+    assert q.get_nowait() == "a"
+    q.done("a")
+    clock.advance(10)
+    assert q.get_nowait() == "b"
+    q.add("b", delay=5)
+    q.done("b")
+    assert q.get_nowait() is None
+    clock.advance(5)
+    assert q.get_nowait() == "b"
+    q.done("b")
+    q.add("c", delay=30)
+    q.add("c", delay=1)  # an earlier time wins
+    clock.advance(1)
+    assert q.get_nowait() == "c"
