@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
-from urllib3.exceptions import ProtocolError
+from urllib3.exceptions import MaxRetryError, ProtocolError
 
 from provider.controller.kube import CALLS, GROUP, PLURAL, Conflict, KubeApi
 from tests.fakekube import FakeKube, objects
@@ -82,6 +82,7 @@ class Collector:
     def __init__(self, api: Any, resource_version: str, timeout: int = 5) -> None:
         self.events: list[tuple[str, dict[str, Any]]] = []
         self.error: ApiException | None = None
+        self.failure: BaseException | None = None
         self.watch = watch.Watch()
         self._thread = threading.Thread(target=self._run, args=(api, resource_version,
                                                                 timeout), daemon=True)
@@ -90,10 +91,13 @@ class Collector:
     def _run(self, api: Any, resource_version: str, timeout: int) -> None:
         try:
             self._stream(api, resource_version, timeout)
-        except ProtocolError:
+        except ProtocolError as err:
             # Watch.stop() shuts the socket under the reading thread; the client then
             # raises this, whatever the server does.
-            assert self.watch._stop
+            if not self.watch._stop:
+                self.failure = err
+        except BaseException as err:
+            self.failure = err
 
     def _stream(self, api: Any, resource_version: str, timeout: int) -> None:
         try:
@@ -114,6 +118,7 @@ class Collector:
     def join(self, timeout: float = 10.0) -> None:
         self._thread.join(timeout)
         assert not self._thread.is_alive()
+        assert self.failure is None, self.failure
 
 
 def summary(events: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, str, str]]:
@@ -177,7 +182,7 @@ def test_bookmarks_on_demand_and_before_the_watch_times_out(kube: FakeKube, api:
                                                             ) -> None:
     create_request(api, "r1")
     rv = str(kube.resource_version)
-    collector = Collector(api, rv, timeout=1)
+    collector = Collector(api, rv, timeout=2)
     kube.wait_for_watchers(1)
     kube.bookmark()
     assert collector.wait_for(1) == [("BOOKMARK", {
@@ -188,15 +193,28 @@ def test_bookmarks_on_demand_and_before_the_watch_times_out(kube: FakeKube, api:
     assert collector.watch.resource_version == rv
 
 
-def test_stop_ends_open_watches(api: Any) -> None:
+def test_stop_ends_open_watches_and_start_serves_the_same_state_again() -> None:
     fake = FakeKube(watch_timeout=60).start()
+    url = fake.url
     with fake.client() as own:
+        create_request(own, "r1")
         collector = Collector(own, "0", timeout=60)
         fake.wait_for_watchers(1)
         started = time.monotonic()
         fake.stop()
         collector.join()
-    assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 5
+        assert [t for t, _ in collector.events] == ["ADDED"]
+        with pytest.raises(MaxRetryError):
+            custom(own).list_cluster_custom_object(GROUP, "v1", PLURAL,
+                                                   _request_timeout=1)
+        fake.start()
+        try:
+            assert fake.url == url
+            items, _ = KubeApi(own).list_requests()
+            assert [i["metadata"]["name"] for i in items] == ["r1"]
+        finally:
+            fake.stop()
 
 
 # --- 410 Gone ------------------------------------------------------------------------------------
@@ -234,7 +252,17 @@ def test_without_timeout_the_client_retries_once_then_raises_410(kube: FakeKube,
     assert kube.count("watch", "provisioningrequests") == 2
 
 
-def test_history_is_bounded(api: Any) -> None:
+def test_a_watch_from_a_future_resource_version_is_refused(kube: FakeKube, api: Any
+                                                           ) -> None:
+    create_request(api, "r1")
+    with pytest.raises(ApiException) as caught:
+        list(KubeApi(api).watch_requests(str(kube.resource_version + 5), timeout_seconds=1))
+    assert caught.value.status == 504
+    assert status_of(caught.value)["details"]["causes"][0]["reason"] == \
+        "ResourceVersionTooLarge"
+
+
+def test_history_is_bounded() -> None:
     with FakeKube(history_limit=3) as small, small.client() as own:
         first = create_request(own, "r0")["metadata"]["resourceVersion"]
         for i in range(1, 5):
@@ -367,6 +395,12 @@ def test_condition_rules_of_the_crd_are_enforced(api: Any) -> None:
     assert fields == {"status.conditions[0].lastTransitionTime",
                       "status.conditions[0].message", "status.conditions[0].status"}
 
+    created["status"] = {"conditions": [condition("Accepted", "True", "Accepted")]}
+    created["status"]["conditions"][0]["lastTransitionTime"] = "yesterday"
+    with pytest.raises(ApiException) as caught:
+        KubeApi(api).replace_status(created)
+    assert caught.value.status == 422
+
 
 # --- deletion and finalizers ---------------------------------------------------------------------
 
@@ -440,7 +474,7 @@ def test_node_patch_sets_and_removes_labels_and_annotations(kube: FakeKube, api:
                                                "2025-01-02T03:14:05Z"}
     KubeApi(api).patch_node("n1", {}, {"allset.dev/booked-until": None})
     node = kube.get("nodes", "n1")
-    assert node is not None and node["metadata"]["annotations"] == {}
+    assert node is not None and "annotations" not in node["metadata"]  # omitempty
 
     # A list body goes out as a JSON patch; '/' in a key is escaped as '~1'.
     core(api).patch_node("n1", [{"op": "remove",
@@ -572,3 +606,35 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
 
     granted = {(verb, f"{c.resource}") for c in CALLS for verb in c.verbs}
     assert set(kube.requests) == granted
+
+
+def test_concurrent_read_modify_write_loses_no_update(kube: FakeKube, api: Any) -> None:
+    """Writers racing on one status, each retrying on 409 from a fresh read: every
+    increment lands exactly once."""
+    create_request(api, "r1")
+    writers, increments = 6, 10
+
+    def work() -> None:
+        with kube.client() as own:
+            k = KubeApi(own)
+            for _ in range(increments):
+                while True:
+                    current = k.get_request(NS, "r1")
+                    status = current.setdefault("status", {})
+                    details = status.setdefault("provisioningClassDetails", {})
+                    details["n"] = str(int(details.get("n", "0")) + 1)
+                    try:
+                        k.replace_status(current)
+                        break
+                    except Conflict:
+                        continue
+
+    threads = [threading.Thread(target=work) for _ in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    stored = kube.get("provisioningrequests", "r1", NS)
+    assert stored is not None
+    assert stored["status"]["provisioningClassDetails"]["n"] == str(writers * increments)
+    assert kube.count("update", "provisioningrequests/status") >= writers * increments

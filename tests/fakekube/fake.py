@@ -39,16 +39,21 @@ class FakeKube:
         self._ctx = Context(self.store, watch_timeout)
         self._server: Server | None = None
         self._thread: threading.Thread | None = None
+        self._port = 0
 
     # --- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> FakeKube:
+        """Serve on a free port; after a ``stop``, on the same port again with the same
+        state, as an API server coming back from an outage."""
         if self._server is None:
-            self._server, self._thread = serve(self._ctx)
+            self.store.resume()
+            self._server, self._thread = serve(self._ctx, self._port)
+            self._port = self._server.server_address[1]
         return self
 
     def stop(self) -> None:
-        """Ends every watch, closes every connection, stops serving."""
+        """Ends every watch, closes every connection, stops serving (state is kept)."""
         if self._server is None:
             return
         self.store.stop()

@@ -191,6 +191,13 @@ class Handler(BaseHTTPRequestHandler):
         if start not in ("", "0") and not start.isdigit():
             raise errors.bad_request(f"invalid resource version: {start!r}")
         with store.cond:
+            if start not in ("", "0") and int(start) > store.rv:
+                # The real server waits ~3 s for its cache to catch up, then says this.
+                raise ApiError(504, "Timeout", f"Too large resource version: {start}, "
+                               f"current: {store.rv}", {"causes": [{
+                                   "reason": "ResourceVersionTooLarge",
+                                   "message": "Too large resource version"}],
+                                   "retryAfterSeconds": 1})
             if start in ("", "0"):
                 items, cursor = store.select(res, ns, keep)
                 lines = [{"type": "ADDED", "object": render(i, res, route.version)}
@@ -269,10 +276,10 @@ class Server(ThreadingHTTPServer):
         pass  # a client that hangs up mid-request is not our failure
 
 
-def serve(ctx: Context) -> tuple[Server, threading.Thread]:
-    """Serve on 127.0.0.1 (a free port) from a daemon thread."""
+def serve(ctx: Context, port: int = 0) -> tuple[Server, threading.Thread]:
+    """Serve on 127.0.0.1 (``port``, or a free one) from a daemon thread."""
     handler = type("FakeKubeHandler", (Handler,), {"ctx": ctx})
-    server = Server(("127.0.0.1", 0), handler)
+    server = Server(("127.0.0.1", port), handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="fakekube",
                               daemon=True)
     thread.start()

@@ -51,6 +51,17 @@ def _timestamp(clock: Clock) -> str:
     return clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _omit_empty(res: Resource, obj: Json) -> None:
+    """Built-in types serialise these fields with omitempty: an emptied map or list
+    disappears (custom resources are unstructured and keep it)."""
+    if res.custom:
+        return
+    meta = obj.get("metadata", {})
+    for key in ("labels", "annotations", "finalizers", "ownerReferences"):
+        if key in meta and not meta[key]:
+            del meta[key]
+
+
 def _spec_part(obj: Json) -> Json:
     """Everything generation counts: all but metadata and status."""
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion",
@@ -118,6 +129,10 @@ class Store:
             self.stopped = True
             self.cond.notify_all()
 
+    def resume(self) -> None:
+        with self.cond:
+            self.stopped = False
+
     # --- writes --------------------------------------------------------------------------------
 
     def create(self, res: Resource, version: str, namespace: str, body: Any, *,
@@ -140,6 +155,7 @@ class Store:
             elif not direct and res is PODS:
                 obj["status"] = {"phase": "Pending"}
             validation.check_create(res, obj)
+            _omit_empty(res, obj)
             key = (res.plural, namespace, meta["name"])
             if key in self._objects:
                 raise errors.already_exists(res.qualified, meta["name"])
@@ -281,6 +297,7 @@ class Store:
                 if "status" in existing:
                     new["status"] = copy.deepcopy(existing["status"])
         new["apiVersion"], new["kind"] = existing["apiVersion"], existing["kind"]
+        _omit_empty(res, new)
         validation.check_update(res, new, existing, immutability=not direct)
         if _spec_part(new) != _spec_part(existing):
             new["metadata"]["generation"] = int(old_meta.get("generation", 0)) + 1

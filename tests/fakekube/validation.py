@@ -5,6 +5,7 @@ rules that bite clients. Failures are 422 Invalid with one cause per field."""
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 from tests.fakekube import errors
@@ -116,11 +117,25 @@ def _condition_causes(conditions: Any) -> list[Cause]:
                               not CONDITION_REASON.match(reason)):
             causes.append(_invalid(f"{at}[{i}].reason", reason, "should be a CamelCase "
                                    "identifier and may not be empty"))
+        stamp = c.get("lastTransitionTime")
+        if "lastTransitionTime" in c and not _is_date_time(stamp):
+            causes.append(_invalid(f"{at}[{i}].lastTransitionTime", stamp,
+                                   "must be a date-time (RFC 3339)"))
         if "status" in c and status not in ("True", "False", "Unknown"):
             causes.append(Cause(f"{at}[{i}].status", "FieldValueNotSupported",
                                 f'Unsupported value: {status!r}: supported values: "True", '
                                 f'"False", "Unknown"'))
     return causes
+
+
+def _is_date_time(value: Any) -> bool:
+    if not isinstance(value, str) or "T" not in value.upper():
+        return False
+    try:
+        datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
 
 
 def _provreq_status_causes(status: Any) -> list[Cause]:
