@@ -12,11 +12,13 @@ storage, status subresource), PodTemplates, Nodes, Pods and core Events.
         client.CustomObjectsApi(api).create_namespaced_custom_object(
             "autoscaling.x-k8s.io", "v1", "team-a", "provisioningrequests",
             objects.provisioning_request("team-a", "job-1", {"gpu": 2}))
+        kube.create(objects.pod("team-a", "p1"))
         kube.inject_conflicts("provisioningrequests", "job-1", "team-a")  # next write: 409
-        kube.compact()                      # any watch from an older version: 410
-        kube.set_node_ready("n1")           # the kubelet
-        kube.bind_pod("team-a", "p1", "n1")   # the scheduler
-        kube.get("provisioningrequests", "job-1", "team-a")["status"]
+        kube.compact()                        # any watch from an older version: 410
+        kube.set_node_ready("n1")             # what the kubelet reports
+        kube.bind_pod("team-a", "p1", "n1")   # what the scheduler does
+        ...                                   # run the controller against KubeApi(api)
+        kube.get("provisioningrequests", "job-1", "team-a")   # the outcome, as stored
         kube.count("update", "provisioningrequests/status")
 
 Modules: store (semantics), server (HTTP and watch), resources (paths), patch,
