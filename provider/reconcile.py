@@ -3,6 +3,7 @@ interrupted, and roll back instances of attempts that will never commit."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Collection
@@ -98,8 +99,14 @@ class Reconciler:
         if found.orphans:
             log.warning("rolling back %d instances of attempts that never committed: %s",
                         len(found.orphans), sorted({i.tags.attempt for i in found.orphans}))
-            self._executor.terminator.terminate([i.id for i in found.orphans],
-                                                self._executor.retrying())
+            released = self._executor.terminator.terminate([i.id for i in found.orphans],
+                                                           self._executor.retrying())
+            if released:
+                # The listing still counts the orphans in their reservations' use; list
+                # again so the next plan sees those slots free.
+                with contextlib.suppress(CloudError):
+                    taken_at = self._clock.now()
+                    self._ledger.apply(self._snapshot(), taken_at)
         owed = self._executor.terminator.retry_backlog(self._executor.retrying())
         if self._metrics is not None:
             self._metrics.observe_snapshot(snapshot, len(found.orphans), owed)

@@ -167,7 +167,7 @@ class FakeCloud:
             self._tokens[request.token] = tuple(i.id for i in instances)
         if fault is not None:
             raise fault.error
-        return instances
+        return [self._current(i) for i in instances]  # running at once when boot is 0
 
     def terminate(self, instance_ids: Sequence[str]) -> None:
         self._count("terminate")

@@ -126,17 +126,14 @@ class Controller:
                         with self._lock:
                             self._cache.pop(key_of(obj), None)
                         self.handler.gone(key_of(obj))
-            except ApiException as err:
-                if err.status == 410:  # our resourceVersion is too old: list again
-                    version = ""
-                    continue
-                log.warning("watching ProvisioningRequests failed: %s", err)
+            except Exception as err:
+                if self._stop.is_set():
+                    return  # stop() closed the watch under us
                 version = ""
-                self._stop.wait(5.0)
-            except Exception:
-                log.exception("watching ProvisioningRequests failed")
-                version = ""
-                self._stop.wait(5.0)
+                if not (isinstance(err, ApiException) and err.status == 410):
+                    log.warning("watching ProvisioningRequests failed: %s", err)
+                    self._stop.wait(5.0)
+                # a 410: our resourceVersion is too old; list again at once
 
     def _resync_loop(self) -> None:
         """Time moves even when nothing changes: bookings end, retries come due."""
