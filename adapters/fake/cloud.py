@@ -74,6 +74,8 @@ class FakeCloud:
         self._tokens: dict[str, tuple[str, ...]] = {}
         self._faults: dict[str, deque[_Fault]] = {}
         self.calls: Counter[str] = Counter()
+        # Called at the start of every launch call (tests: pause a launch mid-attempt).
+        self.before_launch: Callable[[LaunchRequest], None] | None = None
         self._store = FakeStore(settings.state_path) if settings.state_path else None
         if self._store is not None:
             instances, self._tokens = self._store.load()
@@ -141,6 +143,8 @@ class FakeCloud:
 
     def launch(self, request: LaunchRequest) -> Sequence[CloudInstance]:
         self._count("launch")
+        if self.before_launch is not None:
+            self.before_launch(request)
         with self._lock:
             seen = self._tokens.get(request.token)
             if seen is not None:

@@ -61,6 +61,7 @@ class Controller:
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()
         self.queue.close()
+        self._kube.stop_watching()
         for thread in self._threads:
             thread.join(timeout)
 
@@ -118,6 +119,8 @@ class Controller:
                     if kind in ("ADDED", "MODIFIED") and ours(obj):
                         with self._lock:
                             self._cache[key_of(obj)] = obj
+                        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+                            self.handler.cancel(key_of(obj))  # its worker may be busy
                         self.queue.add(key_of(obj))
                     elif kind == "DELETED" and ours(obj):
                         with self._lock:

@@ -49,6 +49,7 @@ class KubeApi:
         self.version = version
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
+        self._watch: Any = None
 
     # --- ProvisioningRequests --------------------------------------------------------------
 
@@ -61,11 +62,22 @@ class KubeApi:
                        ) -> Iterator[tuple[str, dict[str, Any]]]:
         """(event type, object) until the server ends the watch. Raises ApiException 410
         when ``resource_version`` is too old: list again."""
-        w = watch.Watch()
+        w = self._watch = watch.Watch()
         for event in w.stream(self._custom.list_cluster_custom_object, GROUP, self.version,
                               PLURAL, resource_version=resource_version,
                               timeout_seconds=timeout_seconds, allow_watch_bookmarks=True):
             yield str(event["type"]), event["raw_object"]
+
+    def stop_watching(self) -> None:
+        """End a watch blocked in another thread (on shutdown): stop it and close its
+        connection, which the blocked read sees at once."""
+        w = self._watch
+        if w is None:
+            return
+        w.stop()
+        response = getattr(w, "_resp", None)  # the client keeps the open response here
+        if response is not None:
+            response.close()
 
     def get_request(self, namespace: str, name: str) -> dict[str, Any]:
         found: dict[str, Any] = _call(self._custom.get_namespaced_custom_object, GROUP,

@@ -87,6 +87,19 @@ class RequestHandler:
             tracked.cancel.set()
         self._release(key)
 
+    def cancel(self, key: str) -> None:
+        """Stop the request's attempt now (it is being deleted): the executor rolls back
+        at its next step instead of committing."""
+        with self._lock:
+            tracked = self._tracked.get(key)
+        if tracked is not None:
+            tracked.cancel.set()
+
+    def cancelling(self, key: str) -> bool:
+        with self._lock:
+            tracked = self._tracked.get(key)
+        return tracked is not None and tracked.cancel.is_set()
+
     def handle(self, obj: Obj) -> float | None:
         key = key_of(obj)
         meta = obj.get("metadata") or {}

@@ -1,0 +1,72 @@
+"""Builders for the objects controller tests need, in the shape the API returns them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+Json = dict[str, Any]
+
+
+def provisioning_request(namespace: str, name: str, pod_sets: Mapping[str, int],
+                         class_name: str = "atomic-reserved.allset.dev",
+                         parameters: Mapping[str, str] | None = None,
+                         version: str = "v1") -> Json:
+    """``pod_sets`` maps PodTemplate name to pod count."""
+    spec: Json = {"provisioningClassName": class_name,
+                  "podSets": [{"podTemplateRef": {"name": t}, "count": n}
+                              for t, n in pod_sets.items()]}
+    if parameters:
+        spec["parameters"] = dict(parameters)
+    return {"apiVersion": f"autoscaling.x-k8s.io/{version}", "kind": "ProvisioningRequest",
+            "metadata": {"namespace": namespace, "name": name}, "spec": spec}
+
+
+def pod_template(namespace: str, name: str, requests: Mapping[str, str],
+                 node_selector: Mapping[str, str] | None = None) -> Json:
+    """A PodTemplate with one container asking for ``requests`` (``{"cpu": "4",
+    "nvidia.com/gpu": "8"}``)."""
+    spec: Json = {"containers": [{"name": "main", "image": "busybox",
+                                  "resources": {"requests": dict(requests),
+                                                "limits": dict(requests)}}]}
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    return {"apiVersion": "v1", "kind": "PodTemplate",
+            "metadata": {"namespace": namespace, "name": name},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}
+
+
+def node(name: str, labels: Mapping[str, str] | None = None, ready: bool = True,
+         provider_id: str = "") -> Json:
+    out: Json = {"apiVersion": "v1", "kind": "Node",
+                 "metadata": {"name": name, "labels": dict(labels or {})},
+                 "spec": {"providerID": provider_id} if provider_id else {},
+                 "status": {"conditions": [{
+                     "type": "Ready", "status": "True" if ready else "False",
+                     "reason": "KubeletReady" if ready else "KubeletNotReady"}]}}
+    return out
+
+
+def pod(namespace: str, name: str, annotations: Mapping[str, str] | None = None,
+        node_name: str = "") -> Json:
+    spec: Json = {"containers": [{"name": "main", "image": "busybox"}]}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": namespace, "name": name,
+                         "annotations": dict(annotations or {})},
+            "spec": spec, "status": {"phase": "Running" if node_name else "Pending"}}
+
+
+def event(namespace: str, involved: Json, reason: str, message: str,
+          type_: str = "Normal") -> Json:
+    """A core/v1 Event about ``involved`` (an object as the API returned it)."""
+    meta = involved["metadata"]
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"namespace": namespace, "generateName": f"{meta['name']}."},
+            "involvedObject": {"apiVersion": involved.get("apiVersion", ""),
+                               "kind": involved.get("kind", ""), "name": meta["name"],
+                               "namespace": meta.get("namespace", ""),
+                               "uid": meta.get("uid", "")},
+            "reason": reason, "message": message, "type": type_,
+            "source": {"component": "allset"}}

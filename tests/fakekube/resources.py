@@ -1,0 +1,113 @@
+"""The resources the fake serves and how a request path names one of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tests.fakekube import errors
+
+PROVREQ_GROUP = "autoscaling.x-k8s.io"
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str  # "" is the core group
+    versions: tuple[str, ...]  # all served from the same storage
+    plural: str
+    kind: str
+    namespaced: bool
+    status_subresource: bool
+    # Custom resources behave as unstructured objects do: list items carry kind and
+    # apiVersion, an update must name the resourceVersion it replaces, bodies must say
+    # their kind, and strategic merge patch is refused (415).
+    custom: bool
+    # What DELETE answers once the object is gone: the object, or a Success Status.
+    delete_returns_object: bool
+
+    @property
+    def qualified(self) -> str:
+        """How messages name the resource: ``pods``, ``provisioningrequests.<group>``."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def kind_group(self) -> str:
+        return f"{self.kind}.{self.group}" if self.group else self.kind
+
+    def api_version(self, version: str) -> str:
+        return f"{self.group}/{version}" if self.group else version
+
+
+PROVISIONING_REQUESTS = Resource(PROVREQ_GROUP, ("v1", "v1beta1"), "provisioningrequests",
+                                 "ProvisioningRequest", namespaced=True,
+                                 status_subresource=True, custom=True,
+                                 delete_returns_object=True)
+POD_TEMPLATES = Resource("", ("v1",), "podtemplates", "PodTemplate", namespaced=True,
+                         status_subresource=False, custom=False, delete_returns_object=True)
+NODES = Resource("", ("v1",), "nodes", "Node", namespaced=False, status_subresource=True,
+                 custom=False, delete_returns_object=False)
+PODS = Resource("", ("v1",), "pods", "Pod", namespaced=True, status_subresource=True,
+                custom=False, delete_returns_object=True)
+EVENTS = Resource("", ("v1",), "events", "Event", namespaced=True, status_subresource=False,
+                  custom=False, delete_returns_object=False)
+
+RESOURCES: tuple[Resource, ...] = (PROVISIONING_REQUESTS, POD_TEMPLATES, NODES, PODS, EVENTS)
+BY_PLURAL = {r.plural: r for r in RESOURCES}
+
+
+def by_plural(plural: str) -> Resource:
+    try:
+        return BY_PLURAL[plural]
+    except KeyError:
+        raise KeyError(f"fakekube serves {sorted(BY_PLURAL)}, not {plural!r}") from None
+
+
+def by_kind(api_version: str, kind: str) -> tuple[Resource, str]:
+    """The resource and version an object's ``apiVersion``/``kind`` name."""
+    group, _, version = api_version.rpartition("/")
+    for r in RESOURCES:
+        if r.group == group and r.kind == kind and version in r.versions:
+            return r, version
+    raise KeyError(f"fakekube does not serve {kind} in {api_version}")
+
+
+@dataclass(frozen=True)
+class Route:
+    resource: Resource
+    version: str
+    namespace: str  # "" for cluster-scoped resources and all-namespace lists
+    name: str  # "" for collections
+    subresource: str  # "" or "status"
+
+    @property
+    def counted(self) -> str:
+        """The resource as RBAC names it: ``provisioningrequests/status``."""
+        sub = f"/{self.subresource}" if self.subresource else ""
+        return self.resource.plural + sub
+
+
+def parse(path: str) -> Route:
+    """``/api/v1/namespaces/ns/pods/p`` or ``/apis/<group>/<version>/<plural>`` and so
+    on. Raises ApiError 404 for anything the fake does not serve."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:1] == ["api"] and len(parts) >= 2:
+        group, version, rest = "", parts[1], parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        raise errors.no_route()
+    namespace = ""
+    if rest[:1] == ["namespaces"] and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3:
+        raise errors.no_route()
+    plural, name, sub = rest[0], *([*rest[1:], "", ""])[:2]
+    resource = BY_PLURAL.get(plural)
+    if resource is None or resource.group != group or version not in resource.versions:
+        raise errors.no_route()
+    if namespace and not resource.namespaced:
+        raise errors.no_route()
+    if name and resource.namespaced and not namespace:
+        raise errors.no_route()
+    if sub and (sub != "status" or not resource.status_subresource):
+        raise errors.no_route()
+    return Route(resource, version, namespace, name, sub)

@@ -1,0 +1,305 @@
+"""The ProvisioningRequest controller against our fake Kubernetes API (the real client
+over HTTP on 127.0.0.1) and the simulated cloud."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from adapters.base import CapacityType, InstanceState, LaunchRequest
+from adapters.fake import Stockout
+from provider.controller import conditions as c
+from provider.controller.controller import Controller
+from provider.controller.kube import KubeApi
+from provider.controller.requests import Backoff
+from tests.fakekube import FakeKube, objects
+from tests.helpers import Harness, harness, wait_until
+
+NS = "ml"
+GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+@dataclass
+class World:
+    h: Harness
+    kube: FakeKube
+    api: client.ApiClient
+    controller: Controller
+
+    def sync(self, rounds: int = 12) -> None:
+        """Let the controller act, as time passes a second at a time."""
+        for _ in range(rounds):
+            self.controller.sync_once()
+            self.h.clock.advance(1)
+
+    def request(self, name: str = "job") -> dict[str, Any] | None:
+        got: dict[str, Any] | None = self.kube.get("provisioningrequests", name, NS)
+        return got
+
+    def node(self, name: str) -> dict[str, Any]:
+        got = self.kube.get("nodes", name)
+        assert got is not None
+        return got
+
+    def condition(self, ctype: str, name: str = "job") -> c.Condition | None:
+        request = self.request(name) or {}
+        return c.read((request.get("status") or {}).get("conditions")).get(ctype)
+
+    def register_nodes(self) -> None:
+        """What kubelets do once the instances boot: a Ready node per instance."""
+        for inst in self.h.cloud.live_instances():
+            if self.kube.get("nodes", inst.name) is None:
+                self.kube.create(objects.node(inst.name, provider_id=inst.provider_id))
+
+    def run_until(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+        """With the controller's own threads running: let simulated time pass (a second
+        per step) until ``predicate`` holds."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, "condition not reached in time"
+            self.h.clock.advance(1)
+            time.sleep(0.02)
+
+    def events(self, name: str = "job") -> list[tuple[str, str]]:
+        return [(e["reason"], e["type"]) for e in self.kube.list("events", NS)
+                if e["involvedObject"]["name"] == name]
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    h = harness()
+    def now() -> dt.datetime:  # the API server's clock is the simulated one
+        return dt.datetime.fromtimestamp(h.clock.now(), dt.UTC)
+
+    with FakeKube(clock=now) as kube, kube.client() as api:
+        controller = Controller(h.provider, KubeApi(api), workers=4,
+                                backoff=Backoff(60, 600))
+        yield World(h, kube, api, controller)
+        controller.stop()
+        h.provider.stop()
+
+
+def templates(kube: FakeKube) -> None:
+    gpu = objects.pod_template(NS, "workers", {"cpu": "8", "memory": "64Gi",
+                                               "nvidia.com/gpu": "1"},
+                               {"example.com/gpu": "nvidia-h100-80gb"})
+    gpu["template"]["spec"]["tolerations"] = GPU_TOLERATION
+    kube.create(gpu)
+    kube.create(objects.pod_template(NS, "ps", {"cpu": "1500m", "memory": "2Gi"}))
+
+
+def create(w: World, name: str = "job", pod_sets: dict[str, int] | None = None,
+           **parameters: str) -> None:
+    templates_present = w.kube.get("podtemplates", "workers", NS) is not None
+    if not templates_present:
+        templates(w.kube)
+    body = objects.provisioning_request(NS, name, pod_sets or {"ps": 2, "workers": 16},
+                                        parameters=parameters or None)
+    client.CustomObjectsApi(w.api).create_namespaced_custom_object(
+        "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", body)
+
+
+def live(w: World, request: str = "ml/job") -> list[Any]:
+    return [i for i in w.h.cloud.live_instances() if i.tags.request == request]
+
+
+def test_a_mixed_request_is_provisioned_whole(world: World) -> None:
+    w = world
+    create(w, bookingDurationSeconds="900")
+    w.sync()
+    instances = live(w)
+    groups = sorted((i.tags.node_group, i.tags.source) for i in instances)
+    # 2 CPU pods on the cpu group's reservation, 16 GPU pods on 2 nodes of the gpu
+    # group's reservation: one attempt, both groups, all committed.
+    assert groups == [("cpu", CapacityType.RESERVED)] * 2 + [("gpu", CapacityType.RESERVED)] * 2
+    assert all(i.tags.committed for i in instances)
+    assert len({i.tags.attempt for i in instances}) == 1
+    assert w.condition(c.ACCEPTED).true  # type: ignore[union-attr]
+    provisioned = w.condition(c.PROVISIONED)
+    assert provisioned is not None and provisioned.true
+    assert provisioned.reason == c.CAPACITY_IS_PROVISIONED
+    booking = (w.request() or {})["status"]["provisioningClassDetails"][c.BOOKING_DETAIL]
+    assert booking == "ml.job"
+    # Nodes that register are labelled for the pods and protected from scale-down.
+    w.register_nodes()
+    w.sync(2)
+    for inst in instances:
+        node = w.node(inst.name)
+        assert node["metadata"]["labels"][c.BOOKING_LABEL] == booking
+        assert node["metadata"]["annotations"][c.SCALE_DOWN_DISABLED] == "true"
+    assert {("Accepted", "Normal"), ("CapacityIsProvisioned", "Normal")} <= set(w.events())
+    # CA cannot scale a booked node down.
+    with pytest.raises(Exception, match="is booked by ml/job"):
+        w.h.provider.delete_nodes("gpu", [instances[-1].provider_id])
+
+
+def test_stocked_out_gpu_group_leaves_nothing_and_says_why(world: World) -> None:
+    w = world
+    w.h.cloud.remove_reservation("r-gpu")
+    w.h.provider.refresh_now()
+    w.h.cloud.set_stockout(Stockout("us-east-1a", "p5.48xlarge", CapacityType.ON_DEMAND))
+    w.h.cloud.set_stockout(Stockout("us-east-1b", "p5.48xlarge", CapacityType.ON_DEMAND))
+    create(w)
+    w.sync()
+    assert w.h.cloud.live_instances() == []
+    provisioned = w.condition(c.PROVISIONED)
+    assert provisioned is not None and not provisioned.true
+    assert provisioned.reason == "CapacityUnavailable"
+    assert "p5.48xlarge" in provisioned.message
+    assert ("CapacityUnavailable", "Warning") in w.events()
+    assert w.condition(c.FAILED) is None  # it will be retried
+    # The stockout ends; after the backoff the retry provisions it.
+    for z in ("us-east-1a", "us-east-1b"):
+        w.h.cloud.set_stockout(Stockout(z, "p5.48xlarge", CapacityType.ON_DEMAND), False)
+    w.h.clock.advance(200)  # past the unavailable-offering TTL and the first backoff
+    w.sync()
+    assert w.condition(c.PROVISIONED).true  # type: ignore[union-attr]
+    assert len(live(w)) == 4
+
+
+def test_no_retry_fails_at_once(world: World) -> None:
+    w = world
+    w.h.cloud.set_stockout(Stockout("us-east-1a", "p5.48xlarge", CapacityType.ON_DEMAND))
+    w.h.cloud.set_stockout(Stockout("us-east-1b", "p5.48xlarge", CapacityType.ON_DEMAND))
+    create(w, pod_sets={"workers": 24}, noRetry="true", capacityTypes="on-demand")
+    w.sync()
+    failed = w.condition(c.FAILED)
+    assert failed is not None and failed.true and failed.reason == "CapacityUnavailable"
+    assert w.h.cloud.live_instances() == []
+
+
+def test_valid_until_seconds(world: World) -> None:
+    w = world
+    w.h.cloud.set_stockout(Stockout("us-east-1a", "p5.48xlarge", CapacityType.ON_DEMAND))
+    w.h.cloud.set_stockout(Stockout("us-east-1b", "p5.48xlarge", CapacityType.ON_DEMAND))
+    create(w, pod_sets={"workers": 64}, validUntilSeconds="300")
+    w.sync()
+    assert w.condition(c.FAILED) is None
+    w.h.clock.advance(301)
+    w.sync()
+    failed = w.condition(c.FAILED)
+    assert failed is not None and failed.true and failed.reason == c.EXPIRED
+
+
+def test_bad_requests_fail_with_the_field(world: World) -> None:
+    w = world
+    templates(w.kube)
+    body = objects.provisioning_request(NS, "missing", {"nope": 1})
+    client.CustomObjectsApi(w.api).create_namespaced_custom_object(
+        "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", body)
+    create(w, name="badparam", topology="rack")
+    w.sync()
+    failed = w.condition(c.FAILED, "missing")
+    assert failed is not None and failed.reason == c.INVALID_REQUEST
+    assert "PodTemplate 'nope' not found" in failed.message
+    failed = w.condition(c.FAILED, "badparam")
+    assert failed is not None and "spec.parameters.topology" in failed.message
+    assert w.h.cloud.live_instances() == []
+
+
+def test_booking_expires(world: World) -> None:
+    w = world
+    create(w, bookingDurationSeconds="120")
+    w.sync()
+    w.register_nodes()
+    w.sync(2)
+    assert w.condition(c.PROVISIONED).true  # type: ignore[union-attr]
+    w.h.clock.advance(130)
+    w.sync(2)
+    expired = w.condition(c.BOOKING_EXPIRED)
+    assert expired is not None and expired.true and expired.reason == c.BOOKING_TIME_EXPIRED
+    for inst in live(w):
+        node = w.node(inst.name)
+        assert c.BOOKING_LABEL not in (node["metadata"].get("labels") or {})
+        assert c.SCALE_DOWN_DISABLED not in (node["metadata"].get("annotations") or {})
+    assert w.h.provider.bookings() == {}
+
+
+def test_booking_is_consumed_when_every_pod_is_scheduled(world: World) -> None:
+    w = world
+    create(w, pod_sets={"workers": 8})
+    w.sync()
+    w.register_nodes()
+    w.sync(2)
+    (inst,) = live(w)
+    annotation = {"autoscaling.x-k8s.io/consume-provisioning-request": "job"}
+    for i in range(8):
+        w.kube.create(objects.pod(NS, f"w{i}", annotation))
+    w.sync(2)
+    assert w.condition(c.BOOKING_EXPIRED) is None  # pods exist but are not scheduled yet
+    for i in range(8):
+        w.kube.bind_pod(NS, f"w{i}", inst.name)
+    w.sync(2)
+    consumed = w.condition(c.BOOKING_EXPIRED)
+    assert consumed is not None and consumed.reason == c.BOOKING_CONSUMED
+
+
+def test_status_conflicts_are_retried(world: World) -> None:
+    w = world
+    create(w)
+    w.kube.inject_conflicts("provisioningrequests", "job", NS, times=3)
+    w.sync()
+    assert w.condition(c.PROVISIONED).true  # type: ignore[union-attr]
+    assert len(live(w)) == 4
+
+
+def test_deleting_a_request_mid_attempt_rolls_it_back(world: World) -> None:
+    w = world
+    entered, release = threading.Event(), threading.Event()
+
+    def pause_second_part(request: LaunchRequest) -> None:
+        if request.tags.part == "0.1":
+            entered.set()
+            release.wait(10)
+
+    w.h.cloud.before_launch = pause_second_part
+    w.controller.start()  # real threads: the watch sees the deletion while a worker launches
+    create(w)
+    wait_until(entered.is_set)
+    client.CustomObjectsApi(w.api).delete_namespaced_custom_object(
+        "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", "job")
+    wait_until(lambda: w.controller.handler.cancelling("ml/job"))  # the watch saw it
+    release.set()
+    w.run_until(lambda: w.request() is None)  # the finalizer goes once it is rolled back
+    assert live(w) == []
+    assert [i for i in w.h.cloud.all_instances() if i.state is not InstanceState.TERMINATED] == []
+
+
+def test_watch_survives_a_410(world: World) -> None:
+    w = world
+    w.controller.start()
+    w.kube.wait_for_watchers(1)
+    w.kube.compact()
+    w.kube.stop()
+    w.kube.start()  # the watch breaks; the controller lists again and resumes
+    create(w)
+    w.run_until(lambda: (w.condition(c.ACCEPTED) or _false()).true)
+
+
+def test_many_requests_never_share_a_reservation_slot(world: World) -> None:
+    w = world
+    templates(w.kube)
+    for i in range(6):
+        body = objects.provisioning_request(NS, f"r{i}", {"workers": 8},
+                                            parameters={"capacityTypes": "reserved"})
+        client.CustomObjectsApi(w.api).create_namespaced_custom_object(
+            "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", body)
+    w.controller.start()
+    w.run_until(lambda: sum(1 for i in range(6)
+                            if (w.condition(c.PROVISIONED, f"r{i}") or _false()).reason
+                            in (c.WAITING_FOR_NODES, c.CAPACITY_IS_PROVISIONED,
+                                "CapacityUnavailable")) == 6)
+    reserved = [i for i in w.h.cloud.live_instances() if i.tags.reservation == "r-gpu"]
+    assert len(reserved) == 3  # r-gpu has 3 slots: 3 requests got one node each, no more
+    assert len({i.tags.request for i in reserved}) == 3
+
+
+def _false() -> c.Condition:
+    return c.Condition("", "False", "", "", "")
