@@ -6,6 +6,7 @@ and every container runs as non-root on a read-only root filesystem."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from pathlib import Path
@@ -110,7 +111,8 @@ def test_every_kustomization_renders(directory: Path) -> None:
 
 def test_every_kustomization_directory_is_tested() -> None:
     tested = {*OVERLAYS, DEPLOY / "monitoring", DEPLOY / "kueue", DEPLOY / "cluster-autoscaler",
-              DEPLOY / "components" / "without-cert-manager"}
+              DEPLOY / "components" / "without-cert-manager",
+              DEPLOY / "components" / "without-kueue"}
     found = {p.parent for p in DEPLOY.rglob("kustomization.yaml")}
     assert found == tested
 
@@ -462,3 +464,37 @@ def test_the_documented_allset_certs_run_makes_what_the_secrets_need(
     for source in re.findall(r"--from-file=[\w.]+=(\S+)", guide):
         assert source.startswith(out + "/")
         assert (tmp_path / source).is_file(), source
+
+
+def test_without_kueue_only_the_kueue_objects_go(tmp_path: Path) -> None:
+    where = kustomization(tmp_path, resources=[DEPLOY / "base"],
+                          components=[DEPLOY / "components" / "without-kueue"])
+    kinds = sorted(d["kind"] for d in render(where))
+    with_kueue = sorted(d["kind"] for d in render(DEPLOY / "base"))
+    assert "AdmissionCheck" not in kinds and "ProvisioningRequestConfig" not in kinds
+    assert len(with_kueue) - len(kinds) == 2
+
+
+def test_the_guides_own_overlay_renders(tmp_path: Path) -> None:
+    """The kustomization the guide tells operators to write: it renders, and its image,
+    config and role annotation replace the placeholders."""
+    guide = _guide()
+    (block,) = re.findall(r"```yaml\n# my-cluster/kustomization.yaml\n(.*?)```", guide,
+                          flags=re.DOTALL)
+    aws = DEPLOY / "overlays" / "aws"
+    text = (block.replace("<path to>/deploy/kubernetes/overlays/aws",
+                          str(Path(os.path.relpath(aws, tmp_path))))
+            .replace("<your registry>", "example").replace("<account>", "123456789012")
+            .replace("<cluster>", "prod-east"))
+    (tmp_path / "kustomization.yaml").write_text(text, encoding="utf-8")
+    config = (ROOT / "deploy" / "examples" / "aws.yaml").read_text(encoding="utf-8")
+    (tmp_path / "config.yaml").write_text(config.replace("maxSize: 32", "maxSize: 8"),
+                                          encoding="utf-8")
+    docs = render(tmp_path)
+    _, container = _allset(docs)
+    assert container["image"] == "example/allset:0.1.0"
+    assert "maxSize: 8" in _config_text(docs)
+    sa = one(docs, "ServiceAccount", "allset")
+    assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == \
+        "arn:aws:iam::123456789012:role/allset-prod-east"
+
