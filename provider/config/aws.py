@@ -24,8 +24,10 @@ _ZONE = re.compile(r"^(?P<region>[a-z]{2}(-[a-z]+)+-\d+)[a-z]$")
 
 
 class LaunchTemplate(Model):
-    name: str | None = None
-    id: str | None = Field(None, pattern=r"^lt-[0-9a-f]+$")
+    """The EC2 launch template a group's instances start from (give its name or its id)."""
+
+    name: str | None = Field(None, description="launch template name")
+    id: str | None = Field(None, pattern=r"^lt-[0-9a-f]+$", description="launch template id")
     version: str = Field("$Default", description="a number, $Default or $Latest")
 
     @model_validator(mode="after")
@@ -53,8 +55,9 @@ class ReservationSelector(Model):
     carrying every tag in ``tags``. Reservations a group lists under ``reservations`` are
     always selected. Nothing selected means on-demand (and spot) only."""
 
-    ids: list[str] = Field(default_factory=list)
-    tags: dict[str, str] = Field(default_factory=dict)
+    ids: list[str] = Field(default_factory=list, description="reservation ids (cr-...)")
+    tags: dict[str, str] = Field(default_factory=dict, description="tags a reservation must "
+                                 "all carry")
 
     @field_validator("ids")
     @classmethod
@@ -66,14 +69,23 @@ class ReservationSelector(Model):
 
 
 class AwsCloud(Model):
-    region: str = Field(min_length=1, pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$")
+    """The AWS account allset launches in (credentials from the standard chain)."""
+
+    region: str = Field(min_length=1, pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$",
+                        description="every group's zone is in it")
     endpoint_url: str | None = Field(None, description="e.g. a VPC endpoint or a test server")
-    reservation_selector: ReservationSelector = Field(default_factory=ReservationSelector)
+    reservation_selector: ReservationSelector = Field(
+        default_factory=ReservationSelector, description="which capacity reservations "
+        "allset may use")
 
 
 class AwsGroup(Model):
-    launch_template: LaunchTemplate
-    subnet_id: str | None = Field(None, pattern=r"^subnet-[0-9a-f]+$")
+    """How a group's instances are launched on EC2."""
+
+    launch_template: LaunchTemplate = Field(description="what the instances start from; "
+                                            "leave market and reservation settings out")
+    subnet_id: str | None = Field(None, pattern=r"^subnet-[0-9a-f]+$",
+                                  description="override the template's subnet")
     security_group_ids: list[str] = Field(
         default_factory=list, description="override the template's; required with EFA"
     )
@@ -82,7 +94,8 @@ class AwsGroup(Model):
         description="cluster placement group (default: the group's fabric)",
     )
     efa_interfaces: int = Field(0, ge=0, le=64, description="EFA interfaces per instance")
-    tags: dict[str, str] = Field(default_factory=dict)
+    tags: dict[str, str] = Field(default_factory=dict, description="extra tags on every "
+                                 "instance and volume (not allset.dev/ or aws:)")
 
     @field_validator("tags")
     @classmethod

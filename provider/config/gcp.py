@@ -23,8 +23,10 @@ Duration = Annotated[str | int | float, AfterValidator(_duration)]
 
 
 class Accelerator(Model):
+    """GPUs attached to each instance."""
+
     type: str = Field(min_length=1, description="e.g. nvidia-tesla-t4")
-    count: int = Field(gt=0)
+    count: int = Field(gt=0, description="GPUs of that type per instance")
 
 
 class GcpReservationSelector(Model):
@@ -36,13 +38,17 @@ class GcpReservationSelector(Model):
 
 
 class GcpCloud(Model):
-    project: str = Field(min_length=1)
+    """The project allset launches in (Application Default Credentials)."""
+
+    project: str = Field(min_length=1, description="project id")
     region: str = Field(min_length=1, description="e.g. us-central1; every group's zone is in it")
     api_endpoint: str | None = Field(
         None, description="default: the public Compute API; an http:// endpoint is a local "
         "test server and is called without credentials"
     )
-    reservation_selector: GcpReservationSelector = Field(default_factory=GcpReservationSelector)
+    reservation_selector: GcpReservationSelector = Field(
+        default_factory=GcpReservationSelector, description="which specific reservations "
+        "allset may use")
     request_timeout: Duration = Field("60s", description="timeout of one API call")
     operation_timeout: Duration = Field(
         "20m", description="how long a launch waits for its bulkInsert operation; after that "
@@ -51,6 +57,8 @@ class GcpCloud(Model):
 
 
 class GcpGroup(Model):
+    """How a group's instances are launched on Compute Engine."""
+
     machine_type: str | None = Field(
         None, description="must equal instanceType when given (reservations match on it)"
     )

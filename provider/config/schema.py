@@ -53,62 +53,85 @@ Name = Annotated[str, Field(pattern=_DNS_LABEL)]
 
 
 class Gpu(Model):
+    """The GPUs of one node of the group."""
+
     type: str = Field(min_length=1, description="GPU model, e.g. nvidia-h100-80gb")
     count: int = Field(gt=0, description="GPUs per node")
 
 
 class Price(Model):
+    """What a node costs; reserved capacity is priced by its reservation (already paid)."""
+
     on_demand: float = Field(0.0, ge=0, description="USD per node-hour on demand")
     spot: float | None = Field(None, ge=0, description="USD per node-hour on spot")
 
 
 class TaintConfig(Model):
-    key: str = Field(min_length=1)
-    value: str = ""
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    """A taint of the group's nodes (in the template node CA simulates)."""
+
+    key: str = Field(min_length=1, description="taint key, e.g. nvidia.com/gpu")
+    value: str = Field("", description="taint value")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        description="taint effect")
 
 
 class Options(Model):
     """Per-group overrides of CA's autoscaling options; unset keys echo CA's defaults."""
 
-    scale_down_utilization_threshold: float | None = Field(None, ge=0, le=1)
-    scale_down_gpu_utilization_threshold: float | None = Field(None, ge=0, le=1)
-    scale_down_unneeded_time: Duration | None = None
-    scale_down_unready_time: Duration | None = None
-    max_node_provision_time: Duration | None = None
-    zero_or_max_node_scaling: bool | None = None
-    ignore_daemon_sets_utilization: bool | None = None
+    scale_down_utilization_threshold: float | None = Field(
+        None, ge=0, le=1, description="a node below this CPU/memory use may be removed")
+    scale_down_gpu_utilization_threshold: float | None = Field(
+        None, ge=0, le=1, description="the same for GPU nodes, by GPU use")
+    scale_down_unneeded_time: Duration | None = Field(
+        None, description="how long a node is unneeded before CA removes it")
+    scale_down_unready_time: Duration | None = Field(
+        None, description="how long an unready node is unneeded before CA removes it")
+    max_node_provision_time: Duration | None = Field(
+        None, description="how long CA waits for a new node to register")
+    zero_or_max_node_scaling: bool | None = Field(
+        None, description="CA scales the group only between 0 and maxSize")
+    ignore_daemon_sets_utilization: bool | None = Field(
+        None, description="leave DaemonSet pods out of the utilization")
 
 
 class NodeGroupConfig(Model):
+    """A node group CA sees: one instance type in one zone, in at most one fabric."""
+
     id: Name = Field(description="node group id CA sees (DNS label)")
-    zone: str = Field(min_length=1)
-    instance_type: str = Field(min_length=1)
-    gpu: Gpu | None = None
+    zone: str = Field(min_length=1, description="availability zone of every node")
+    instance_type: str = Field(min_length=1, description="instance (machine) type")
+    gpu: Gpu | None = Field(None, description="the node's GPUs (default: from the cloud)")
     cpu: Quantity | None = Field(
         None, description="allocatable CPU, e.g. 96 or 95500m (default: from the cloud)"
     )
     memory: Quantity | None = Field(
         None, description="allocatable memory, e.g. 1800Gi (default: from the cloud)"
     )
-    pods: int = Field(110, gt=0)
-    ephemeral_storage: Quantity | None = None
+    pods: int = Field(110, gt=0, description="pods a node can run")
+    ephemeral_storage: Quantity | None = Field(None, description="allocatable ephemeral "
+                                               "storage of a node")
     fabric: Name | None = Field(None, description="placement group / compact policy name")
-    min_size: int = Field(0, ge=0)
-    max_size: int = Field(ge=0)
+    min_size: int = Field(0, ge=0, description="CA never scales the group below this")
+    max_size: int = Field(ge=0, description="nodes the group may have at most")
     capacity_types: list[CapacityType] = Field(
-        default_factory=lambda: [CapacityType.RESERVED, CapacityType.ON_DEMAND], min_length=1
+        default_factory=lambda: [CapacityType.RESERVED, CapacityType.ON_DEMAND], min_length=1,
+        description="where the group's nodes may come from; a fitting free reservation is "
+        "always used before anything is bought",
     )
-    price: Price = Price()
+    price: Price = Field(Price(), description="per node-hour, for plans and CA's price "
+                         "expander")
     scale_up: ScaleUpMode | None = Field(None, description="default: atomic for GPU groups")
-    labels: Labels = Field(default_factory=dict)
-    taints: list[TaintConfig] = Field(default_factory=list)
+    labels: Labels = Field(default_factory=dict, description="extra labels of the group's "
+                           "nodes (in the template node CA simulates)")
+    taints: list[TaintConfig] = Field(default_factory=list, description="taints of the "
+                                      "group's nodes")
     reservations: list[str] = Field(
         default_factory=list, description="targeted reservations this group may launch into"
     )
-    options: Options = Options()
-    aws: AwsGroup | None = None
-    gcp: GcpGroup | None = None
+    options: Options = Field(Options(), description="CA's autoscaling options for this "
+                             "group")
+    aws: AwsGroup | None = Field(None, description="how to launch on AWS")
+    gcp: GcpGroup | None = Field(None, description="how to launch on GCP")
 
     @model_validator(mode="after")
     def _sizes(self) -> NodeGroupConfig:
@@ -122,15 +145,20 @@ class NodeGroupConfig(Model):
 
 
 class FakeReservation(Model):
-    id: str = Field(min_length=1)
-    zone: str = Field(min_length=1)
-    instance_type: str = Field(min_length=1)
-    count: int = Field(gt=0)
-    fabric: Name | None = None
-    kind: ReservationKind = ReservationKind.DEFAULT
-    targeted: bool = False
-    starts_at: dt.datetime | None = None
-    ends_at: dt.datetime | None = None
+    """A simulated capacity reservation."""
+
+    id: str = Field(min_length=1, description="reservation id")
+    zone: str = Field(min_length=1, description="zone its slots are in")
+    instance_type: str = Field(min_length=1, description="instance type of its slots")
+    count: int = Field(gt=0, description="slots")
+    fabric: Name | None = Field(None, description="fabric its slots are in: only a group of "
+                                "that fabric may use it")
+    kind: ReservationKind = Field(ReservationKind.DEFAULT, description="capacity-block: "
+                                  "usable only between startsAt and endsAt")
+    targeted: bool = Field(False, description="only groups that list it under "
+                           "`reservations` may use it")
+    starts_at: dt.datetime | None = Field(None, description="start of its window")
+    ends_at: dt.datetime | None = Field(None, description="end of its window")
     price: float = Field(0.0, ge=0, description="marginal USD per node-hour of using a slot")
 
     @model_validator(mode="after")
@@ -145,27 +173,39 @@ class FakeReservation(Model):
 
 
 class FakeStockout(Model):
-    zone: str = Field(min_length=1)
-    instance_type: str = Field(min_length=1)
-    capacity_type: CapacityType = CapacityType.ON_DEMAND
+    """A pool with no capacity: launches into it fail as a real stockout does."""
+
+    zone: str = Field(min_length=1, description="zone of the pool")
+    instance_type: str = Field(min_length=1, description="instance type of the pool")
+    capacity_type: CapacityType = Field(CapacityType.ON_DEMAND, description="capacity type "
+                                        "of the pool")
 
 
 class FakeQuota(Model):
-    name: str = Field(min_length=1)
-    unit: Literal["instances", "gpus", "vcpus"]
-    limit: int = Field(ge=0)
-    capacity_types: list[CapacityType] = Field(default_factory=lambda: [CapacityType.ON_DEMAND])
-    instance_types: list[str] = Field(default_factory=list)
-    zones: list[str] = Field(default_factory=list)
+    """A simulated quota: launches past its limit fail as a real quota error does."""
+
+    name: str = Field(min_length=1, description="name errors and plans refer to")
+    unit: Literal["instances", "gpus", "vcpus"] = Field(description="what the limit counts")
+    limit: int = Field(ge=0, description="most units running at once")
+    capacity_types: list[CapacityType] = Field(
+        default_factory=lambda: [CapacityType.ON_DEMAND], description="capacity types it "
+        "counts")
+    instance_types: list[str] = Field(default_factory=list, description="instance types it "
+                                      "counts (empty: all)")
+    zones: list[str] = Field(default_factory=list, description="zones it counts (empty: all)")
 
 
 class FakeCloud(Model):
+    """The simulated cloud: its reservations, stockouts, quotas and timing."""
+
     state_path: str | None = Field(None, description="SQLite file; state survives restarts")
     launch_latency_seconds: float = Field(0.0, ge=0, description="how long a launch call takes")
     boot_seconds: float = Field(0.0, ge=0, description="pending -> running after launch")
-    reservations: list[FakeReservation] = Field(default_factory=list)
-    stockouts: list[FakeStockout] = Field(default_factory=list)
-    quotas: list[FakeQuota] = Field(default_factory=list)
+    reservations: list[FakeReservation] = Field(default_factory=list,
+                                                description="capacity reservations")
+    stockouts: list[FakeStockout] = Field(default_factory=list, description="pools that "
+                                          "are out of capacity")
+    quotas: list[FakeQuota] = Field(default_factory=list, description="limits on what runs")
 
     @model_validator(mode="after")
     def _unique(self) -> FakeCloud:
@@ -177,13 +217,18 @@ class FakeCloud(Model):
 
 
 class Cloud(Model):
-    provider: Literal["fake", "aws", "gcp"] = "fake"
-    fake: FakeCloud | None = None
-    aws: AwsCloud | None = None
-    gcp: GcpCloud | None = None
+    """Which cloud allset launches in; only the section of that cloud may be set."""
+
+    provider: Literal["fake", "aws", "gcp"] = Field("fake", description="fake is the "
+                                                     "simulated cloud")
+    fake: FakeCloud | None = Field(None, description="the simulated cloud")
+    aws: AwsCloud | None = Field(None, description="AWS: region and reservations")
+    gcp: GcpCloud | None = Field(None, description="GCP: project, region and reservations")
 
 
 class Attempts(Model):
+    """How hard a scale-up tries."""
+
     max_plans: int = Field(3, ge=1, le=20, description="plans tried per scale-up before failing")
     deadline: Duration = Field("10m", description="give up on a scale-up after this long")
 
@@ -198,16 +243,19 @@ class ProvisioningRequests(Model):
 
 
 class Config(Model):
+    """The whole file."""
+
     cluster: Name = Field(description="cluster name; every instance is tagged with it")
     gpu_label: str = Field("allset.dev/accelerator", description="node label naming the GPU")
-    cloud: Cloud = Cloud()
+    cloud: Cloud = Field(Cloud(), description="the cloud and its settings")
     refresh_interval: Duration = Field("30s", description="how often the cloud is listed")
     unavailable_offering_ttl: Duration = Field(
         "3m", description="how long a pool that just failed is left out of plans"
     )
-    attempts: Attempts = Attempts()
+    attempts: Attempts = Field(Attempts(), description="scale-up attempts")
     provisioning_requests: ProvisioningRequests = ProvisioningRequests()
-    node_groups: list[NodeGroupConfig] = Field(min_length=1)
+    node_groups: list[NodeGroupConfig] = Field(min_length=1, description="the node "
+                                               "groups CA sees")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:
