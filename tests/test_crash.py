@@ -96,6 +96,16 @@ class Service:
         return proc, address
 
 
+    def wait(self, proc: subprocess.Popen[bytes], timeout: float = 120) -> int:
+        """The process's exit status; on a hang, fail with what it logged."""
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            log = (self.tmp / "serve.log").read_text()
+            raise AssertionError(f"allset serve did not exit; its log:\n{log[-4000:]}") from None
+
+
 def stub_for(address: str) -> pb_grpc.CloudProviderStub:
     return pb_grpc.CloudProviderStub(grpc.insecure_channel(address))
 
@@ -111,8 +121,9 @@ def test_crash_at_every_step(tmp_path: Path, scenario: Scenario, wipe_state: boo
     service = Service(tmp_path, config, state_dir)
 
     proc, address = service.start(scenario.point)
-    stub_for(address).NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="gpu", delta=5))
-    assert proc.wait(timeout=60) == -signal.SIGKILL, "the failpoint was never reached"
+    stub_for(address).NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="gpu", delta=5),
+                                           timeout=30)
+    assert service.wait(proc) == -signal.SIGKILL, "the failpoint was never reached"
     launched_before = cloud_instances(cloud_db)
     running_before = [i for i in launched_before if i.state is not InstanceState.TERMINATED]
     if scenario.point.startswith(("executor.part-launched", "executor.before-commit",
@@ -131,7 +142,7 @@ def test_crash_at_every_step(tmp_path: Path, scenario: Scenario, wipe_state: boo
         listed = {i.id for i in stub.NodeGroupNodes(pb.NodeGroupNodesRequest(id="gpu")).instances}
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        service.wait(proc)
 
     after = cloud_instances(cloud_db)
     live = [i for i in after if i.state is not InstanceState.TERMINATED]
