@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,12 +16,41 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 
 def server_credentials(cert: Path, key: Path, client_ca: Path) -> grpc.ServerCredentials:
-    """mTLS: the server presents ``cert`` and requires a client certificate from ``client_ca``."""
-    return grpc.ssl_server_credentials(
-        [(key.read_bytes(), cert.read_bytes())],
-        root_certificates=client_ca.read_bytes(),
-        require_client_auth=True,
+    """mTLS: the server presents ``cert`` and requires a client certificate from
+    ``client_ca``. The files are read again when they change (cert-manager renews them in
+    place), so a rotation needs no restart: each new connection gets the current files."""
+    files = _CertFiles(cert, key, client_ca)
+    return grpc.dynamic_ssl_server_credentials(
+        files.configuration(), files.changed, require_client_authentication=True
     )
+
+
+class _CertFiles:
+    def __init__(self, cert: Path, key: Path, client_ca: Path) -> None:
+        self._paths = (cert, key, client_ca)
+        self._stamp = self._stamps()
+        self._lock = threading.Lock()
+
+    def _stamps(self) -> tuple[tuple[int, int], ...]:
+        return tuple((p.stat().st_mtime_ns, p.stat().st_size) for p in self._paths)
+
+    def configuration(self) -> grpc.ServerCertificateConfiguration:
+        cert, key, client_ca = (p.read_bytes() for p in self._paths)
+        return grpc.ssl_server_certificate_configuration([(key, cert)],
+                                                         root_certificates=client_ca)
+
+    def changed(self) -> grpc.ServerCertificateConfiguration | None:
+        """Called by gRPC before each handshake: a new configuration if the files moved."""
+        with self._lock:
+            try:
+                stamp = self._stamps()
+                if stamp == self._stamp:
+                    return None
+                config = self.configuration()
+            except (OSError, ValueError):
+                return None  # mid-write or missing: keep serving the last good files
+            self._stamp = stamp
+            return config
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,6 +88,40 @@ def test_health_port_answers_probes_without_a_certificate(pki: Path) -> None:
         srv.stop(grace=0.5)
 
 
+def test_rotated_certificates_are_served_without_a_restart(tmp_path: Path) -> None:
+    first = tmp_path / "tls"
+    write_dev_pki(first, ["localhost"])
+    h = harness()
+    srv = Server(h.provider, "127.0.0.1:0",
+                 server_credentials(first / "server.crt", first / "server.key", first / "ca.crt"))
+    srv.start()
+
+    def ask(pki: Path) -> grpc.StatusCode | None:
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=(pki / "ca.crt").read_bytes(),
+            private_key=(pki / "client.key").read_bytes(),
+            certificate_chain=(pki / "client.crt").read_bytes(),
+        )
+        try:
+            _stub(srv, creds).NodeGroups(pb.NodeGroupsRequest(), timeout=5)
+            return None
+        except grpc.RpcError as err:
+            code: grpc.StatusCode = err.code()
+            return code
+
+    try:
+        assert ask(first) is None
+        old = tmp_path / "old"
+        import shutil
+
+        shutil.copytree(first, old)
+        write_dev_pki(first, ["localhost"])  # a new CA and certificates, written in place
+        assert ask(first) is None  # the new client certificate is accepted
+        assert ask(old) == grpc.StatusCode.UNAVAILABLE  # one from the old CA no longer is
+    finally:
+        srv.stop(grace=0.5)
+
+
 def test_plaintext_client_is_refused(tls_server: Server) -> None:
     channel = grpc.insecure_channel(tls_server.address)
     with pytest.raises(grpc.RpcError) as info:
