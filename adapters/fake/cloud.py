@@ -232,7 +232,10 @@ class FakeCloud:
         """Pending instances become running once they have booted."""
         boot = self._settings.boot_seconds
         if inst.state is InstanceState.PENDING and self._clock.now() >= inst.launched_at + boot:
-            return dataclasses.replace(inst, state=InstanceState.RUNNING)
+            running = dataclasses.replace(inst, state=InstanceState.RUNNING)
+            if self._instances.get(inst.id) is inst:
+                self._put(running)  # once is enough (callers hold the lock)
+            return running
         return inst
 
     def _put(self, inst: CloudInstance) -> None:

@@ -2,7 +2,8 @@
 provider without AtomicIncreaseSize (as every externalgrpc provider is).
 
 As documented (shared/reference/provisioning-request.md):
-* one request per CA loop, oldest first among those not backing off;
+* one request per CA loop, among those not backing off; CA takes the first its lister
+  returns, and a lister's order is a map's, so here the pick is random (seeded);
 * only a node group that alone can host every pod of the request is considered (so a gang
   of two shapes, or one larger than any group's free size, is never served); groups in
   backoff are skipped; the expander picks among the rest;
@@ -64,7 +65,8 @@ class CaAtomic:
                 self.world.give_up(req.job)
         ready = [r for r in self._queue.values() if r.retry_at <= now]
         if ready:
-            self._one(min(ready, key=lambda r: (r.created, r.job.index)))
+            ready.sort(key=lambda r: r.job.index)
+            self._one(ready[self.ca.rng.randrange(len(ready))])
         if not self._queue:
             return
         waiting = [r.retry_at for r in self._queue.values() if r.retry_at > now]
@@ -77,9 +79,13 @@ class CaAtomic:
         job = req.job
         shapes = {p.shape for p in job.spec.pod_sets}
         count = job.spec.nodes
+        # CA simulates the pods on empty nodes of the group first, then on new ones.
+        idle: dict[str, list[Node]] = {}
+        for n in self.world.idle():
+            idle.setdefault(n.group, []).append(n)
         groups = [g for g in self.ca.cloud.groups.values()
                   if shapes == {g.shape} and self.ca.available(g.id)
-                  and g.max_size - self.ca.sizes[g.id] >= count
+                  and g.max_size - self.ca.sizes[g.id] + len(idle.get(g.id, [])) >= count
                   and (job.spec.topology != "fabric" or g.fabric is not None)]
         if not groups:
             self._counts["capacityNotFound"] += 1
@@ -89,7 +95,12 @@ class CaAtomic:
             return
         group = self.ca.expand(groups)
         del self._queue[job.index]
-        got = self.ca.launch(group, count, job)
+        reused = idle.get(group.id, [])[:count]
+        for n in reused:
+            self.world.take(n, job)
+        got = len(reused)
+        if got < count:
+            got += self.ca.launch(group, count - got, job)
         if got < count:
             self._counts["partialScaleUps"] += 1
         # Provisioned=True: Kueue admits the gang; waitForPodsReady starts counting.

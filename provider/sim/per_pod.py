@@ -44,10 +44,15 @@ class PerPod:
 
     def _loop(self) -> None:
         tried_and_failed = False
+        idle: dict[str, list[Node]] = {}
+        for n in self.world.idle():
+            idle.setdefault(n.group, []).append(n)
         for job in list(self._pending.values()):
             needs = self.world.shape_needs(job)
             for shape, count in needs.items():
                 for _ in range(count):
+                    if self._reuse(job, shape, idle):
+                        continue
                     group = self._group_for(job, shape)
                     if group is None:
                         break
@@ -67,15 +72,29 @@ class PerPod:
             if end is not None:
                 self.ca.wake(end, self._loop)
 
-    def _group_for(self, job: Job, shape: str) -> GroupSpec | None:
+    def _reuse(self, job: Job, shape: str, idle: dict[str, list[Node]]) -> bool:
+        """The scheduler binds a pending pod to an empty node that fits before CA adds one."""
+        groups = self.ca.cloud.groups
+        for gid in sorted(idle):
+            if idle[gid] and self._fits(job, groups[gid], shape):
+                self.world.take(idle[gid].pop(), job)
+                return True
+        return False
+
+    def _fits(self, job: Job, group: GroupSpec, shape: str) -> bool:
+        """The pod's shape, and its gang's required pod affinity (zone or fabric)."""
         topology = job.spec.topology
-        held = {domain(self.ca.cloud.groups[n.group], topology) for n in job.nodes}
+        if group.shape != shape or (topology == "fabric" and group.fabric is None):
+            return False
+        groups = self.ca.cloud.groups
+        held = {domain(groups[n.group], topology) for n in job.nodes}
+        return not held or domain(group, topology) in held
+
+    def _group_for(self, job: Job, shape: str) -> GroupSpec | None:
         candidates = [
             g for g in self.ca.cloud.groups.values()
-            if g.shape == shape and self.ca.available(g.id)
+            if self._fits(job, g, shape) and self.ca.available(g.id)
             and self.ca.sizes[g.id] < g.max_size
-            and (topology != "fabric" or g.fabric is not None)
-            and (not held or domain(g, topology) in held)
         ]
         return self.ca.expand(candidates) if candidates else None
 

@@ -48,10 +48,11 @@ def simulate(trace: TraceModel, strategy: str, seed: int = 0) -> Result:
 
 
 def reserved_node_seconds(world: World) -> float:
-    """Reserved capacity on offer during the simulation (each reservation in its window)."""
+    """Reserved capacity on offer until the horizon (each reservation in its window); the
+    drain after it is left out, since no new work arrives then."""
     total = 0.0
     for r in world.trace.reservations:
-        end = world.end if r.end is None else min(r.end, world.end)
+        end = world.horizon if r.end is None else min(r.end, world.horizon)
         total += r.count * max(0.0, end - max(0.0, r.start))
     return total
 
@@ -74,7 +75,8 @@ def figures(world: World) -> dict[str, float]:
         "reservedGpuHours": sum(acct.gpu_seconds.values()) / 3600
         - acct.on_demand_gpu_seconds / 3600,
         "onDemandCost": acct.cost,
-        "reservedUtilisation": acct.reserved_node_seconds / offered if offered else 0.0,
+        "onDemandCostPerBusyGpuHour": acct.cost / hours[State.BUSY] if hours[State.BUSY] else 0.0,
+        "reservedUtilisation": world.reserved_seconds_at_horizon / offered if offered else 0.0,
         "waitP50Minutes": percentile(waits, 50),
         "waitP95Minutes": percentile(waits, 95),
         "jobs": len(world.jobs),

@@ -30,6 +30,7 @@ from provider.sim.accounting import Accounting, State
 from provider.sim.trace import JobSpec, ReservationSpec, ShapeSpec, TraceModel
 
 START = 1_800_000_000.0  # virtual epoch of the simulation's t = 0
+REQUEUE_MAX = 3600.0  # Kueue's backoffMaxSeconds default
 
 
 @dataclass(eq=False, slots=True)
@@ -42,6 +43,7 @@ class Node:
     booted: bool = False
     job: Job | None = None
     state: State | None = None  # None: not yet counted, or gone
+    idle_since: float = 0.0
 
     @property
     def id(self) -> str:
@@ -109,6 +111,7 @@ class World:
         self._seq = itertools.count()
         self.strategy: Strategy | None = None
         self.cloud_version = 0  # bumped by the trace's own changes to the cloud
+        self.reserved_seconds_at_horizon = 0.0  # reserved node-seconds used until then
 
     # --- time ----------------------------------------------------------------------------
 
@@ -169,6 +172,10 @@ class World:
         )
 
     def _schedule_trace(self) -> None:
+        def horizon() -> None:
+            self.reserved_seconds_at_horizon = self.acct.reserved_node_seconds
+
+        self.at(self.horizon, horizon)
         for job in self.jobs:
             self.at(job.spec.arrival, lambda j=job: self._arrive(j))
         for s in self.trace.stockouts:
@@ -234,9 +241,11 @@ class World:
         self.after(delay, lambda: None if job.done else strategy.arrive(job))
 
     def evict(self, job: Job) -> None:
-        """A gang that did not get all its nodes in time (a baseline's timeout)."""
+        """A gang that did not get all its nodes in time (a baseline's timeout), requeued
+        with Kueue's backoff: the base delay doubling per eviction, at most an hour."""
         job.evictions += 1
-        self.requeue(job, self.settings.requeue_delay)
+        self.requeue(job, min(REQUEUE_MAX, self.settings.requeue_delay
+                              * 2 ** (job.evictions - 1)))
 
     def give_up(self, job: Job) -> None:
         job.given_up = True
@@ -268,12 +277,25 @@ class World:
         nodes, job.nodes = job.nodes, []
         for n in nodes:
             n.job = None
+            n.idle_since = self.now
             self._count(n)
         if nodes:
             self.after(self.settings.scale_down_delay, lambda: self._scale_down(nodes))
 
+    def take(self, node: Node, job: Job) -> None:
+        """An empty node gets a pod of ``job`` (the scheduler binds to what fits)."""
+        node.job = job
+        job.nodes.append(node)
+        self._count(node)
+        self._maybe_start(job)
+
+    def idle(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.job is None]
+
     def _scale_down(self, nodes: list[Node]) -> None:
-        empty = [n for n in nodes if n.job is None and n.id in self.nodes]
+        delay = self.settings.scale_down_delay
+        empty = [n for n in nodes if n.job is None and n.id in self.nodes
+                 and self.now - n.idle_since >= delay - 1e-6]
         if empty:
             assert self.strategy is not None
             self.strategy.release(empty)
