@@ -36,7 +36,8 @@ class Accounting:
     start: float
     sample_every: float
     gpu_seconds: dict[State, float] = field(default_factory=lambda: dict.fromkeys(State, 0.0))
-    on_demand_gpu_seconds: float = 0.0
+    on_demand_gpu_seconds: float = 0.0  # billing's own view: checks the states' sum
+    reserved_gpu_seconds: float = 0.0
     reserved_node_seconds: float = 0.0
     cost: float = 0.0  # USD
     samples: list[Sample] = field(default_factory=list)
@@ -69,6 +70,7 @@ class Accounting:
         for s, n in self._gpus.items():
             self.gpu_seconds[s] += n * dt
         self.on_demand_gpu_seconds += self._od_gpus * dt
+        self.reserved_gpu_seconds += self._res_gpus * dt
         self.reserved_node_seconds += self._res_nodes * dt
         self.cost += self._od_rate * dt / 3600
         self._at = t

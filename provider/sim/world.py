@@ -176,8 +176,6 @@ class World:
             self.reserved_seconds_at_horizon = self.acct.reserved_node_seconds
 
         self.at(self.horizon, horizon)
-        for job in self.jobs:
-            self.at(job.spec.arrival, lambda j=job: self._arrive(j))
         for s in self.trace.stockouts:
             key = Stockout(s.zone, self.shapes[s.shape].instance_type, CapacityType.ON_DEMAND)
             self.at(s.start, lambda k=key: self.cloud.set_stockout(k, True))
@@ -192,6 +190,9 @@ class World:
                 self.at(r.start, lambda spec=r: self._reservation_started(spec))
             if r.end is not None:
                 self.at(r.end, lambda rid=r.id: self._reservation_ended(rid))
+        # Last, so that at equal times the cloud has changed before a job arrives.
+        for job in self.jobs:
+            self.at(job.spec.arrival, lambda j=job: self._arrive(j))
 
     def _block_ended(self, rid: str) -> None:
         """The cloud terminates a capacity block's instances when its window ends."""
