@@ -43,7 +43,7 @@ def fleet(days: float) -> dict[str, Any]:
         {"id": "cr-h100-b", "shape": "h100", "zone": ZONES[1], "count": 24},
         {"id": "cr-a100-a", "shape": "a100", "zone": ZONES[0], "count": 16},
     ]
-    blocks = []
+    blocks: list[str] = []
     start = 2 * DAY
     while start + DAY <= days * DAY:
         rid = f"cb-h100-c-{len(blocks) + 1}"

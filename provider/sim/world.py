@@ -14,6 +14,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from adapters.base import (
@@ -178,21 +179,21 @@ class World:
         self.at(self.horizon, horizon)
         for s in self.trace.stockouts:
             key = Stockout(s.zone, self.shapes[s.shape].instance_type, CapacityType.ON_DEMAND)
-            self.at(s.start, lambda k=key: self.cloud.set_stockout(k, True))
+            self.at(s.start, partial(self.cloud.set_stockout, key, True))
             if s.end is not None:
-                self.at(s.end, lambda k=key: self.cloud.set_stockout(k, False))
+                self.at(s.end, partial(self.cloud.set_stockout, key, False))
         for r in self.trace.reservations:
             if r.kind is ReservationKind.CAPACITY_BLOCK:
                 assert r.end is not None
-                self.at(r.end, lambda rid=r.id: self._block_ended(rid))
+                self.at(r.end, partial(self._block_ended, r.id))
                 continue
             if r.start > 0:
-                self.at(r.start, lambda spec=r: self._reservation_started(spec))
+                self.at(r.start, partial(self._reservation_started, r))
             if r.end is not None:
-                self.at(r.end, lambda rid=r.id: self._reservation_ended(rid))
+                self.at(r.end, partial(self._reservation_ended, r.id))
         # Last, so that at equal times the cloud has changed before a job arrives.
         for job in self.jobs:
-            self.at(job.spec.arrival, lambda j=job: self._arrive(j))
+            self.at(job.spec.arrival, partial(self._arrive, job))
 
     def _block_ended(self, rid: str) -> None:
         """The cloud terminates a capacity block's instances when its window ends."""
