@@ -33,14 +33,13 @@ GPU_LABEL = "allset.dev/accelerator"
 
 
 class InlinePool(Executor):
-    """Runs submitted work at once, on the caller's thread (virtual time has no threads)."""
+    """Runs submitted work at once, on the caller's thread (virtual time has no threads).
+    An error is raised at once rather than kept in a future nobody reads: a simulation
+    must not hide one."""
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         future: Future[Any] = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except Exception as err:  # surfaced through the future, as a pool would
-            future.set_exception(err)
+        future.set_result(fn(*args, **kwargs))
         return future
 
 
