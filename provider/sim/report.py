@@ -50,6 +50,7 @@ def text(results: Sequence[Result], title: str = "") -> str:
 
 
 def as_json(results: Sequence[Result], trace: dict[str, Any]) -> dict[str, Any]:
+    """Figures and counters per strategy, and the time series the plot draws."""
     return {
         "trace": trace,
         "strategies": {
@@ -58,6 +59,11 @@ def as_json(results: Sequence[Result], trace: dict[str, Any]) -> dict[str, Any]:
                 "rollbacks": r.counters.get("rollbacks", 0),
                 "counters": r.counters,
                 "wallSeconds": round(r.wall_seconds, 3),
+                "series": [{
+                    "hours": round(s.hours, 4), **{f"{k}Gpus": v for k, v in s.gpus.items()},
+                    "onDemandGpus": s.on_demand_gpus, "reservedGpus": s.reserved_gpus,
+                    "pendingJobs": s.pending_jobs, "onDemandCost": round(s.on_demand_cost, 2),
+                } for s in r.samples],
             }
             for r in results
         },

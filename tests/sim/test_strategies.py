@@ -60,6 +60,7 @@ def test_a_gang_larger_than_any_one_group(strategy: str, served: bool) -> None:
         launched = world.cloud.all_instances()
         assert len(launched) == 6
         assert len({i.launched_at for i in launched}) == 1
+        assert world.jobs[0].first_start == BOOT  # parts ready together: one latency
 
 
 def test_ca_atomic_keeps_partial_nodes_when_the_group_is_short() -> None:
@@ -123,3 +124,23 @@ def test_a_capacity_block_ending_under_a_gang_interrupts_it() -> None:
     assert result.figures["interruptions"] == 1
     assert result.figures["jobsCompleted"] == 1
     assert world.jobs[0].first_start == BOOT
+
+
+def test_reservations_open_and_close_over_time() -> None:
+    # r-a ends half an hour in: its nodes keep running, billed on demand from then on.
+    # r-late opens two hours in; the second gang arrives a minute later, once allset's
+    # inventory (listed every 30 s) knows it.
+    t = trace([group("h100-a")],
+              [job("early", ("h100", 2)), job("late", ("h100", 2), at=7260)],
+              reservations=[{"id": "r-a", "shape": "h100", "zone": "z-a", "count": 2,
+                             "end": 1800},
+                            {"id": "r-late", "shape": "h100", "zone": "z-a", "count": 2,
+                             "start": 7200}])
+    result, world = run(t, "allset")
+    f = result.figures
+    by_job = {i.tags.request: i.tags.reservation for i in world.cloud.all_instances()}
+    assert by_job == {"sim/early": "r-a", "sim/late": "r-late"}
+    # early: reserved 0-1800 s, then on demand until scaled down (boot 300 s + 1 h run +
+    # 600 s idle); late: reserved throughout.
+    assert f["onDemandGpuHours"] == pytest.approx(16 * (300 + 3600 + 600 - 1800) / 3600)
+    assert f["reservedGpuHours"] == pytest.approx(16 * 1800 / 3600 + 16 * 4500 / 3600)

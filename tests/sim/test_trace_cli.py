@@ -83,6 +83,9 @@ def test_simulate_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert allset["strandedGpuHours"] == 0
     assert {"onDemandCost", "reservedUtilisation", "waitP50Minutes", "waitP95Minutes",
             "jobsNeverStarted", "rollbacks"} <= set(allset)
+    first, last = allset["series"][0], allset["series"][-1]
+    assert first["hours"] == 0 and last["onDemandGpus"] == 0
+    assert last["onDemandCost"] == pytest.approx(allset["onDemandCost"])
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
