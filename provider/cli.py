@@ -288,6 +288,11 @@ def _simulate(args: argparse.Namespace) -> int:
             raise UsageError("--jobs must be at least 1 and --days positive")
         trace = generate(args.generate, args.jobs, args.days)
         name = f"generated (seed {args.generate}, {args.jobs} jobs, {args.days:g} days)"
+    if args.plot is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ModuleNotFoundError as err:
+            raise UsageError("--plot needs matplotlib: pip install 'allset[sim]'") from err
     names = list(STRATEGIES) if args.strategy == "all" else [args.strategy]
     results = [simulate(trace, n, args.seed) for n in names]
     if args.plot is not None:
