@@ -1,4 +1,4 @@
-"""`allset` command line: serve, certs (more subcommands join as they land)."""
+"""`allset` command line: serve, instances, certs, plan, simulate."""
 
 from __future__ import annotations
 
@@ -102,6 +102,22 @@ def _parser() -> argparse.ArgumentParser:
                       help="YAML with the ProvisioningRequest and its PodTemplates")
     plan.add_argument("--output", choices=["text", "json"], default="text")
     plan.set_defaults(run=_plan)
+
+    sim = sub.add_parser("simulate", help="simulate a GPU fleet in virtual time: allset "
+                         "against Cluster Autoscaler's per-pod and best-effort-atomic scale-up")
+    source = sim.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", type=Path, help="trace file (YAML or JSON)")
+    source.add_argument("--generate", type=int, metavar="SEED",
+                        help="generate a trace from this seed")
+    sim.add_argument("--jobs", type=int, default=2300, help="jobs to generate (default 2300)")
+    sim.add_argument("--days", type=float, default=7.0, help="days to generate (default 7)")
+    sim.add_argument("--strategy", choices=["allset", "per-pod", "ca-atomic", "all"],
+                     default="all")
+    sim.add_argument("--output", choices=["text", "json"], default="text")
+    sim.add_argument("--plot", type=Path, metavar="FILE.png", help="plot the fleet over time")
+    sim.add_argument("--seed", type=int, default=0,
+                     help="seed of the baselines' random tie-breaks (default 0)")
+    sim.set_defaults(run=_simulate)
     return parser
 
 
@@ -255,6 +271,39 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         print(plan_text(demand.name, result))
     return 2 if isinstance(result, Infeasible) else 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    import json
+
+    from provider.sim.generate import generate
+    from provider.sim.report import as_json, text
+    from provider.sim.run import STRATEGIES, simulate
+    from provider.sim.trace import load_trace
+
+    if args.trace is not None:
+        trace, name = load_trace(args.trace), str(args.trace)
+    else:
+        if args.jobs < 1 or args.days <= 0:
+            raise UsageError("--jobs must be at least 1 and --days positive")
+        trace = generate(args.generate, args.jobs, args.days)
+        name = f"generated (seed {args.generate}, {args.jobs} jobs, {args.days:g} days)"
+    if args.plot is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ModuleNotFoundError as err:
+            raise UsageError("--plot needs matplotlib: pip install 'allset[sim]'") from err
+    names = list(STRATEGIES) if args.strategy == "all" else [args.strategy]
+    results = [simulate(trace, n, args.seed) for n in names]
+    if args.plot is not None:
+        from provider.sim.plot import plot
+
+        plot(results, args.plot, title=name)
+    if args.output == "json":
+        print(json.dumps(as_json(results, {"source": name, "jobs": len(trace.jobs)}), indent=2))
+    else:
+        print(text(results, title=f"{name}: {len(trace.jobs)} jobs"))
+    return 0
 
 
 def _instances(args: argparse.Namespace) -> int:

@@ -71,6 +71,9 @@ class FakeCloud:
         self._quotas = list(settings.quotas)
         self._shapes = dict(settings.shapes)
         self._instances: dict[str, CloudInstance] = {}
+        # The ones not terminated: listings and free counts read only these, so a long
+        # simulation's terminated instances cost nothing.
+        self._alive: dict[str, CloudInstance] = {}
         self._tokens: dict[str, tuple[str, ...]] = {}
         self._faults: dict[str, deque[_Fault]] = {}
         self.calls: Counter[str] = Counter()
@@ -79,7 +82,8 @@ class FakeCloud:
         self._store = FakeStore(settings.state_path) if settings.state_path else None
         if self._store is not None:
             instances, self._tokens = self._store.load()
-            self._instances = {i.id: i for i in instances}
+            for inst in instances:
+                self._put(inst)
 
     # --- test and simulation controls --------------------------------------------------
 
@@ -134,8 +138,8 @@ class FakeCloud:
         with self._lock:
             live = [
                 self._current(i)
-                for i in self._instances.values()
-                if i.state is not InstanceState.TERMINATED and i.tags.cluster == cluster
+                for i in self._alive.values()
+                if i.tags.cluster == cluster
             ]
             reservations = [self._with_free(r) for r in self._reservations.values()]
             quotas = [dataclasses.replace(q, used=self._quota_used(q)) for q in self._quotas]
@@ -163,7 +167,7 @@ class FakeCloud:
             if self._store is not None:
                 self._store.save_launch(request.token, instances)
             for inst in instances:
-                self._instances[inst.id] = inst
+                self._put(inst)
             self._tokens[request.token] = tuple(i.id for i in instances)
         if fault is not None:
             raise fault.error
@@ -183,7 +187,7 @@ class FakeCloud:
             if self._store is not None and changed:
                 self._store.save(changed)
             for inst in changed:
-                self._instances[inst.id] = inst
+                self._put(inst)
         if fault is not None:
             raise fault.error
 
@@ -201,7 +205,7 @@ class FakeCloud:
             if self._store is not None and changed:
                 self._store.save(changed)
             for inst in changed:
-                self._instances[inst.id] = inst
+                self._put(inst)
         if fault is not None:
             raise fault.error
 
@@ -232,11 +236,21 @@ class FakeCloud:
         """Pending instances become running once they have booted."""
         boot = self._settings.boot_seconds
         if inst.state is InstanceState.PENDING and self._clock.now() >= inst.launched_at + boot:
-            return dataclasses.replace(inst, state=InstanceState.RUNNING)
+            running = dataclasses.replace(inst, state=InstanceState.RUNNING)
+            if self._instances.get(inst.id) is inst:
+                self._put(running)  # once is enough (callers hold the lock)
+            return running
         return inst
 
+    def _put(self, inst: CloudInstance) -> None:
+        self._instances[inst.id] = inst
+        if inst.state is InstanceState.TERMINATED:
+            self._alive.pop(inst.id, None)
+        else:
+            self._alive[inst.id] = inst
+
     def _live(self) -> Iterable[CloudInstance]:
-        return (i for i in self._instances.values() if i.state is not InstanceState.TERMINATED)
+        return self._alive.values()
 
     def _with_free(self, r: Reservation) -> Reservation:
         used = sum(1 for i in self._live() if i.tags.reservation == r.id)

@@ -1,0 +1,368 @@
+"""The discrete-event core every strategy shares: virtual time, the simulated cloud, jobs
+and their nodes, and the accounting.
+
+What is common to every strategy lives here and only here: nodes boot after the trace's
+launch latency; a gang runs once every node it needs is running; a finished (or evicted)
+gang's nodes go idle and are removed after the scale-down delay; stockouts come and go;
+reservations open and close, and a capacity block's instances are terminated by the cloud
+when its window ends. What differs (which nodes to ask the cloud for, when, and what to do
+on failure) is the strategy's."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Protocol
+
+from adapters.base import (
+    CapacityType,
+    CloudInstance,
+    Quota,
+    Reservation,
+    ReservationKind,
+    Shape,
+)
+from adapters.fake import FakeCloud, FakeSettings, Stockout
+from provider.clock import ManualClock
+from provider.sim.accounting import Accounting, State
+from provider.sim.trace import JobSpec, ReservationSpec, ShapeSpec, TraceModel
+
+START = 1_800_000_000.0  # virtual epoch of the simulation's t = 0
+REQUEUE_MAX = 3600.0  # Kueue's backoffMaxSeconds default
+
+
+@dataclass(eq=False, slots=True)
+class Node:
+    instance: CloudInstance
+    group: str
+    gpus: int
+    reserved: bool
+    price: float  # USD per hour when billed on demand
+    booted: bool = False
+    job: Job | None = None
+    state: State | None = None  # None: not yet counted, or gone
+    idle_since: float = 0.0
+
+    @property
+    def id(self) -> str:
+        return self.instance.id
+
+
+@dataclass(eq=False, slots=True)
+class Job:
+    spec: JobSpec
+    index: int
+    nodes: list[Node] = field(default_factory=list)
+    running: bool = False
+    epoch: int = 0  # bumped on every requeue: timers of an earlier try are ignored
+    first_start: float | None = None
+    done: bool = False
+    given_up: bool = False  # the strategy will never run it (e.g. request expired)
+    evictions: int = 0
+    interruptions: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def needs(self) -> dict[str, int]:
+        return {p.shape: p.nodes for p in self.spec.pod_sets}
+
+
+class Strategy(Protocol):
+    name: str
+
+    def attach(self, world: World) -> None:
+        """Called once before the first event."""
+        ...
+
+    def arrive(self, job: Job) -> None:
+        """A job arrived, or was requeued: get it nodes."""
+        ...
+
+    def release(self, nodes: Sequence[Node]) -> None:
+        """Scale these empty nodes down (terminate them)."""
+        ...
+
+    def stats(self) -> dict[str, int]:
+        """Strategy-specific counters for the report (attempts, rollbacks, ...)."""
+        ...
+
+
+class World:
+    def __init__(self, trace: TraceModel) -> None:
+        self.trace = trace
+        self.settings = trace.settings
+        self.clock = ManualClock(START)
+        self.shapes: dict[str, ShapeSpec] = dict(trace.shapes)
+        self.shape_of_type = {s.instance_type: name for name, s in trace.shapes.items()}
+        self.group_shape = {g.id: g.shape for g in trace.groups}
+        self.cloud = FakeCloud(self._cloud_settings(), self.clock)
+        last = max((j.arrival for j in trace.jobs), default=0.0)
+        self.horizon = self.settings.horizon if self.settings.horizon is not None else last
+        self.end = self.horizon + self.settings.drain
+        self.acct = Accounting(START, self.settings.sample_interval)
+        self.jobs = [Job(spec, i) for i, spec in enumerate(trace.jobs)]
+        self.nodes: dict[str, Node] = {}
+        self._events: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self.strategy: Strategy | None = None
+        self.cloud_version = 0  # bumped by the trace's own changes to the cloud
+        self.reserved_seconds_at_horizon = 0.0  # reserved node-seconds used until then
+
+    # --- time ----------------------------------------------------------------------------
+
+    @property
+    def now(self) -> float:
+        return self.clock.now() - START
+
+    def at(self, t: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` at simulation time ``t`` (seconds from the start)."""
+        heapq.heappush(self._events, (max(t, self.now), next(self._seq), fn))
+
+    def after(self, delay: float, fn: Callable[[], None]) -> None:
+        self.at(self.now + delay, fn)
+
+    def run(self, strategy: Strategy) -> None:
+        self.strategy = strategy
+        self._schedule_trace()
+        strategy.attach(self)
+        while self._events:
+            t, _, fn = heapq.heappop(self._events)
+            if t > self.end:
+                break
+            self._move_to(t)
+            fn()
+        self._move_to(self.end)
+
+    def _move_to(self, t: float) -> None:
+        # A strategy's cloud calls may have slept on the clock (retries); never go back.
+        target = max(t, self.now)
+        self.acct.advance(START + target)
+        self.clock.advance(target - self.now)
+
+    # --- the trace's own events ------------------------------------------------------------
+
+    def _cloud_settings(self) -> FakeSettings:
+        reservations = [self._reservation(r) for r in self.trace.reservations
+                        if r.kind is ReservationKind.CAPACITY_BLOCK or r.start <= 0]
+        quotas = [Quota(name=q.name, unit="gpus", limit=q.gpus, used=0,
+                        capacity_types=(CapacityType.ON_DEMAND,),
+                        instance_types=tuple(self.shapes[s].instance_type for s in q.shapes),
+                        zones=tuple(q.zones)) for q in self.trace.quotas]
+        shapes = {s.instance_type: Shape(s.instance_type, s.cpu, s.memory_gib * 1024,
+                                         s.gpu_type, s.gpus) for s in self.trace.shapes.values()}
+        # Launch calls take no virtual time: an attempt's parts are launched in parallel
+        # in the service, so its latency is that of one call, modelled as boot time.
+        return FakeSettings(reservations=reservations, quotas=quotas, shapes=shapes,
+                            launch_latency_seconds=0.0,
+                            boot_seconds=self.settings.boot_seconds)
+
+    def _reservation(self, r: ReservationSpec) -> Reservation:
+        block = r.kind is ReservationKind.CAPACITY_BLOCK
+        return Reservation(
+            id=r.id, zone=r.zone, instance_type=self.shapes[r.shape].instance_type,
+            total=r.count, free=r.count, kind=r.kind, targeted=r.is_targeted,
+            fabric=r.fabric,
+            starts_at=START + r.start if block else None,
+            ends_at=START + r.end if block and r.end is not None else None,
+        )
+
+    def _schedule_trace(self) -> None:
+        def horizon() -> None:
+            self.reserved_seconds_at_horizon = self.acct.reserved_node_seconds
+
+        self.at(self.horizon, horizon)
+        for s in self.trace.stockouts:
+            key = Stockout(s.zone, self.shapes[s.shape].instance_type, CapacityType.ON_DEMAND)
+            self.at(s.start, partial(self.cloud.set_stockout, key, True))
+            if s.end is not None:
+                self.at(s.end, partial(self.cloud.set_stockout, key, False))
+        for r in self.trace.reservations:
+            if r.kind is ReservationKind.CAPACITY_BLOCK:
+                assert r.end is not None
+                self.at(r.end, partial(self._block_ended, r.id))
+                continue
+            if r.start > 0:
+                self.at(r.start, partial(self._reservation_started, r))
+            if r.end is not None:
+                self.at(r.end, partial(self._reservation_ended, r.id))
+        # Last, so that at equal times the cloud has changed before a job arrives.
+        for job in self.jobs:
+            self.at(job.spec.arrival, partial(self._arrive, job))
+
+    def _block_ended(self, rid: str) -> None:
+        """The cloud terminates a capacity block's instances when its window ends."""
+        doomed = [n for n in self.nodes.values() if n.instance.tags.reservation == rid]
+        if not doomed:
+            return
+        self.cloud.terminate([n.id for n in doomed])
+        self.cloud_version += 1
+        hit = {n.job for n in doomed if n.job is not None}
+        for n in doomed:
+            self.node_gone(n)
+        for job in sorted(hit, key=lambda j: j.index):
+            job.interruptions += 1
+            self.requeue(job, 0.0)
+
+    def _reservation_started(self, spec: ReservationSpec) -> None:
+        self.cloud.add_reservation(self._reservation(spec))
+        self.cloud_version += 1
+
+    def _reservation_ended(self, rid: str) -> None:
+        """An ended ODCR's instances keep running, billed on demand from now on."""
+        self.cloud.remove_reservation(rid)
+        self.cloud_version += 1
+        for n in self.nodes.values():
+            if n.reserved and n.instance.tags.reservation == rid:
+                self.acct.bill(n.gpus, True, n.price, -1)
+                n.reserved = False
+                self.acct.bill(n.gpus, False, n.price, 1)
+
+    # --- jobs ----------------------------------------------------------------------------
+
+    def _arrive(self, job: Job) -> None:
+        self.acct.pending(1)
+        assert self.strategy is not None
+        self.strategy.arrive(job)
+
+    def requeue(self, job: Job, delay: float) -> None:
+        """Take the gang off its nodes (they go idle) and hand it back to the strategy."""
+        job.epoch += 1
+        was_running = job.running
+        job.running = False
+        self.free(job)
+        if was_running:
+            self.acct.pending(1)
+        assert self.strategy is not None
+        strategy = self.strategy
+        self.after(delay, lambda: None if job.done else strategy.arrive(job))
+
+    def evict(self, job: Job) -> None:
+        """A gang that did not get all its nodes in time (a baseline's timeout), requeued
+        with Kueue's backoff: the base delay doubling per eviction, at most an hour."""
+        job.evictions += 1
+        self.requeue(job, min(REQUEUE_MAX, self.settings.requeue_delay
+                              * 2 ** (job.evictions - 1)))
+
+    def give_up(self, job: Job) -> None:
+        job.given_up = True
+        self.free(job)
+
+    def _maybe_start(self, job: Job) -> None:
+        if job.running or job.done or len(job.nodes) < job.spec.nodes:
+            return
+        if not all(n.booted for n in job.nodes):
+            return
+        job.running = True
+        if job.first_start is None:
+            job.first_start = self.now
+        self.acct.pending(-1)
+        for n in job.nodes:
+            self._count(n)
+        epoch = job.epoch
+        self.after(job.spec.duration, lambda: self._finish(job, epoch))
+
+    def _finish(self, job: Job, epoch: int) -> None:
+        if job.epoch != epoch or not job.running:
+            return
+        job.running = False
+        job.done = True
+        self.free(job)
+
+    def free(self, job: Job) -> None:
+        """The gang's nodes become empty; scale-down removes them after the delay."""
+        nodes, job.nodes = job.nodes, []
+        for n in nodes:
+            n.job = None
+            n.idle_since = self.now
+            self._count(n)
+        if nodes:
+            self.after(self.settings.scale_down_delay, lambda: self._scale_down(nodes))
+
+    def take(self, node: Node, job: Job) -> None:
+        """An empty node gets a pod of ``job`` (the scheduler binds to what fits)."""
+        node.job = job
+        job.nodes.append(node)
+        self._count(node)
+        self._maybe_start(job)
+
+    def idle(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.job is None]
+
+    def _scale_down(self, nodes: list[Node]) -> None:
+        delay = self.settings.scale_down_delay
+        empty = [n for n in nodes if n.job is None and n.id in self.nodes
+                 and self.now - n.idle_since >= delay - 1e-6]
+        if empty:
+            assert self.strategy is not None
+            self.strategy.release(empty)
+            for n in empty:
+                self.node_gone(n)
+
+    # --- nodes ---------------------------------------------------------------------------
+
+    def launched(self, instances: Sequence[CloudInstance], job: Job | None) -> list[Node]:
+        """Instances the cloud just launched, held for ``job``; they boot, then run."""
+        out = []
+        for inst in instances:
+            shape = self.shapes[self.shape_of_type[inst.instance_type]]
+            node = Node(inst, inst.tags.node_group, shape.gpus,
+                        inst.tags.source is CapacityType.RESERVED, shape.on_demand_price)
+            self.nodes[node.id] = node
+            self.acct.bill(node.gpus, node.reserved, node.price, 1)
+            if job is not None:
+                node.job = job
+                job.nodes.append(node)
+            self._count(node)
+            out.append(node)
+        if out:
+            self.after(self.settings.boot_seconds, lambda: self._booted(out))
+        return out
+
+    def _booted(self, nodes: list[Node]) -> None:
+        jobs = []
+        for n in nodes:
+            if n.id not in self.nodes:
+                continue
+            n.booted = True
+            self._count(n)
+            if n.job is not None and n.job not in jobs:
+                jobs.append(n.job)
+        for job in jobs:
+            self._maybe_start(job)
+
+    def node_gone(self, node: Node) -> None:
+        if self.nodes.pop(node.id, None) is None:
+            return
+        self.acct.move(node.gpus, node.state, None)
+        node.state = None
+        self.acct.bill(node.gpus, node.reserved, node.price, -1)
+        if node.job is not None and node in node.job.nodes:
+            node.job.nodes.remove(node)
+
+    def _count(self, node: Node) -> None:
+        if node.id not in self.nodes:
+            return
+        if not node.booted:
+            state = State.BOOTING
+        elif node.job is None:
+            state = State.IDLE
+        elif node.job.running:
+            state = State.BUSY
+        else:
+            state = State.STRANDED
+        if state is not node.state:
+            self.acct.move(node.gpus, node.state, state)
+            node.state = state
+
+    def shape_needs(self, job: Job) -> dict[str, int]:
+        """Nodes the gang still lacks, by shape name."""
+        out = dict(job.needs)
+        for n in job.nodes:
+            out[self.group_shape[n.group]] -= 1
+        return out

@@ -1,0 +1,43 @@
+"""Hand-made traces for simulation tests: a tiny fleet, a few jobs, exact expectations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provider.sim.run import Result, run_world, summary
+from provider.sim.trace import TraceModel, parse_trace
+from provider.sim.world import World
+
+H100: dict[str, Any] = {"instanceType": "p5.48xlarge", "gpuType": "nvidia-h100-80gb",
+                        "gpus": 8, "cpu": 191, "memoryGib": 1900, "onDemandPrice": 100.0}
+CPU: dict[str, Any] = {"instanceType": "m7i.8xlarge", "cpu": 31, "memoryGib": 120,
+                       "onDemandPrice": 2.0}
+BOOT = 300.0
+TIMEOUT = 1200.0
+
+
+def trace(groups: list[dict[str, Any]], jobs: list[dict[str, Any]], **extra: Any
+          ) -> TraceModel:
+    settings = {"horizon": 3600, "drain": 4 * 3600, "bootSeconds": BOOT,
+                "gangTimeout": TIMEOUT, "scaleDownDelay": 600, "sampleInterval": 600}
+    settings.update(extra.pop("settings", {}))
+    raw = {"shapes": {"h100": H100, "cpu": CPU}, "groups": groups, "jobs": jobs,
+           "settings": settings, **extra}
+    return parse_trace(raw, "test-trace")
+
+
+def group(gid: str, zone: str = "z-a", shape: str = "h100", max_size: int = 8,
+          **extra: Any) -> dict[str, Any]:
+    return {"id": gid, "shape": shape, "zone": zone, "maxSize": max_size, **extra}
+
+
+def job(name: str, *pod_sets: tuple[str, int], at: float = 0, hours: float = 1.0,
+        topology: str = "zone") -> dict[str, Any]:
+    return {"name": name, "arrival": at, "duration": hours * 3600, "topology": topology,
+            "podSets": [{"shape": s, "nodes": n} for s, n in pod_sets]}
+
+
+def run(t: TraceModel, strategy: str) -> tuple[Result, World]:
+    """The result, and the world it ran in (to look at jobs and the cloud afterwards)."""
+    world, chosen, wall = run_world(t, strategy)
+    return summary(world, chosen, wall), world
