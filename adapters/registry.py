@@ -93,10 +93,6 @@ def _gcp(config: LoadedConfig, clock: Clock) -> CloudAdapter:
 _FACTORIES: dict[str, Factory] = {"fake": _fake, "aws": _aws, "gcp": _gcp}
 
 
-def register(name: str, factory: Factory) -> None:
-    _FACTORIES[name] = factory
-
-
 def connect(config: LoadedConfig, clock: Clock) -> tuple[CloudAdapter, LoadedConfig]:
     """The configured cloud's adapter, and the config completed with the shapes of the
     instance types it left to the cloud (DescribeInstanceTypes, machine types)."""

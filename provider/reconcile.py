@@ -72,7 +72,6 @@ class Reconciler:
         self._failed_ttl = failed_placeholder_ttl
         self._metrics = metrics
         self.last_error: str | None = None
-        self.orphans_seen = 0
 
     def run_once(self) -> Classified | None:
         """List the cloud once and act on it. Never raises on a cloud error: the previous
@@ -95,7 +94,6 @@ class Reconciler:
             self._finish_commits(found.to_commit)
         adopted = [*found.committed, *(i.with_commit() for i in found.to_commit)]
         self._fleet.sync(adopted, taken_at, self._grace, taken_at - self._failed_ttl)
-        self.orphans_seen = len(found.orphans)
         if found.orphans:
             log.warning("rolling back %d instances of attempts that never committed: %s",
                         len(found.orphans), sorted({i.tags.attempt for i in found.orphans}))
