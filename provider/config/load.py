@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from adapters.base import CapacityType, Shape
 from provider.config.aws import aws_problems
+from provider.config.paths import field_path, plain_message
 from provider.config.schema import Config, NodeGroupConfig
 from provider.config.shapes import allocatable_cpu_milli, allocatable_memory_milli
 from provider.config.units import duration_seconds, quantity_milli
@@ -214,30 +215,12 @@ def _problems(err: ValidationError, raw: dict[str, Any]) -> list[tuple[str, str]
     out = []
     for e in err.errors(include_url=False):
         loc = tuple(e["loc"])
-        msg = str(e["msg"]).removeprefix("Value error, ")
+        msg = plain_message(e)
         if e["type"] == "extra_forbidden":
             allowed = _allowed_keys(loc[:-1])
-            msg = "unknown key" + (f"; allowed keys: {', '.join(allowed)}" if allowed else "")
-        elif e["type"] == "missing":
-            msg = "required key is missing"
-        out.append((_path(loc, raw), msg))
+            msg += f"; allowed keys: {', '.join(allowed)}" if allowed else ""
+        out.append((field_path(loc, raw), msg))
     return out
-
-
-def _path(loc: tuple[int | str, ...], raw: Any) -> str:
-    """('nodeGroups', 2, 'gpu') -> 'nodeGroups[2] (id gpu-a).gpu' for a readable pointer."""
-    text = ""
-    node = raw
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-            node = node[part] if isinstance(node, list) and part < len(node) else None
-            if isinstance(node, dict) and isinstance(node.get("id"), str):
-                text += f" (id {node['id']})"
-        else:
-            text += ("." if text else "") + str(part)
-            node = node.get(part) if isinstance(node, dict) else None
-    return text
 
 
 def _allowed_keys(loc: tuple[int | str, ...]) -> list[str]:

@@ -18,6 +18,7 @@ from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from adapters.base import ReservationKind
 from provider.config.base import Model
 from provider.config.load import ConfigError
+from provider.config.paths import field_path, plain_message
 from provider.config.units import duration_seconds
 from provider.demand import Topology
 
@@ -220,7 +221,7 @@ def parse_trace(raw: Any, source: str) -> TraceModel:
     try:
         trace = TraceModel.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(source, [(_path(e["loc"], raw), _message(e))
+        raise ConfigError(source, [(field_path(e["loc"], raw), plain_message(e))
                                    for e in err.errors(include_url=False)]) from None
     problems = _references(trace)
     if problems:
@@ -269,28 +270,3 @@ def _flow(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True, width=10**6, sort_keys=False).strip()
 
 
-def _message(error: Any) -> str:
-    if error["type"] == "extra_forbidden":
-        return "unknown key"
-    if error["type"] == "missing":
-        return "required key is missing"
-    return str(error["msg"]).removeprefix("Value error, ")
-
-
-def _path(loc: tuple[int | str, ...], raw: Any) -> str:
-    """('jobs', 3, 'podSets') -> 'jobs[3] (name j4).podSets'."""
-    text = ""
-    node = raw
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-            node = node[part] if isinstance(node, list) and part < len(node) else None
-            if isinstance(node, dict):
-                for key in ("id", "name"):
-                    if isinstance(node.get(key), str):
-                        text += f" ({key} {node[key]})"
-                        break
-        else:
-            text += ("." if text else "") + str(part)
-            node = node.get(part) if isinstance(node, dict) else None
-    return text

@@ -1,0 +1,34 @@
+"""Where in a YAML document a validation error is, in words a person can follow."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def field_path(loc: tuple[int | str, ...], raw: Any) -> str:
+    """('nodeGroups', 2, 'gpu') -> 'nodeGroups[2] (id gpu-a).gpu': list items are named by
+    their ``id`` (or ``name``) when they have one."""
+    text = ""
+    node = raw
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+            node = node[part] if isinstance(node, list) and part < len(node) else None
+            if isinstance(node, dict):
+                for key in ("id", "name"):
+                    if isinstance(node.get(key), str):
+                        text += f" ({key} {node[key]})"
+                        break
+        else:
+            text += ("." if text else "") + str(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return text
+
+
+def plain_message(error: Any) -> str:
+    """A pydantic error's message without its type prefix."""
+    if error["type"] == "extra_forbidden":
+        return "unknown key"
+    if error["type"] == "missing":
+        return "required key is missing"
+    return str(error["msg"]).removeprefix("Value error, ")
