@@ -8,7 +8,6 @@ left is solved exactly (provider.planner.solver)."""
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -212,8 +211,6 @@ def build(inputs: Inputs, domain: set[str], relax: Relax, count_zones: bool
         quotas=quotas,
         zones=zones if count_zones else None,
     )
-    if not _may_fit(problem):
-        return None
     families = families_of(problem)
     if not may_fit(problem, families):
         return None
@@ -263,42 +260,6 @@ def _quota_rows(inputs: Inputs, used: Sequence[str]) -> tuple[QuotaRow, ...]:
         if units:
             rows.append(QuotaRow(q.name, q.free, MappingProxyType(units)))
     return tuple(rows)
-
-
-def _group_limit(problem: Problem, gid: str) -> float:
-    """Most nodes the group could add: headroom, and what its sources hold."""
-    total = 0.0
-    for s in problem.sources:
-        if s.group != gid:
-            continue
-        if s.reservation is not None:
-            total += problem.shared.get(s.reservation, 0)
-        else:
-            total = math.inf
-    room = problem.headroom.get(gid)
-    return total if room is None else min(total, room)
-
-
-def _may_fit(problem: Problem) -> bool:
-    """Cheap necessary conditions: each pod set fits the groups' limits on its own, and
-    the nodes all pod sets need together fit the domain's total supply (a reservation
-    counted once, however many groups may draw on it)."""
-    limits = {g: _group_limit(problem, g) for g in problem.headroom}
-    need = 0
-    arcs_of: dict[str, list[Arc]] = defaultdict(list)
-    for arc in problem.arcs:
-        arcs_of[arc.pod_set].append(arc)
-    for name, pods in problem.needs:
-        arcs = arcs_of[name]
-        if sum(a.per_node * limits[a.group] for a in arcs) < pods:
-            return False
-        need += -(-pods // max(a.per_node for a in arcs))
-    if any(s.reservation is None for s in problem.sources):
-        supply = sum(limits.values())  # on-demand somewhere: headroom bounds it
-    else:
-        supply = min(sum(limits.values()),
-                     sum(n for r, n in problem.shared.items()))
-    return need <= supply
 
 
 def to_plan(inputs: Inputs, found: Found) -> Plan:

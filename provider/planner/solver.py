@@ -152,9 +152,15 @@ def families_of(problem: Problem) -> list[Family]:
 
 
 def may_fit(problem: Problem, families: list[Family] | None = None) -> bool:
-    """A cheap necessary condition: every family of pod sets fits the nodes its sources
-    can give at most (reservations counted once; bought nodes bounded by headroom and by
-    any quota that covers them all)."""
+    """Cheap necessary conditions: each pod set fits its groups' limits on its own, and
+    every family of pod sets fits the nodes its sources can give at most (reservations
+    counted once; bought nodes bounded by headroom and by any quota that covers them all)."""
+    limits = {g: _group_limit(problem, g) for g in problem.headroom}
+    reach: dict[str, float] = defaultdict(float)
+    for arc in problem.arcs:
+        reach[arc.pod_set] += arc.per_node * limits[arc.group]
+    if any(reach[name] < pods for name, pods in problem.needs):
+        return False
     for family in families if families is not None else families_of(problem):
         reserved = sum(cap for key, (_, cap) in family.sources.items() if key[:2] == "r:")
         bought = sum(cap for key, (_, cap) in family.sources.items() if key[:2] != "r:")
@@ -165,6 +171,20 @@ def may_fit(problem: Problem, families: list[Family] | None = None) -> bool:
         if min(family.room, reserved + bought) < family.nodes:
             return False
     return True
+
+
+def _group_limit(problem: Problem, gid: str) -> float:
+    """Most nodes the group could add: its headroom, and what its sources hold."""
+    total = 0.0
+    for s in problem.sources:
+        if s.group != gid:
+            continue
+        if s.reservation is not None:
+            total += problem.shared.get(s.reservation, 0)
+        else:
+            total = math.inf
+    room = problem.headroom.get(gid)
+    return total if room is None else min(total, room)
 
 
 def _pooled_bound(families: list[Family]) -> float:
