@@ -252,7 +252,9 @@ def _plan(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.request}: not valid YAML: {err}") from err
     except BadRequest as err:
         lines = "\n".join(f"  {f}: {m}" if f else f"  {m}" for f, m in err.problems)
-        raise UsageError(f"{args.request}: {err.name}:\n{lines}") from err
+        where = str(args.request) if err.name == str(args.request) else \
+            f"{args.request}: {err.name}"
+        raise UsageError(f"{where}:\n{lines}") from err
     clock = SystemClock()
     adapter, config = connect(config, clock)
     try:
