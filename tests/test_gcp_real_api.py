@@ -70,6 +70,15 @@ def test_a_non_specific_reservation_is_consumed_without_naming_it(h: GcpHarness)
     assert h.compute.in_use(h.compute.reservations[(ZONE_B, "open-a3")]) == 3
 
 
+def test_a_repeated_launch_into_a_non_specific_reservation_is_the_same_part(
+        h: GcpHarness) -> None:
+    h.compute.add_reservation(ZONE_B, "open-a3", A3, 2)
+    first = h.adapter.launch(reserved(h, "h100-b", 2, "open-a3"))
+    again = h.adapter.launch(reserved(h, "h100-b", 2, "open-a3"))  # now full: of its own VMs
+    assert [i.id for i in again] == [i.id for i in first]
+    assert len(h.compute.live()) == 2
+
+
 def test_a_part_whose_vms_land_elsewhere_is_given_back_whole(h: GcpHarness) -> None:
     # GCE fills the first matching open reservation: one VM goes to "first", not "wanted".
     h.compute.add_reservation(ZONE_B, "first", A3, 1)

@@ -214,7 +214,7 @@ class GcpAdapter:
         facts = None
         if request.reservation is not None:
             facts = self._reserved.facts(request.reservation, spec.zone)
-            if not facts.specific and generation == 0:
+            if not facts.specific and not self._launched_before(request, spec.zone):
                 self._reserved.check_room(request.reservation, spec.zone, request.count)
         template = self._template(spec.instance_template) if needs_template(spec, request) \
             else None
@@ -250,6 +250,14 @@ class GcpAdapter:
         if facts is not None and not facts.specific:
             self._check_consumed(request, facts, found)
         return [i for i, _ in found]
+
+    def _launched_before(self, request: LaunchRequest, zone: str) -> bool:
+        """Whether the part's instances exist already (a repeated launch, answered with
+        them): its own VMs then fill the reservation, which must not refuse it."""
+        filter_ = labels.filter_for(cluster=request.tags.cluster, attempt=request.tags.attempt,
+                                    part=request.tags.part)
+        return any((i.tags.attempt, i.tags.part) == (request.tags.attempt, request.tags.part)
+                   for i, _ in self._list_zone(zone, filter_))
 
     def _check_consumed(self, request: LaunchRequest, facts: ReservationFacts,
                         found: list[tuple[CloudInstance, str]]) -> None:
