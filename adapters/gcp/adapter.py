@@ -280,7 +280,9 @@ class GcpAdapter:
         if known is not None:
             return known
         name = discovery.last(url)
-        project = url.split("/")[1] if url.startswith("projects/") else self._s.project
+        parts = url.split("/")
+        project = parts[parts.index("projects") + 1] if "projects" in parts[:-1] \
+            else self._s.project
         if "/regions/" in url:
             raise InvalidRequest(f"instance template {url}: regional templates cannot be "
                                  "merged with network or placement settings yet; use a "

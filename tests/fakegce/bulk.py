@@ -30,7 +30,7 @@ Sources of the behaviours modelled here (facts only; the code is ours):
   ``Compute.reservation``.
 * ASSURED: specificReservation.assuredCount, when present, is how many of ``count`` are
   usable now (AllocationSpecificSKUReservation, Compute v1 reference).
-* STOCKOUT AT REQUEST: the bulk API may refuse a stockout before starting, with HTTP 503
+* AT REQUEST: the bulk API may refuse a stockout before starting, with HTTP 503
   and reason insufficientCapacity ("Troubleshooting bulk creation of VMs", section
   "Insufficient capacity",
   https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-bulk-vm-creation).
@@ -90,13 +90,14 @@ def bulk_insert(compute: Compute, zone: str, body: dict[str, Any],
         if template is not None and last(str(template)) not in compute.templates:
             raise ApiError(404, "notFound", f"instance template {template} not found")
         base = compute.template_properties.get(last(str(template)), {}) if template else {}
+        # TEMPLATE MERGE
         props: dict[str, Any] = merge_patch(base, body.get("instanceProperties", {}))
         machine_type = last(str(props.get("machineType", "")))
         if machine_type not in compute.machine_types:
             raise ApiError(400, "invalid", f"machine type {machine_type!r} does not exist")
         policies = tuple(props.get("resourcePolicies", []))
         for policy in policies:
-            if "/" in policy:
+            if "/" in policy:  # POLICY NAMES
                 raise ApiError(400, "invalid", f"Invalid value for field "
                                f"'resource.instanceProperties.resourcePolicies': '{policy}'. "
                                "Resource policies are given by name")
@@ -120,18 +121,18 @@ def bulk_insert(compute: Compute, zone: str, body: dict[str, Any],
                 raise ApiError(400, "invalid", "SPECIFIC_RESERVATION needs one reservation name")
             name = affinity["values"][0]
             reservation = compute.reservation(zone, name)
-            if reservation is not None and not reservation.specific_required:
+            if reservation is not None and not reservation.specific_required:  # NOT SPECIFIC
                 raise ApiError(400, "invalid", f"Reservation '{name}' can not be targeted as "
                                "specificReservationRequired is not set.")
         elif model == "RESERVATION_BOUND":
             raise ApiError(400, "invalid", "provisioningModel RESERVATION_BOUND needs a "
                            "SPECIFIC_RESERVATION affinity")
         if reservation is not None and reservation.deployment_type == "DENSE" \
-                and model != "RESERVATION_BOUND":
+                and model != "RESERVATION_BOUND":  # DENSE
             raise ApiError(400, "invalid", "Instances consuming DENSE reservations must use "
                            "provisioningModel RESERVATION_BOUND.")
         pool = (zone, machine_type, "SPOT" if model == "SPOT" else "STANDARD")
-        if kind != "SPECIFIC_RESERVATION" and pool in compute.request_stockouts:
+        if kind != "SPECIFIC_RESERVATION" and pool in compute.request_stockouts:  # AT REQUEST
             raise ApiError(503, "insufficientCapacity", f"The zone '{zone}' does not have "
                            "enough resources available to fulfill the request.")
 
@@ -152,7 +153,7 @@ def bulk_insert(compute: Compute, zone: str, body: dict[str, Any],
             mismatch = _mismatch(compute, reservation, machine_type, accelerators, policies)
             if reservation.status != "READY" or mismatch:
                 return fail("CONDITION_NOT_MET", mismatch or "reservation is not READY", 412)
-            room = reservation.usable - compute.in_use(reservation)
+            room = reservation.usable - compute.in_use(reservation)  # ASSURED
             if room < min_count:
                 return fail("CONDITION_NOT_MET", f"Specified reservation '{name}' does not "
                             "have available resources for the request.", 412)

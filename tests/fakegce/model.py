@@ -61,7 +61,8 @@ class ReservationRec:
     status: str = "READY"
     # "DENSE" for calendar-mode / large GPU blocks: consumers must be RESERVATION_BOUND.
     deployment_type: str = ""
-    # How many of ``count`` are usable now (Output Only; absent: all of them).
+    # How many of ``count`` are usable now (Output Only; absent: all of them). Source:
+    # AllocationSpecificSKUReservation.assuredCount, Compute v1 reference.
     assured_count: int | None = None
     # Owner project when another project shares it with ours (None: our own), and the
     # consumer projects it is shared with.
