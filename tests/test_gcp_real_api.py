@@ -88,6 +88,10 @@ def test_a_part_whose_vms_land_elsewhere_is_given_back_whole(h: GcpHarness) -> N
     assert info.value.cloud_code == "RESERVATION_NOT_CONSUMED"
     assert info.value.scope is Scope.OFFERING
     assert h.compute.live() == []
+    # Trying the same part again is a new request, not a replay of the deleted one.
+    del h.compute.reservations[(ZONE_B, "first")]
+    again = h.adapter.launch(reserved(h, "h100-b", 2, "wanted"))
+    assert {h.compute.instances[(ZONE_B, i.name)].reservation for i in again} == {"wanted"}
 
 
 def test_a_full_non_specific_reservation_is_not_launched_into(h: GcpHarness) -> None:
@@ -154,6 +158,13 @@ def test_a_reservation_shared_from_another_project_is_seen_and_used() -> None:
         assert len(launched) == 2
         assert compute.in_use(compute.reservations[(ZONE_B, rid)]) == 2
         assert launched[0].tags.reservation == rid
+
+
+def test_an_owner_project_we_cannot_list_costs_only_its_reservations() -> None:
+    compute = Compute()
+    compute.add_reservation(ZONE_B, "ours", A3, 2)
+    with gcp(compute, extra="reservationSelector: {projects: [no-such-project]}\n") as h:
+        assert [r.id for r in h.adapter.snapshot("test").reservations] == ["ours"]
 
 
 def test_a_shared_reservation_no_listing_showed_yet_is_read_before_launch() -> None:

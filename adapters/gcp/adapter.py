@@ -269,6 +269,8 @@ class GcpAdapter:
         if not strays:
             return
         self._changes.terminate([i.id for i, _ in found])
+        with self._lock:  # a retry of this token must be a new request, not a replay
+            self._generation[request.token] = self._generation.get(request.token, 0) + 1
         raise InsufficientCapacity(
             f"part {request.token}: {len(strays)} of {len(found)} VMs did not land in "
             f"reservation {request.reservation} ({', '.join(strays[:3])}); the part was "

@@ -17,7 +17,13 @@ from collections.abc import Callable, Sequence
 
 from google.cloud import compute_v1
 
-from adapters.base import InsufficientCapacity, InvalidRequest, Reservation, Scope
+from adapters.base import (
+    CloudError,
+    InsufficientCapacity,
+    InvalidRequest,
+    Reservation,
+    Scope,
+)
 from adapters.gcp import discovery
 from adapters.gcp.calls import call
 from adapters.gcp.clients import Clients
@@ -41,7 +47,16 @@ class Reservations:
         found: list[tuple[compute_v1.Reservation, str]] = []
         calls = 0
         for project in (self._s.project, *self._s.shared_projects):
-            listed, pages = self._aggregated(project)
+            try:
+                listed, pages = self._aggregated(project)
+            except CloudError as err:
+                if project == self._s.project:
+                    raise
+                # Another project's listing is best effort: without it the refresh still
+                # stands, and its reservations are just not offered this time.
+                log.warning("reservations shared by project %s not read: %s", project, err)
+                calls += 1
+                continue
             calls += pages
             found += [(r, project) for r in listed
                       if project == self._s.project or discovery.shared_with(r, self._s.project)]
