@@ -84,6 +84,7 @@ class AttemptSpec:
     id: str
     cluster: str
     request: str | None = None  # "namespace/name" of a ProvisioningRequest
+    request_uid: str | None = None  # its metadata.uid
     partial: bool = False
 
 
@@ -410,6 +411,7 @@ class Executor:
                 source=part.capacity_type,
                 reservation=part.reservation,
                 request=spec.request,
+                request_uid=spec.request_uid,
             ),
         )
         try:
