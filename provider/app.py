@@ -72,6 +72,8 @@ class Provider:
         self._stopping = threading.Event()
         self._loop: threading.Thread | None = None
         self._last_refresh = float("-inf")
+        # Set after the first complete cloud listing: until then the fleet is unknown.
+        self.ready = threading.Event()
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -107,6 +109,7 @@ class Provider:
             found = self.reconciler.run_once()
             if found is not None:
                 self._last_refresh = self.clock.now()
+                self.ready.set()
             return found is not None
 
     def refresh_if_older(self, seconds: float) -> None:
