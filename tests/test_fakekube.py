@@ -416,11 +416,10 @@ def test_finalizers_hold_a_deletion_until_the_last_is_patched_away(kube: FakeKub
     assert still["metadata"]["finalizers"] == ["allset.dev/attempt"]
 
     with pytest.raises(ApiException) as caught:
-        KubeApi(api).patch_request(NS, "r1", {"metadata": {"finalizers": [
-            "allset.dev/attempt", "other/late"]}})
+        KubeApi(api).set_finalizers(still, ["allset.dev/attempt", "other/late"])
     assert caught.value.status == 422
 
-    KubeApi(api).patch_request(NS, "r1", {"metadata": {"finalizers": None}})
+    KubeApi(api).set_finalizers(still, [])
     assert kube.get("provisioningrequests", "r1", NS) is None
     with pytest.raises(ApiException) as gone:
         custom(api).get_namespaced_custom_object(GROUP, "v1", NS, PLURAL, "r1")
@@ -593,13 +592,15 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     assert [i["metadata"]["name"] for i in items] == ["r1"]
     assert [t for t, _ in k.watch_requests(rv, timeout_seconds=1)] == ["BOOKMARK"]
     request = k.get_request(NS, "r1")
-    request = k.patch_request(NS, "r1", {"metadata": {"finalizers": ["allset.dev/attempt"]}})
+    request = k.set_finalizers(request, ["allset.dev/attempt"])
     request["status"] = {"conditions": [condition("Accepted", "True", "Accepted")]}
     k.replace_status(request)
     template = k.get_pod_template(NS, "gpu")
     assert template["template"]["spec"]["containers"][0]["resources"]["requests"] == {
         "nvidia.com/gpu": "8"}
-    assert [n["metadata"]["name"] for n in k.list_nodes()] == ["n1"]
+    nodes, node_rv = k.list_nodes()
+    assert [n["metadata"]["name"] for n in nodes] == ["n1"]
+    assert [t for t, _ in k.watch_nodes(node_rv, timeout_seconds=1)] == ["BOOKMARK"]
     k.patch_node("n1", {"allset.dev/request": "r1"}, {})
     assert [p["metadata"]["name"] for p in k.list_pods(NS)] == ["p1"]
     k.create_event(NS, objects.event(NS, request, "Accepted", "planning"))
