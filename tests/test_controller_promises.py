@@ -103,6 +103,21 @@ def test_nodes_are_labelled_from_the_node_watch_without_listing_nodes(world: Wor
     assert w.kube.count("patch", "nodes") >= 2  # once each (again if a pass beat the event)
 
 
+def test_the_node_watch_lists_again_after_a_410(world: World) -> None:
+    w = world
+    w.kube.create(objects.node("control-plane"))  # a list of a non-empty cluster: rv > 0
+    w.controller.start()
+    w.kube.wait_for_watchers(1, "nodes")
+    create(w, pod_sets={"workers": 16})
+    w.run_until(lambda: len(live(w)) == 2)
+    w.kube.compact()
+    w.kube.stop()
+    w.kube.start()  # every watch breaks; resuming from the old version gets 410
+    w.register_nodes()
+    w.run_until(lambda: (w.condition(c.PROVISIONED) or _false()).true)
+    assert w.kube.count("list", "nodes") >= 2  # the first list, then one after the 410
+
+
 # --- finding 3: a partial gang is never Provisioned; a provisioned one is revoked ---------
 
 

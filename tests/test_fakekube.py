@@ -448,6 +448,23 @@ def test_json_patch_removes_a_finalizer_and_a_failed_test_op_is_422(kube: FakeKu
     assert kube.get("provisioningrequests", "r1", NS) is None
 
 
+def test_a_merge_patch_naming_a_stale_resource_version_is_a_409(kube: FakeKube, api: Any
+                                                                ) -> None:
+    """What KubeApi.set_finalizers relies on: the resourceVersion in a merge patch is a
+    precondition; without it the patch replaces the list whole, whatever is stored."""
+    read = create_request(api, "r1", finalizers=("a/one",))
+    kube.race("provisioningrequests", "r1",
+              lambda o: o["metadata"]["finalizers"].append("b/other"), NS)
+    with pytest.raises(Conflict):  # KubeApi's name for a 409
+        KubeApi(api).set_finalizers(read, ["a/one", "allset.dev/provisioning"])
+    assert kube.get("provisioningrequests", "r1", NS)["metadata"]["finalizers"] == [  # type: ignore[index]
+        "a/one", "b/other"]
+    custom(api).patch_namespaced_custom_object(GROUP, "v1", NS, PLURAL, "r1", {
+        "metadata": {"finalizers": ["a/one"]}})  # no resourceVersion: b/other is lost
+    assert kube.get("provisioningrequests", "r1", NS)["metadata"]["finalizers"] == [  # type: ignore[index]
+        "a/one"]
+
+
 def test_delete_preconditions_and_deleting_nodes(kube: FakeKube, api: Any) -> None:
     core(api).create_node(objects.node("n1"))
     with pytest.raises(ApiException) as caught:
