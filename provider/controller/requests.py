@@ -199,8 +199,6 @@ class RequestHandler:
         t.attempt = attempt
         t.cancel.clear()
 
-        attempt = t.attempt
-
         def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
             # What every group holds against maxSize: nodes, CA's scale-ups and other
             # requests' launches (the executor claims this plan's share atomically).
