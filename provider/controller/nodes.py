@@ -29,6 +29,15 @@ def is_ready(node: Node) -> bool:
                for cond in (node.get("status") or {}).get("conditions") or [])
 
 
+def _what_matters(node: Node | None) -> tuple[Any, ...] | None:
+    """What a request's handling reads of a Node: kubelets rewrite the rest (heartbeats,
+    resource usage) all the time, and those changes wake no request."""
+    if node is None:
+        return None
+    meta = node.get("metadata") or {}
+    return (provider_id(node), is_ready(node), meta.get("labels"), meta.get("annotations"))
+
+
 class NodeCache:
     def __init__(self, kube: KubeApi, on_change: Callable[[Node], None] | None = None,
                  *, watch_seconds: int = 300) -> None:
@@ -55,7 +64,8 @@ class NodeCache:
         items, version = self._kube.list_nodes()
         fresh = {str(n["metadata"]["name"]): n for n in items}
         with self._lock:
-            changed = [n for name, n in fresh.items() if self._by_name.get(name) != n]
+            changed = [n for name, n in fresh.items()
+                       if _what_matters(self._by_name.get(name)) != _what_matters(n)]
             changed += [n for name, n in self._by_name.items() if name not in fresh]
             self._by_name = fresh
             self._by_provider = {provider_id(n): name for name, n in fresh.items()
@@ -78,7 +88,8 @@ class NodeCache:
                 self._by_name[name] = node
                 if provider_id(node):
                     self._by_provider[provider_id(node)] = name
-        self._on_change(node)
+        if kind == "DELETED" or _what_matters(old) != _what_matters(node):
+            self._on_change(node)
 
     def run(self, stop: threading.Event) -> None:
         """List and watch until ``stop`` is set (a thread of the controller)."""

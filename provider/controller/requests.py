@@ -35,7 +35,10 @@ Obj = dict[str, Any]
 NODES_LOST = "NodesLost"  # reason of Provisioned=False and CapacityRevoked=True
 NOT_READY_DELAY = 2.0  # seconds: the fleet or the Node cache is not known yet
 RETRY_TERMINATE = 10.0  # a rollback the cloud refused: the finalizer waits for it
-WAITING_RECHECK = 5.0  # Node events requeue sooner; this catches instance losses
+# Node events requeue a waiting request at once; this looks again for instances the
+# refresh loop's listings show lost (no listing of our own: many waiting requests would
+# each start one).
+WAITING_RECHECK = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +255,6 @@ class RequestHandler:
             # that registers would cost more than it tells.
             self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_NODES,
                                   _waiting_text(n, found.attempt))])
-            self._p.refresh_if_older(5.0)  # instance losses show in the next listing
             return WAITING_RECHECK
         self._w.update(obj, [(c.PROVISIONED, True, c.CAPACITY_IS_PROVISIONED,
                               f"{n} nodes registered, Ready and labelled; pods select "
@@ -306,7 +308,6 @@ class RequestHandler:
             self._w.update(obj, [(c.BOOKING_EXPIRED, True, c.BOOKING_TIME_EXPIRED,
                                   f"booking of {t.demand.booking_seconds:.0f}s ended")])
             return None
-        self._p.refresh_if_older(5.0)
         return min(15.0, ends - now)
 
     def _deleting(self, obj: Obj, t: Tracked) -> float | None:
