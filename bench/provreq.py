@@ -53,7 +53,7 @@ def config(workers: int) -> str:
 def join(kube: FakeKube, cloud: FakeCloud, stop: threading.Event) -> None:
     """Kubelets joining: a Ready Node for each running instance, at once."""
     joined: set[str] = set()
-    while not stop.wait(0.02):
+    while not stop.wait(0.1):
         for inst in cloud.live_instances():
             if inst.state is InstanceState.RUNNING and inst.name not in joined:
                 kube.create(objects.node(inst.name, provider_id=inst.provider_id))

@@ -219,11 +219,10 @@ class RequestHandler:
             self._p.book(key, {i.provider_id for i in outcome.instances})
             t.failures = 0
             n = len(outcome.instances)
+            # Its event (reason WaitingForNodes) says what launched.
             self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_NODES,
                                   _waiting_text(n, outcome.attempt))],
                            details={PLANNED_DETAIL: str(n)})
-            self._w.event(obj, "Launched", f"{n} nodes launched by attempt "
-                          f"{outcome.attempt}; waiting for them to register")
             return 0.0
         if outcome.result is Result.CANCELLED:
             return None
