@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +34,7 @@ Obj = dict[str, Any]
 NODES_LOST = "NodesLost"  # reason of Provisioned=False and CapacityRevoked=True
 NOT_READY_DELAY = 2.0  # seconds: the fleet or the Node cache is not known yet
 RETRY_TERMINATE = 10.0  # a rollback the cloud refused: the finalizer waits for it
+SUSPECTS_DELAY = 10.0  # an earlier attempt's uncommitted instances are being settled
 # Node events requeue a waiting request at once; this looks again for instances the
 # refresh loop's listings show lost (no listing of our own: many waiting requests would
 # each start one).
@@ -99,7 +99,7 @@ class RequestHandler:
         if tracked is not None:
             tracked.cancel.set()  # an attempt in flight rolls itself back
         uid = uid_of(last) if last is not None else (tracked.uid if tracked else None)
-        if last is not None and uid and self._p.ready.is_set() and \
+        if last is not None and uid and self._p.acting() and \
                 not _handed_over(last) and (tracked is None or tracked.attempt is None):
             live, _ = owned(self._p.fleet, uid)
             if live:
@@ -128,9 +128,10 @@ class RequestHandler:
             tracked = self._tracked.get(key)
             if tracked is None or tracked.uid != meta.get("uid"):
                 tracked = self._tracked[key] = Tracked(str(meta.get("uid")))
-        if not (self._p.ready.is_set() and self._nodes.synced.is_set()):
-            # Until the first complete cloud listing (and Node list) the fleet is unknown:
-            # nothing may be planned, launched, booked or judged lost from it.
+        if not (self._p.acting() and self._nodes.synced.is_set()):
+            # Until the first complete cloud listing (and Node list) the fleet is unknown,
+            # and a standby acts on nothing: nothing may be planned, launched, booked or
+            # judged lost.
             return NOT_READY_DELAY
         if meta.get("deletionTimestamp"):
             return self._deleting(obj, tracked)
@@ -184,6 +185,11 @@ class RequestHandler:
             return self._waiting(obj, t, found)
         if now < t.retry_at:
             return t.retry_at - now
+        if self._p.reconciler.suspects(t.uid):
+            # An earlier attempt of this request left uncommitted instances (a crash): a
+            # new gang now would pay twice and find their reservation slots taken. Reconcile
+            # settles them within its grace period; then the gang is planned afresh.
+            return SUSPECTS_DELAY
         return self._attempt(obj, t)
 
     def _attempt(self, obj: Obj, t: Tracked) -> float | None:
@@ -191,7 +197,7 @@ class RequestHandler:
         key = key_of(obj)
         demand = t.demand
         assert demand is not None
-        attempt = "r-" + uuid.uuid4().hex[:16]
+        attempt = self._p.new_attempt_id("r")
         # The attempt is named in the request before its first cloud call, so a restart
         # knows which instances are this request's gang.
         recorded = self._w.update(obj, [], details={ATTEMPT_DETAIL: attempt,
