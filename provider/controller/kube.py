@@ -23,7 +23,13 @@ class Call:
     group: str  # "" is the core API group
     resource: str
     verbs: tuple[str, ...]
+    # Only in allset's own namespace (a Role), and only on these objects when named.
+    namespaced: bool = False
+    names: tuple[str, ...] = ()
 
+
+LEASE = "allset"  # leaderElection.name's default; RBAC names it
+LEADER_SLICE = "allset-leader"  # provider.leadership.endpoint: the Service's EndpointSlice
 
 CALLS: tuple[Call, ...] = (
     Call(GROUP, "provisioningrequests", ("get", "list", "watch", "patch")),
@@ -32,6 +38,13 @@ CALLS: tuple[Call, ...] = (
     Call("", "nodes", ("list", "watch", "patch")),
     Call("", "pods", ("list",)),
     Call("", "events", ("create",)),
+    # Leader election (provider/leadership): the Lease, and routing CA to the leader.
+    # RBAC cannot name an object on create, so create is granted on the kind.
+    Call("coordination.k8s.io", "leases", ("create",), namespaced=True),
+    Call("coordination.k8s.io", "leases", ("get", "update"), namespaced=True, names=(LEASE,)),
+    Call("discovery.k8s.io", "endpointslices", ("create",), namespaced=True),
+    Call("discovery.k8s.io", "endpointslices", ("get", "update"), namespaced=True,
+         names=(LEADER_SLICE,)),
 )
 
 
