@@ -57,7 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-client-ca", type=Path,
                        help="CA that signs client certificates (mTLS: clients must present one)")
     serve.add_argument("--insecure", action="store_true",
-                       help="serve plaintext without TLS (local use only)")
+                       help="serve plaintext without TLS, on a loopback address only")
+    serve.add_argument("--insecure-bind-any", action="store_true",
+                       help="with --insecure, allow a non-loopback --address: anyone who "
+                       "can reach it may scale your cloud (not for production)")
     serve.add_argument("--grace", type=float, default=10.0,
                        help="seconds RPCs in progress get to finish on SIGTERM")
     serve.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
@@ -136,15 +139,27 @@ def _serve(args: argparse.Namespace) -> int:
     from adapters.registry import connect
     from provider.app import Provider
     from provider.clock import SystemClock
+    from provider.service.address import is_loopback
     from provider.service.server import Server
     from provider.store.journal import SqliteJournal
     from provider.tls import server_credentials
 
     tls = (args.tls_cert, args.tls_key, args.tls_client_ca)
     credentials: grpc.ServerCredentials | None
+    if args.insecure_bind_any and not args.insecure:
+        raise UsageError("--insecure-bind-any only applies with --insecure")
     if args.insecure:
         if any(tls):
             raise UsageError("--insecure cannot be combined with --tls-* flags")
+        if not args.insecure_bind_any and not is_loopback(args.address):
+            raise UsageError(
+                f"--insecure serves plaintext, unauthenticated: --address {args.address} is "
+                "not loopback (127.0.0.0/8, ::1, localhost); use mTLS, or add "
+                "--insecure-bind-any if you really mean it")
+        if args.insecure_bind_any and not is_loopback(args.address):
+            log.warning("serving plaintext, unauthenticated gRPC on %s (--insecure-bind-any): "
+                        "anyone who can reach it can launch and terminate instances",
+                        args.address)
         credentials = None
     elif all(tls):
         for flag, path in zip(("--tls-cert", "--tls-key", "--tls-client-ca"), tls, strict=True):
@@ -159,7 +174,9 @@ def _serve(args: argparse.Namespace) -> int:
     config = _load(args.config)
     clock = SystemClock()
     adapter, config = connect(config, clock)
-    journal = SqliteJournal(args.state_dir / config.cluster / "attempts.db")
+    journal = SqliteJournal(args.state_dir / config.cluster / "attempts.db",
+                            retention_seconds=config.journal_retention_seconds,
+                            max_finished=config.schema.attempts.journal_max_finished)
     provider = Provider(config, adapter, clock, journal=journal)
     server = Server(provider, args.address, credentials, health_address=args.health_address)
     if args.metrics_address:
@@ -356,7 +373,14 @@ def _instances(args: argparse.Namespace) -> int:
 def _certs(args: argparse.Namespace) -> int:
     from provider.tls import write_dev_pki
 
-    issued = write_dev_pki(args.out, args.server_name, days=args.days)
+    try:
+        issued = write_dev_pki(args.out, args.server_name, days=args.days)
+    except FileExistsError as err:
+        raise UsageError(f"--out: {err.filename} already exists; remove it or choose "
+                         "another directory (certs never overwrites a key)") from err
+    except OSError as err:
+        raise UsageError(f"--out: cannot write {err.filename or args.out}: "
+                         f"{err.strerror}") from err
     address = args.address or f"{args.server_name[0]}:8086"
     print(f"# Wrote {args.out}/ca.crt, server.crt/.key and client.crt/.key")
     print("# Serve with:")

@@ -89,6 +89,10 @@ class LoadedConfig:
     def attempt_deadline_seconds(self) -> float:
         return duration_seconds(self.schema.attempts.deadline)
 
+    @property
+    def journal_retention_seconds(self) -> float:
+        return duration_seconds(self.schema.attempts.journal_retention)
+
 
 def load_config(path: str | Path) -> LoadedConfig:
     source = str(path)

@@ -231,6 +231,12 @@ class Attempts(Model):
 
     max_plans: int = Field(3, ge=1, le=20, description="plans tried per scale-up before failing")
     deadline: Duration = Field("10m", description="give up on a scale-up after this long")
+    journal_retention: Duration = Field(
+        "168h", description="finished attempts stay in the local journal (--state-dir) this "
+        "long; open attempts and terminations still owed are always kept")
+    journal_max_finished: int = Field(
+        10_000, ge=100, description="finished attempts the local journal keeps at most "
+        "(the oldest go first)")
 
 
 class ProvisioningRequests(Model):
