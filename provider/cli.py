@@ -31,6 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.log_level != "debug":
+        # urllib3 warns about each of its own retries; our one line says what failed.
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     try:
         code: int = args.run(args)
         return code
@@ -207,7 +210,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _controller(args: argparse.Namespace, provider: Any) -> Any:
-    """The ProvisioningRequest controller, when it can and should reach a cluster."""
+    """The ProvisioningRequest controller, when it should reach a cluster: started in the
+    background and retried until the API server answers, so that neither a missing
+    kubeconfig nor an API server that is down takes CA's provider down with it."""
     import os
 
     in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
@@ -215,6 +220,8 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
         args.controller == "auto" and (in_cluster or args.kubeconfig is not None))
     if not wanted:
         return None
+    if args.kubeconfig is None and not in_cluster:
+        raise UsageError("--controller on needs --kubeconfig outside a cluster")
     from kubernetes import client
     from kubernetes import config as kubeconfig
 
@@ -222,24 +229,28 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
     from provider.controller.controller import Controller
     from provider.controller.kube import KubeApi
     from provider.controller.requests import Backoff
+    from provider.controller.startup import RetryingStart, StartFailed, explain
 
-    configuration = client.Configuration()
-    if args.kubeconfig is not None:
-        kubeconfig.load_kube_config(config_file=str(args.kubeconfig),
-                                    client_configuration=configuration)
-    elif in_cluster:
-        kubeconfig.load_incluster_config(client_configuration=configuration)
-    else:
-        raise UsageError("--controller on needs --kubeconfig outside a cluster")
-    settings = provider.config.schema.provisioning_requests
-    return Controller(
-        provider,
-        KubeApi(client.ApiClient(configuration)),
-        workers=settings.workers,
-        backoff=Backoff(duration_seconds(settings.initial_backoff),
-                        duration_seconds(settings.max_backoff)),
-        resync_seconds=duration_seconds(settings.resync),
-    )
+    def build() -> Controller:
+        configuration = client.Configuration()
+        if args.kubeconfig is not None:
+            if not args.kubeconfig.is_file():
+                raise StartFailed(f"--kubeconfig {args.kubeconfig}: no such file")
+            kubeconfig.load_kube_config(config_file=str(args.kubeconfig),
+                                        client_configuration=configuration)
+        else:
+            kubeconfig.load_incluster_config(client_configuration=configuration)
+        settings = provider.config.schema.provisioning_requests
+        return Controller(
+            provider,
+            KubeApi(client.ApiClient(configuration)),
+            workers=settings.workers,
+            backoff=Backoff(duration_seconds(settings.initial_backoff),
+                            duration_seconds(settings.max_backoff)),
+            resync_seconds=duration_seconds(settings.resync),
+        )
+
+    return RetryingStart(build, explain=explain)
 
 
 def _plan(args: argparse.Namespace) -> int:
