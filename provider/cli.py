@@ -32,13 +32,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if args.log_level != "debug":
-        # urllib3 warns about each of its own retries; our one line says what failed.
+        # urllib3 warns about each of its own retries and botocore chats about where it
+        # found credentials; our own line says what failed.
         logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+        logging.getLogger("botocore").setLevel(logging.WARNING)
+    from adapters.base import CloudError
+    from provider.console.errors import cloud_error_line
+
     try:
         code: int = args.run(args)
         return code
     except (ConfigError, UsageError) as err:
         print(f"allset: {err}", file=sys.stderr)
+        return 1
+    except CloudError as err:
+        print(f"allset: {cloud_error_line(err)}", file=sys.stderr)
         return 1
 
 
