@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -41,7 +42,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         code: int = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
         return code
+    except BrokenPipeError:
+        # The reader went away (`allset instances --output json | head`): not an error to
+        # report. Point stdout at /dev/null so the interpreter's last flush stays quiet,
+        # and exit as a process killed by SIGPIPE would.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except (ConfigError, UsageError) as err:
         print(f"allset: {err}", file=sys.stderr)
         return 1
@@ -107,7 +115,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="DNS name or IP the server certificate is valid for (repeatable)")
     certs.add_argument("--address", help="address for the printed cloud-config "
                        "(default: first server name, port 8086)")
-    certs.add_argument("--days", type=int, default=365)
+    certs.add_argument("--days", type=int, default=365,
+                       help="validity of every certificate (1 to 36500, default 365)")
     certs.set_defaults(run=_certs)
 
     plan = sub.add_parser("plan", help="plan a ProvisioningRequest against the cloud now")
@@ -144,17 +153,25 @@ def _load(path: Path | None) -> LoadedConfig:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import sqlite3
+
     import grpc
     from prometheus_client import start_http_server
 
     from adapters.registry import connect
     from provider.app import Provider
     from provider.clock import SystemClock
-    from provider.service.address import is_loopback
+    from provider.service.address import bind_problem, is_loopback, problem
     from provider.service.server import Server
     from provider.store.journal import SqliteJournal
-    from provider.tls import server_credentials
+    from provider.tls import check_server_files, server_credentials
 
+    addresses = {"--address": args.address, "--health-address": args.health_address,
+                 "--metrics-address": args.metrics_address}
+    for flag, address in addresses.items():
+        wrong = problem(flag, address) if address else None
+        if wrong:
+            raise UsageError(wrong)
     tls = (args.tls_cert, args.tls_key, args.tls_client_ca)
     credentials: grpc.ServerCredentials | None
     if args.insecure_bind_any and not args.insecure:
@@ -176,6 +193,9 @@ def _serve(args: argparse.Namespace) -> int:
         for flag, path in zip(("--tls-cert", "--tls-key", "--tls-client-ca"), tls, strict=True):
             if not path.is_file():
                 raise UsageError(f"{flag}: {path} is not a readable file")
+        wrong = check_server_files(*tls)
+        if wrong:
+            raise UsageError(wrong)
         credentials = server_credentials(*tls)
     else:
         raise UsageError(
@@ -185,16 +205,34 @@ def _serve(args: argparse.Namespace) -> int:
     config = _load(args.config)
     clock = SystemClock()
     adapter, config = connect(config, clock)
-    journal = SqliteJournal(args.state_dir / config.cluster / "attempts.db",
-                            retention_seconds=config.journal_retention_seconds,
-                            max_finished=config.schema.attempts.journal_max_finished)
+    journal_path = args.state_dir / config.cluster / "attempts.db"
+    try:
+        journal = SqliteJournal(journal_path,
+                                retention_seconds=config.journal_retention_seconds,
+                                max_finished=config.schema.attempts.journal_max_finished)
+    except (OSError, sqlite3.Error) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise UsageError(f"--state-dir: cannot open the journal {journal_path}: {reason}") \
+            from err
     provider = Provider(config, adapter, clock, journal=journal)
-    server = Server(provider, args.address, credentials, health_address=args.health_address)
+    # Found before gRPC tries: it says only "Failed to bind" (and logs a line of its own).
+    for flag, address in addresses.items():
+        wrong = bind_problem(address) if address else None
+        if wrong:
+            raise UsageError(f"{flag}: cannot listen on {address}: {wrong}")
+    try:
+        server = Server(provider, args.address, credentials,
+                        health_address=args.health_address)
+    except (RuntimeError, OSError) as err:  # lost a race for the port since the check
+        raise UsageError(f"--address or --health-address: cannot listen: {err}") from err
     if args.metrics_address:
-        host, _, port = args.metrics_address.rpartition(":")
-        if not port.isdigit():
-            raise UsageError(f"--metrics-address: {args.metrics_address!r} is not host:port")
-        start_http_server(int(port), host or "0.0.0.0", registry=provider.metrics.registry)
+        host, port = args.metrics_address.rsplit(":", 1)
+        try:
+            start_http_server(int(port), host.strip("[]") or "0.0.0.0",
+                              registry=provider.metrics.registry)
+        except OSError as err:
+            raise UsageError(f"--metrics-address: cannot listen on {args.metrics_address}: "
+                             f"{err.strerror}") from err
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -221,7 +259,6 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
     """The ProvisioningRequest controller, when it should reach a cluster: started in the
     background and retried until the API server answers, so that neither a missing
     kubeconfig nor an API server that is down takes CA's provider down with it."""
-    import os
 
     in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     wanted = args.controller == "on" or (
@@ -269,6 +306,7 @@ def _plan(args: argparse.Namespace) -> int:
 
     from adapters.registry import connect
     from provider.clock import SystemClock
+    from provider.config.files import read_text
     from provider.ledger import Ledger
     from provider.plan import Infeasible
     from provider.planner.gang import plan
@@ -279,11 +317,13 @@ def _plan(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     try:
-        docs = list(yaml.safe_load_all(args.request.read_text(encoding="utf-8")))
+        text = read_text(args.request, "request")
+    except ConfigError as err:
+        raise UsageError(f"--request: {err}") from err
+    try:
+        docs = list(yaml.safe_load_all(text))
         request, templates = split_documents(docs, str(args.request))
         demand, _ = demand_from(request, templates)
-    except OSError as err:
-        raise UsageError(f"--request: cannot read {args.request}: {err.strerror}") from err
     except yaml.YAMLError as err:
         raise UsageError(f"{args.request}: not valid YAML: {err}") from err
     except BadRequest as err:
@@ -327,10 +367,7 @@ def _simulate(args: argparse.Namespace) -> int:
         trace = generate(args.generate, args.jobs, args.days)
         name = f"generated (seed {args.generate}, {args.jobs} jobs, {args.days:g} days)"
     if args.plot is not None:
-        try:
-            import matplotlib  # noqa: F401
-        except ModuleNotFoundError as err:
-            raise UsageError("--plot needs matplotlib: pip install 'allset[sim]'") from err
+        _check_plot(args.plot)
     names = list(STRATEGIES) if args.strategy == "all" else [args.strategy]
     results = [simulate(trace, n, args.seed) for n in names]
     if args.plot is not None:
@@ -342,6 +379,23 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         print(text(results, title=f"{name}: {len(trace.jobs)} jobs"))
     return 0
+
+
+def _check_plot(path: Path) -> None:
+    """Before a run that may take a while, not after it: can the plot be written there?"""
+    try:
+        from matplotlib.figure import Figure
+    except ModuleNotFoundError as err:
+        raise UsageError("--plot needs matplotlib: pip install 'allset[sim]'") from err
+    formats = Figure().canvas.get_supported_filetypes()
+    if path.suffix.lstrip(".").lower() not in formats:
+        raise UsageError(f"--plot: {path}: the name must end in one of "
+                         f"{', '.join('.' + f for f in sorted(formats))}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise UsageError(f"--plot: {parent} is not a directory")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"--plot: cannot write to {parent}")
 
 
 def _instances(args: argparse.Namespace) -> int:
@@ -392,6 +446,8 @@ def _instances(args: argparse.Namespace) -> int:
 def _certs(args: argparse.Namespace) -> int:
     from provider.tls import write_dev_pki
 
+    if not 1 <= args.days <= 36500:
+        raise UsageError(f"--days: {args.days} is not between 1 and 36500")
     try:
         issued = write_dev_pki(args.out, args.server_name, days=args.days)
     except FileExistsError as err:

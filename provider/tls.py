@@ -151,3 +151,31 @@ def write_dev_pki(out: Path, server_names: list[str], days: int = 365) -> dict[s
         "server": leaf("server", server_names[0], ExtendedKeyUsageOID.SERVER_AUTH, sans),
         "client": leaf("client", "cluster-autoscaler", ExtendedKeyUsageOID.CLIENT_AUTH, []),
     }
+
+
+def check_server_files(cert: Path, key: Path, client_ca: Path) -> str | None:
+    """Why these files cannot serve mTLS, naming the flag, or None. gRPC itself only says
+    "Failed to bind" when, say, the certificate and the key are swapped."""
+    try:
+        chain = x509.load_pem_x509_certificates(cert.read_bytes())
+    except ValueError:
+        swapped = b"PRIVATE KEY" in cert.read_bytes()
+        return f"--tls-cert: {cert} holds no PEM certificate" + (
+            " but a private key (swapped with --tls-key?)" if swapped else "")
+    try:
+        private = serialization.load_pem_private_key(key.read_bytes(), password=None)
+    except (ValueError, TypeError):
+        swapped = b"CERTIFICATE" in key.read_bytes()
+        return f"--tls-key: {key} holds no unencrypted PEM private key" + (
+            " but a certificate (swapped with --tls-cert?)" if swapped else "")
+    try:
+        x509.load_pem_x509_certificates(client_ca.read_bytes())
+    except ValueError:
+        return f"--tls-client-ca: {client_ca} holds no PEM certificate"
+    public = private.public_key().public_bytes(serialization.Encoding.DER,
+                                               serialization.PublicFormat.SubjectPublicKeyInfo)
+    ours = chain[0].public_key().public_bytes(serialization.Encoding.DER,
+                                              serialization.PublicFormat.SubjectPublicKeyInfo)
+    if public != ours:
+        return f"--tls-key: {key} is not the key of the certificate in {cert}"
+    return None

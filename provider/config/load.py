@@ -95,12 +95,9 @@ class LoadedConfig:
 
 
 def load_config(path: str | Path) -> LoadedConfig:
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(source, [("", f"cannot read config file: {err.strerror}")]) from err
-    return load_config_text(text, source)
+    from provider.config.files import read_text
+
+    return load_config_text(read_text(path, "config file"), str(path))
 
 
 def load_config_text(text: str, source: str = "<config>") -> LoadedConfig:
