@@ -76,8 +76,9 @@ def test_serve_refuses_to_guess_about_tls() -> None:
 
 def test_serve_with_bad_config_names_file_and_field(tmp_path: Path) -> None:
     cfg = tmp_path / "allset.yaml"
-    cfg.write_text("cluster: c\nnodeGroups:\n  - {id: g, zone: z, instanceType: t, cpu: 1,"
-                   " memory: 1Gi, maxSize: 2, minSize: 3}\n")
+    cfg.write_text("cluster: c\ncloud: {provider: fake}\nnodeGroups:\n"
+                   "  - {id: g, zone: z, instanceType: t, cpu: 1, memory: 1Gi, maxSize: 2,"
+                   " minSize: 3}\n")
     result = allset("serve", "--insecure", "--config", str(cfg))
     assert result.returncode == 1
     assert f"{cfg}: nodeGroups[0] (id g): minSize (3) must be <= maxSize (2)" in result.stderr

@@ -125,3 +125,15 @@ def test_output_into_a_closed_pipe_is_quiet() -> None:
         os.close(write)
     assert done.returncode == 141, done.stderr  # as if killed by SIGPIPE, like `cat`
     assert done.stderr == ""
+
+
+def test_a_config_without_cloud_is_refused(tmp_path: Path) -> None:
+    """It used to run on the simulated cloud, quietly (issue 15, item 7)."""
+    cfg = tmp_path / "allset.yaml"
+    cfg.write_text("cluster: c\nnodeGroups:\n"
+                   "  - {id: g, zone: z, instanceType: t, cpu: 1, memory: 1Gi, maxSize: 2}\n")
+    expected = (f"allset: {cfg}: cloud: required key is missing; set cloud.provider to aws or "
+                "gcp, or to fake for the simulated cloud (nothing real is launched)")
+    assert fails("serve", "--insecure", "--config", str(cfg),
+                 "--state-dir", str(tmp_path / "state")) == expected
+    assert fails("plan", "--config", str(cfg), "--request", REQUEST) == expected

@@ -66,7 +66,7 @@ def test_plan_bad_input_exits_1(tmp_path: Path) -> None:
     assert missing.returncode == 1
     assert "--request: nope.yaml: cannot read request: No such file" in missing.stderr
     bad_config = tmp_path / "bad.yaml"
-    bad_config.write_text("cluster: x\n")
+    bad_config.write_text("cluster: x\ncloud: {provider: fake}\n")
     result = allset_plan("--config", str(bad_config), "--request", str(GANG))
     assert result.returncode == 1 and "nodeGroups: required key is missing" in result.stderr
 
