@@ -32,7 +32,8 @@ def one_line(stderr: str) -> str:
 class Served:
     """`allset serve` running as a console script, its output in a file."""
 
-    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None,
+                 cwd: Path = ROOT) -> None:
         import signal
 
         self.log = log
@@ -42,7 +43,7 @@ class Served:
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
                 [str(ALLSET), "serve", "--insecure", "--address", self.address, *args],
-                cwd=ROOT, env=full, stdout=out, stderr=out)
+                cwd=cwd, env=full, stdout=out, stderr=out)
         self._sigterm = signal.SIGTERM
 
     def text(self) -> str:

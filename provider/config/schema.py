@@ -198,7 +198,8 @@ class FakeQuota(Model):
 class FakeCloud(Model):
     """The simulated cloud: its reservations, stockouts, quotas and timing."""
 
-    state_path: str | None = Field(None, description="SQLite file; state survives restarts")
+    state_path: str | None = Field(None, description="SQLite file; state survives restarts "
+                                   "(a relative path is relative to the config file)")
     launch_latency_seconds: float = Field(0.0, ge=0, description="how long a launch call takes")
     boot_seconds: float = Field(0.0, ge=0, description="pending -> running after launch")
     terminate_seconds: float = Field(0.0, ge=0, description="shutting-down -> terminated; "
