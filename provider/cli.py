@@ -63,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="allset",
         description="All-or-nothing, reservation-first Cluster Autoscaler provider for GPU fleets",
     )
+    parser.add_argument("--version", action="version", version=f"allset {_version()}")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
     sub = parser.add_subparsers(required=True, metavar="command")
@@ -142,6 +143,15 @@ def _parser() -> argparse.ArgumentParser:
                      help="seed of the baselines' random tie-breaks (default 0)")
     sim.set_defaults(run=_simulate)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("allset")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
 
 
 def _load(path: Path | None) -> LoadedConfig:
@@ -369,7 +379,11 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.plot is not None:
         _check_plot(args.plot)
     names = list(STRATEGIES) if args.strategy == "all" else [args.strategy]
-    results = [simulate(trace, n, args.seed) for n in names]
+    results = []
+    for i, n in enumerate(names, 1):
+        progress = _Progress(f"simulating {n} ({i}/{len(names)})") \
+            if sys.stderr.isatty() else None
+        results.append(simulate(trace, n, args.seed, progress))
     if args.plot is not None:
         from provider.sim.plot import plot
 
@@ -379,6 +393,24 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         print(text(results, title=f"{name}: {len(trace.jobs)} jobs"))
     return 0
+
+
+class _Progress:
+    """A line on the terminal that says how far a run is, redrawn at most twice a second
+    and erased when done (only used when stderr is a terminal)."""
+
+    def __init__(self, what: str) -> None:
+        import time
+
+        self._what, self._clock, self._shown = what, time.monotonic, float("-inf")
+
+    def __call__(self, done: float) -> None:
+        if done >= 1.0:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+        elif self._clock() - self._shown >= 0.5:
+            self._shown = self._clock()
+            print(f"\rallset: {self._what}: {done:.0%} of simulated time", end="",
+                  file=sys.stderr, flush=True)
 
 
 def _check_plot(path: Path) -> None:

@@ -137,3 +137,4 @@ def test_a_config_without_cloud_is_refused(tmp_path: Path) -> None:
     assert fails("serve", "--insecure", "--config", str(cfg),
                  "--state-dir", str(tmp_path / "state")) == expected
     assert fails("plan", "--config", str(cfg), "--request", REQUEST) == expected
+
