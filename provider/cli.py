@@ -215,6 +215,7 @@ def _serve(args: argparse.Namespace) -> int:
     config = _load(args.config)
     clock = SystemClock()
     adapter, config = connect(config, clock)
+    lock = _lock_state(args.state_dir / config.cluster)  # before anything is written there
     journal_path = args.state_dir / config.cluster / "attempts.db"
     try:
         journal = SqliteJournal(journal_path,
@@ -224,7 +225,12 @@ def _serve(args: argparse.Namespace) -> int:
         reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
         raise UsageError(f"--state-dir: cannot open the journal {journal_path}: {reason}") \
             from err
-    provider = Provider(config, adapter, clock, journal=journal)
+    election = _election(args, config, clock)
+    provider = Provider(config, adapter, clock, journal=journal,
+                        leadership=election.elector if election is not None else None)
+    if election is not None:
+        election.bind(provider)
+        election.start()
     # Found before gRPC tries: it says only "Failed to bind" (and logs a line of its own).
     for flag, address in addresses.items():
         wrong = bind_problem(address) if address else None
@@ -262,7 +268,60 @@ def _serve(args: argparse.Namespace) -> int:
     if controller is not None:
         controller.stop()
     server.stop(args.grace)
+    if election is not None:
+        election.stop()  # after the drain: hand the lease over, the standby takes it now
+    lock.release()
     return 0
+
+
+def _lock_state(directory: Path) -> Any:
+    """One process per state directory: a second `allset serve` on it is refused."""
+    from provider.leadership.statelock import StateDirLock, StateLocked
+
+    lock = StateDirLock(directory)
+    try:
+        lock.acquire()
+    except StateLocked as err:
+        raise UsageError(f"--state-dir: {err}") from None
+    except OSError as err:
+        raise UsageError(f"--state-dir: cannot lock {directory}: {err.strerror}") from err
+    return lock
+
+
+def _election(args: argparse.Namespace, config: LoadedConfig, clock: Any) -> Any:
+    """Leader election on a Lease, when replicas may run: in a cluster (mode auto), or
+    wherever a kubeconfig is given with mode on. In a cluster the leader also routes the
+    allset Service to itself."""
+    settings = config.schema.leader_election
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    if settings.mode == "off" or (settings.mode == "auto" and not in_cluster):
+        return None
+    if args.kubeconfig is None and not in_cluster:
+        raise UsageError("leaderElection.mode on needs --kubeconfig outside a cluster")
+    from kubernetes import client
+    from kubernetes import config as kubeconfig
+
+    from provider.leadership.election import Election
+    from provider.leadership.endpoint import LeaderEndpoint
+
+    configuration = client.Configuration()
+    try:
+        if args.kubeconfig is not None:
+            kubeconfig.load_kube_config(config_file=str(args.kubeconfig),
+                                        client_configuration=configuration)
+        else:
+            kubeconfig.load_incluster_config(client_configuration=configuration)
+    except Exception as err:  # the client raises its own ConfigException, or OSError
+        raise UsageError(f"leader election needs the API server, and its client config "
+                         f"could not be loaded: {err}") from err
+    api = client.ApiClient(configuration)
+    endpoint = None
+    pod, ip = os.environ.get("POD_NAME"), os.environ.get("POD_IP")
+    if in_cluster and pod and ip:
+        namespace = settings.namespace or os.environ.get("POD_NAMESPACE") or "kube-system"
+        port = int(args.address.rsplit(":", 1)[1])
+        endpoint = LeaderEndpoint(api, namespace, settings.service, pod, ip, {"grpc": port})
+    return Election(config, api, clock, endpoint)
 
 
 def _controller(args: argparse.Namespace, provider: Any) -> Any:

@@ -270,11 +270,15 @@ class Reconcile(Model):
 class LeaderElection(Model):
     """Active/standby replicas on a coordination.k8s.io Lease (only with Kubernetes)."""
 
-    enabled: bool = Field(True, description="elect a leader when allset runs against a "
-                          "cluster; only the leader launches, terminates and reconciles")
+    mode: Literal["auto", "on", "off"] = Field(
+        "auto", description="auto: elect a leader when running in a cluster (replicas); on: "
+        "also with --kubeconfig outside one; off: one process, guarded by the state-dir lock")
     namespace: str = Field("", description="namespace of the Lease; empty: the pod's own "
                            "(POD_NAMESPACE), else kube-system")
-    name: str = Field("allset", description="name of the Lease")
+    name: str = Field("allset", description="name of the Lease (deploy/ grants RBAC on "
+                      "allset)")
+    service: str = Field("allset", description="the Service whose EndpointSlice the "
+                         "leader points at itself (in a cluster)")
     lease_duration: Duration = Field("15s", description="how long a standby waits after the "
                                      "last renewal it saw before it takes over")
     renew_deadline: Duration = Field("10s", description="the leader stops acting when it "
