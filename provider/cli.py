@@ -215,7 +215,12 @@ def _serve(args: argparse.Namespace) -> int:
     config = _load(args.config)
     clock = SystemClock()
     adapter, config = connect(config, clock)
-    lock = _lock_state(args.state_dir / config.cluster)  # before anything is written there
+    # Two processes must not act on one cloud's instances. A simulated cloud held in
+    # memory belongs to its own process, so only a shared one (a real cloud, or a
+    # simulated one persisted to a file) takes the lock, before anything is written.
+    fake = config.schema.cloud.fake
+    own_cloud = config.schema.cloud.provider == "fake" and (fake is None or not fake.state_path)
+    lock = None if own_cloud else _lock_state(args.state_dir / config.cluster)
     journal_path = args.state_dir / config.cluster / "attempts.db"
     try:
         journal = SqliteJournal(journal_path,
@@ -270,7 +275,8 @@ def _serve(args: argparse.Namespace) -> int:
     server.stop(args.grace)
     if election is not None:
         election.stop()  # after the drain: hand the lease over, the standby takes it now
-    lock.release()
+    if lock is not None:
+        lock.release()
     return 0
 
 
