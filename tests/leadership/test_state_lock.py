@@ -9,7 +9,6 @@ from pathlib import Path
 from tests.cli_kit import Served, run_allset
 from tests.helpers import free_port, wait_until
 
-
 CONFIG = """\
 cluster: locked
 cloud:
