@@ -79,7 +79,7 @@ class Adversary:
             reply = getattr(self.w.endpoint.stub, method)(request, timeout=TIMEOUT)
             return reply, "OK"
         except grpc.RpcError as err:
-            code = err.code()  # type: ignore[attr-defined]
+            code = err.code()
             if code is grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise AssertionError(f"{method} hung: a lock held across a yield?") from err
             return None, str(code.name)

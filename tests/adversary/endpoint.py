@@ -44,7 +44,7 @@ class Endpoint:
     _lock = threading.Lock()
 
     def __init__(self) -> None:
-        self.forwarder = Forwarder()
+        self.forwarder = Forwarder()  # type: ignore[abstract]  # methods set below
         self._server = grpc.server(ThreadPoolExecutor(max_workers=4,
                                                       thread_name_prefix="adv-grpc"))
         pb_grpc.add_CloudProviderServicer_to_server(self.forwarder, self._server)

@@ -12,6 +12,7 @@ from adapters.base import CloudInstance
 from tests.adversary.state import (
     DELETING,
     PLACEHOLDER_PREFIX,
+    NodeSeen,
     RequestSeen,
     State,
 )
@@ -56,7 +57,7 @@ def i2_provisioned_whole(s: State, final: bool) -> list[str]:
     return out
 
 
-def _request_whole(s: State, r: RequestSeen, nodes: dict[str, object]) -> list[str]:
+def _request_whole(s: State, r: RequestSeen, nodes: dict[str, NodeSeen]) -> list[str]:
     attempts = [a for a, uid in s.attempt_uid.items() if uid == r.uid]
     committed = [a for a in attempts
                  if any(i.tags.attempt == a and i.tags.committed for i in s.instances)]
@@ -75,11 +76,11 @@ def _request_whole(s: State, r: RequestSeen, nodes: dict[str, object]) -> list[s
         node = nodes.get(inst.provider_id)
         if node is None:
             out.append(f"{r.key} is Provisioned but {inst.id} has no Node")
-        elif not getattr(node, "ready", False):
+        elif not node.ready:
             out.append(f"{r.key} is Provisioned but Node of {inst.id} is not Ready")
-        elif getattr(node, "booking", None) != r.booking:
+        elif node.booking != r.booking:
             out.append(f"{r.key} is Provisioned but Node of {inst.id} lacks booking "
-                       f"{r.booking} (has {getattr(node, 'booking', None)})")
+                       f"{r.booking} (has {node.booking})")
     return out
 
 

@@ -40,10 +40,11 @@ class Observer:
     durable_marks: set[str] = field(default_factory=set)
     launch_count: int = 0
     kill_count: int = 0
+    _requests_at: tuple[int, list[RequestSeen]] = (-1, [])  # by the API's resourceVersion
+    asked: set[str] = field(default_factory=set)  # ever DELETING in a fleet or owed
 
     def request_uids(self) -> dict[str, str]:
-        return {f"{NAMESPACE}/{r['metadata']['name']}": r["metadata"]["uid"]
-                for r in self.world.kube.list("provisioningrequests", NAMESPACE)}
+        return {r.key: r.uid for r in self._requests()}
 
     def state(self, final: bool = False) -> State:
         w = self.world
@@ -51,7 +52,7 @@ class Observer:
         launches = list(w.cloud.launches.values())
         new = launches[self.launch_count:]
         self.launch_count = len(launches)
-        uids = self.request_uids()
+        uids = self.request_uids() if new else {}
         for rec in new:
             if rec.request is not None and rec.attempt not in self.attempt_uid \
                     and rec.request in uids:
@@ -97,17 +98,20 @@ class Observer:
 
     def _unasked_kills(self, inc: Incarnation, requests: list[RequestSeen]
                        ) -> tuple[str, ...]:
-        """Committed instances terminated since the last step although allset had not
-        marked them for deletion (CA's DeleteNodes: DELETING in the fleet; a retried
-        termination: in the backlog), the task that ran their attempt did not do it (its
-        rollback, or a surplus CA no longer wanted) and their request was not withdrawn.
-        Read right after the call: nothing has moved since."""
+        """Committed instances terminated since the last step although allset had never
+        marked them for deletion (CA's DeleteNodes: DELETING in a fleet; a retried
+        termination: in the backlog; both sampled after every step), the task that ran
+        their attempt did not do it (its rollback, or a surplus CA no longer wanted) and
+        their request was not withdrawn. Read right after the call."""
         w = self.world
         new = w.cloud.killed_committed[self.kill_count:]
         self.kill_count += len(new)
         if not new:
+            self.asked |= set(inc.provider.executor.terminator.backlog)
+            self.asked |= self._fleet_deleting(inc)
             return ()
-        allowed = set(inc.provider.executor.terminator.backlog) | self._fleet_deleting(inc)
+        self.asked |= set(inc.provider.executor.terminator.backlog) | self._fleet_deleting(inc)
+        allowed = self.asked
         standing = {r.key for r in requests if not r.ended}
         return tuple(
             f"{i.id} ({i.tags.node_group}, attempt {i.tags.attempt}, by task {by})"
@@ -132,6 +136,12 @@ class Observer:
         return out | Observer._fleet_deleting(inc)
 
     def _requests(self) -> list[RequestSeen]:
+        rv = self.world.kube.resource_version
+        if self._requests_at[0] != rv:
+            self._requests_at = (rv, self._read_requests())
+        return self._requests_at[1]
+
+    def _read_requests(self) -> list[RequestSeen]:
         out = []
         for r in self.world.kube.list("provisioningrequests", NAMESPACE):
             meta = r["metadata"]

@@ -28,7 +28,7 @@ R = TypeVar("R")
 STUCK_SECONDS = 20.0
 
 
-class Crashed(BaseException):  # noqa: N818 - a control-flow signal, not an error
+class Crashed(BaseException):
     """Raised in a killed task: its process is dead, it must not act again."""
 
 

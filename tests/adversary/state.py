@@ -4,6 +4,7 @@ functions of it, so a test can hand them a deliberately broken picture."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from adapters.base import CloudInstance, InstanceState
@@ -63,4 +64,8 @@ class State:
 
 
     def live(self) -> list[CloudInstance]:
+        return self._live
+
+    @functools.cached_property
+    def _live(self) -> list[CloudInstance]:
         return [i for i in self.instances if i.state is not InstanceState.TERMINATED]
