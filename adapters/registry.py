@@ -64,6 +64,7 @@ def _fake(config: LoadedConfig, clock: Clock) -> CloudAdapter:
             shapes=shapes,
             launch_latency_seconds=cfg.launch_latency_seconds,
             boot_seconds=cfg.boot_seconds,
+            terminate_seconds=cfg.terminate_seconds,
             state_path=cfg.state_path,
         ),
         clock,

@@ -16,9 +16,9 @@ from provider.executor import Journal, MemoryJournal, Observer, PartRunner, Thre
 from provider.fleet import Fleet
 from provider.ledger import Ledger
 from provider.metrics import Metrics
-from provider.model import NodeGroup, Resources
+from provider.model import NodeGroup, Resources, ScaleUpMode
 from provider.planner.matching import Matcher
-from provider.reconcile import Reconciler
+from provider.reconcile import Reconciler, UnknownGroups
 from provider.scaleup import ScaleUps, new_attempt_id
 from provider.unavailable import UnavailableOfferings
 
@@ -46,6 +46,7 @@ class Provider:
         self.unavailable = UnavailableOfferings(self.clock, config.unavailable_ttl_seconds)
         self.ledger = Ledger(config.groups, self.clock, self.unavailable)
         self.fleet = Fleet(config.groups)
+        self.ready = threading.Event()  # set by the first complete cloud listing
         self._thread_runner = ThreadRunner() if runner is None else None
         self.metrics = Metrics()
         self.journal: Journal = journal or MemoryJournal()
@@ -56,6 +57,7 @@ class Provider:
             observer=observer or self.metrics,
             max_plans=config.schema.attempts.max_plans,
             deadline_seconds=config.attempt_deadline_seconds,
+            sizes=self.fleet,
         )
         self.workers: Executor = pool or ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix="scaleup"
@@ -63,8 +65,12 @@ class Provider:
         self.matcher = Matcher(config.groups, config.schema.gpu_label)
         self.scaleups = ScaleUps(config.cluster, self.fleet, self.executor, self.clock,
                                  self.workers, self.matcher, ids=ids)
-        self.reconciler = Reconciler(config.cluster, adapter, self.fleet, self.ledger,
-                                     self.executor, self.clock, metrics=self.metrics)
+        self.reconciler = Reconciler(
+            config.cluster, adapter, self.fleet, self.ledger, self.executor, self.clock,
+            orphan_grace_seconds=config.orphan_grace_seconds,
+            unknown_groups=UnknownGroups(config.schema.reconcile.unknown_groups),
+            partial_groups=[g.id for g in config.groups if g.scale_up is ScaleUpMode.PARTIAL],
+            metrics=self.metrics)
         self._booked: dict[str, set[str]] = {}  # request -> provider ids it holds
         self._booked_lock = threading.Lock()
         self._refresh_lock = threading.Lock()
@@ -72,21 +78,42 @@ class Provider:
         self._stopping = threading.Event()
         self._loop: threading.Thread | None = None
         self._last_refresh = float("-inf")
+        self._on_ready: list[Callable[[], None]] = []
 
     # --- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        """First reconcile synchronously (CA must see real sizes from the first call),
-        then keep the inventory fresh in the background. Attempts a previous run left
-        open are over: reconcile commits or rolls back their instances by their tags."""
+        """First reconcile synchronously, then keep the inventory fresh in the background.
+        Until one listing is complete allset knows nothing of its fleet, so it is not
+        ready: CA's calls are refused and the controller waits (the loop keeps trying).
+        Attempts a previous run left open are over: reconcile commits or rolls back their
+        instances by their tags."""
         interrupted = self.journal.open_attempts()
         if interrupted:
             log.warning("previous run stopped during %d attempts: %s", len(interrupted),
                         ", ".join(a.id for a in interrupted))
             self.journal.close_interrupted([a.id for a in interrupted])
-        self.refresh_now()
+            # Those that had not begun their commit never will: no grace for them.
+            self.reconciler.abandoned([a.id for a in interrupted if not a.committing])
+        if not self.refresh_now():
+            log.warning("first cloud listing failed (%s); not ready, retrying",
+                        self.reconciler.last_error)
         self._loop = threading.Thread(target=self._refresh_loop, name="refresh", daemon=True)
         self._loop.start()
+
+    def when_ready(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the first complete listing is in (now, if it is)."""
+        with self._refresh_lock:
+            if not self.ready.is_set():
+                self._on_ready.append(callback)
+                return
+        callback()
+
+    def not_ready_reason(self) -> str:
+        error = self.reconciler.last_error
+        return ("allset has not completed its first cloud listing yet, so it does not "
+                "know its nodes" + (f" (last error: {error})" if error else "") +
+                "; retry shortly")
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop taking work, let running attempts finish (they commit or roll back)."""
@@ -103,11 +130,18 @@ class Provider:
         self.adapter.close()
 
     def refresh_now(self) -> bool:
+        callbacks: list[Callable[[], None]] = []
         with self._refresh_lock:
             found = self.reconciler.run_once()
             if found is not None:
                 self._last_refresh = self.clock.now()
-            return found is not None
+                if not self.ready.is_set():
+                    self.ready.set()
+                    self.metrics.ready.set(1)
+                    callbacks, self._on_ready = self._on_ready, []
+        for callback in callbacks:
+            callback()
+        return found is not None
 
     def refresh_if_older(self, seconds: float) -> None:
         """List the cloud now unless that was done within ``seconds`` (callers waiting on
@@ -138,7 +172,8 @@ class Provider:
     def _refresh_loop(self) -> None:
         interval = self.config.refresh_interval_seconds
         while not self._stopping.is_set():
-            self._wake.wait(interval)
+            # Not ready yet: try again soon rather than a whole interval later.
+            self._wake.wait(interval if self.ready.is_set() else min(interval, 2.0))
             self._wake.clear()
             if self._stopping.is_set():
                 return
@@ -154,6 +189,9 @@ class Provider:
         doomed = self.fleet.delete_nodes(group_id, provider_ids, protected=self.bookings())
         if doomed:
             ids = [i.id for i in doomed]
+            # Owed before CA hears "done": if the worker never runs (a crash, a full pool),
+            # the next start's backlog still terminates them.
+            self.executor.terminator.owe(ids)
             self.workers.submit(self.executor.terminator.terminate, ids, self.executor.retrying())
 
     def next_node_price(self, group: NodeGroup) -> float:

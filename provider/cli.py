@@ -321,9 +321,12 @@ def _instances(args: argparse.Namespace) -> int:
         snapshot = adapter.snapshot(config.cluster)
     finally:
         adapter.close()
-    found = classify(snapshot, in_flight=())
-    orphans = {i.id for i in found.orphans}
-    rows = [i for i in snapshot.instances if not args.orphans or i.id in orphans]
+    found = classify(snapshot, in_flight=(), groups={g.id for g in config.groups})
+    # Orphans: uncommitted attempts (rolled back after the grace period) and committed
+    # instances of groups no longer configured (reported; see reconcile.unknownGroups).
+    why = {i.id: "uncommitted" for i in found.orphans}
+    why.update({i.id: "group not configured" for i in found.unknown_group})
+    rows = [i for i in snapshot.instances if not args.orphans or i.id in why]
     records = [{
         "id": i.id,
         "providerID": i.provider_id,
@@ -336,14 +339,16 @@ def _instances(args: argparse.Namespace) -> int:
         "state": str(i.state),
         # Reconcile finishes a commit that a crash interrupted: those count as committed.
         "committed": i.tags.committed or i in found.to_commit,
+        "orphan": why.get(i.id),
     } for i in sorted(rows, key=lambda i: (i.tags.node_group, i.tags.attempt, i.id))]
     if args.output == "json":
         print(json.dumps(records, indent=2))
         return 0
     header = ("INSTANCE", "GROUP", "ATTEMPT", "PART", "SOURCE", "RESERVATION", "STATE",
-              "COMMITTED")
+              "COMMITTED", "ORPHAN")
     table = [header] + [(r["id"], r["nodeGroup"], r["attempt"], r["part"], r["source"],
-                         r["reservation"] or "-", r["state"], "yes" if r["committed"] else "no")
+                         r["reservation"] or "-", r["state"], "yes" if r["committed"] else "no",
+                         r["orphan"] or "-")
                         for r in records]
     widths = [max(len(str(row[c])) for row in table) for c in range(len(header))]
     for row in table:

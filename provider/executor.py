@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
@@ -85,6 +86,9 @@ class AttemptSpec:
     cluster: str
     request: str | None = None  # "namespace/name" of a ProvisioningRequest
     partial: bool = False
+    # Whether the attempt must hold its nodes against the groups' maxSize while it runs.
+    # A CA scale-up already holds them as placeholders (Fleet.increase); a request does not.
+    claims_size: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +111,34 @@ class Outcome:
     @property
     def last_error(self) -> CloudError | None:
         return self.failures[-1].error if self.failures else None
+
+
+class SizeGuard(Protocol):
+    """Holds groups' maxSize across concurrent attempts (provider.fleet.Fleet)."""
+
+    def claim(self, attempt: str, counts: Mapping[str, int]) -> str | None: ...
+    def end_claim(self, attempt: str, committed: Sequence[CloudInstance], now: float
+                  ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """An attempt this process ended recently, and what it committed (instance ids)."""
+
+    at: float
+    committed: frozenset[str]
+
+
+class StillUnknown(TransientError):
+    """A launch whose outcome is unknown and not yet visible in the listing: the same token
+    is sent again (idempotent). If it never settles, its instances may still appear later."""
+
+    code = "OutcomeUnknown"
+
+
+# Failures after which the cloud certainly holds nothing of the part: its claims can go.
+NOTHING_LAUNCHED = ("InsufficientCapacity", "QuotaExceeded", "InvalidRequest",
+                    "TransientError")
 
 
 class Observer(Protocol):
@@ -135,6 +167,7 @@ class Journal(Protocol):
     def begin(self, spec: AttemptSpec, now: float) -> None: ...
     def planned(self, attempt: str, plan_index: int, plan: Plan) -> None: ...
     def launched(self, attempt: str, label: str, instance_ids: Sequence[str]) -> None: ...
+    def committing(self, attempt: str) -> None: ...
     def finished(self, outcome: Outcome) -> None: ...
     def owe(self, instance_ids: Sequence[str], now: float) -> None: ...
     def paid(self, instance_ids: Sequence[str]) -> None: ...
@@ -150,6 +183,7 @@ class OpenAttempt:
     id: str
     started_at: float
     instances: tuple[str, ...]
+    committing: bool = False  # it had begun to write its commit when the run stopped
 
 
 class MemoryJournal:
@@ -165,6 +199,9 @@ class MemoryJournal:
         pass
 
     def launched(self, attempt: str, label: str, instance_ids: Sequence[str]) -> None:
+        pass
+
+    def committing(self, attempt: str) -> None:
         pass
 
     def finished(self, outcome: Outcome) -> None:
@@ -204,11 +241,29 @@ class Terminator:
     journal: Journal
     retry_seconds: float = 60.0
     backlog: dict[str, float] = field(default_factory=dict)  # instance id -> next try
+    # Scale-up workers, DeleteNodes and reconcile all terminate at once.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         now = self.clock.now()
         for instance_id in self.journal.owed():  # owed by a previous run
             self.backlog.setdefault(instance_id, now)
+
+    def owe(self, ids: Sequence[str]) -> None:
+        """Write the debt down now, pay it later (terminate or the backlog): once this
+        returns, a crash can no longer lose the termination."""
+        if not ids:
+            return
+        now = self.clock.now()
+        self.journal.owe(ids, now)
+        with self._lock:
+            for i in ids:  # the backlog pays it if the caller's own try never comes
+                self.backlog.setdefault(i, now + self.retry_seconds)
+
+    def owing(self) -> set[str]:
+        """Instance ids whose termination is owed and not yet confirmed."""
+        with self._lock:
+            return set(self.backlog)
 
     def terminate(self, ids: Sequence[str], retry: Retrying) -> bool:
         if not ids:
@@ -218,23 +273,31 @@ class Terminator:
             for attempt in retry:
                 with attempt:
                     self.adapter.terminate(list(ids))
-            for i in ids:
-                self.backlog.pop(i, None)
-            self.journal.paid(ids)
-            return True
         except (CloudError, RetryError) as err:
             log.warning("terminate of %d instances failed, will retry: %s", len(ids), err)
             due = self.clock.now()
-            for i in ids:
-                self.backlog[i] = due
+            with self._lock:
+                for i in ids:
+                    self.backlog[i] = due
             return False
+        with self._lock:
+            for i in ids:
+                self.backlog.pop(i, None)
+        self.journal.paid(ids)
+        return True
 
     def retry_backlog(self, retry: Retrying) -> int:
-        due = [i for i, t in self.backlog.items() if t <= self.clock.now()]
+        now = self.clock.now()
+        with self._lock:
+            due = [i for i, t in self.backlog.items() if t <= now]
         if due and not self.terminate(due, retry):
-            for i in due:
-                self.backlog[i] = self.clock.now() + self.retry_seconds
-        return len(self.backlog)
+            later = self.clock.now() + self.retry_seconds
+            with self._lock:
+                for i in due:
+                    if i in self.backlog:
+                        self.backlog[i] = later
+        with self._lock:
+            return len(self.backlog)
 
 
 class Executor:
@@ -253,6 +316,8 @@ class Executor:
         call_attempts: int = 5,
         backoff_seconds: float = 0.5,
         max_backoff_seconds: float = 10.0,
+        sizes: SizeGuard | None = None,
+        remember_seconds: float = 3600.0,
     ) -> None:
         self._adapter = adapter
         self._ledger = ledger
@@ -267,7 +332,23 @@ class Executor:
         self._backoff = backoff_seconds
         self._max_backoff = max_backoff_seconds
         self.terminator = Terminator(adapter, clock, self.journal)
-        self.in_flight: set[str] = set()
+        self._sizes = sizes
+        self._remember = remember_seconds
+        self._attempts_lock = threading.Lock()
+        self._in_flight: set[str] = set()
+        self._finished: dict[str, Finished] = {}
+
+    @property
+    def in_flight(self) -> set[str]:
+        """Attempts running now (a copy: other threads start and end them)."""
+        with self._attempts_lock:
+            return set(self._in_flight)
+
+    def known(self) -> tuple[set[str], dict[str, Finished]]:
+        """Attempts running now and those ended recently, read together: reconcile must
+        not take an attempt that just committed for one that was abandoned."""
+        with self._attempts_lock:
+            return set(self._in_flight), dict(self._finished)
 
     def retrying(self) -> Retrying:
         """Retries for transient cloud errors only: backoff with jitter, on our clock."""
@@ -288,14 +369,26 @@ class Executor:
         cancelled: Callable[[], bool] = lambda: False,
     ) -> Outcome:
         started = self._clock.now()
-        self.in_flight.add(spec.id)
+        with self._attempts_lock:
+            self._in_flight.add(spec.id)
         self.journal.begin(spec, self._clock.now())
         failpoints.hit("executor.recorded")
+        outcome: Outcome | None = None
         try:
             outcome = self._run(spec, build, on_launched, cancelled)
         finally:
+            committed = outcome.instances if outcome is not None else ()
+            if spec.claims_size and self._sizes is not None:
+                self._sizes.end_claim(spec.id, committed, self._clock.now())
             self._ledger.settle(spec.id)
-            self.in_flight.discard(spec.id)
+            now = self._clock.now()
+            with self._attempts_lock:
+                # Remembered before it leaves the in-flight set: no reader sees neither.
+                self._finished[spec.id] = Finished(now, frozenset(i.id for i in committed))
+                self._in_flight.discard(spec.id)
+                for old in [a for a, f in self._finished.items()
+                            if f.at < now - self._remember]:
+                    del self._finished[old]
         outcome = replace(outcome, seconds=self._clock.now() - started)
         self.journal.finished(outcome)
         self._observer.finished(outcome)
@@ -326,7 +419,7 @@ class Executor:
             def build_now(view: CapacityView, done: list[Part] = already) -> Plan | Infeasible:
                 return build(view, done)
 
-            plan = self._ledger.plan(spec.id, build_now)
+            plan = self._ledger.plan(spec.id, build_now, self._admit(spec, already))
             if isinstance(plan, Infeasible):
                 infeasible = plan
                 break
@@ -353,16 +446,20 @@ class Executor:
             failures.extend(bad)
             for f in bad:
                 self._mark_unavailable(f)
-            self._ledger.release(spec.id, [f.part for f in bad])
+            # A part that certainly launched nothing frees its slots now. Rolled-back parts
+            # and unknown outcomes keep them until a later listing shows them free: the
+            # cloud frees a reservation slot only once its instance is gone.
+            self._ledger.release(spec.id, [f.part for f in bad if _nothing_launched(f.error)])
             if spec.partial:
                 kept.extend(good)
             else:
                 launched = [i for _, insts in good for i in insts]
                 rolled_back += len(launched)
-                if self._rollback(spec, [insts for _, insts in good]):
-                    self._ledger.release(spec.id, [p for p, _ in good])
-                # else: the nodes still hold their slots until the terminator gets them;
-                # the claim stays so the next plan does not count those slots as free.
+                if self._rollback(spec, [insts for _, insts in good]) and good:
+                    # Whether the cloud has freed those slots yet is its to say: list it
+                    # before the next plan, which may then use them again.
+                    self._ledger.settle(spec.id, [p for p, _ in good])
+                    self._relist(spec.cluster)
         instances = [i for _, insts in kept for i in insts]
         if not instances:
             result = Result.INFEASIBLE if infeasible and not failures else Result.FAILED
@@ -374,6 +471,9 @@ class Executor:
             return Outcome(spec.id, Result.CANCELLED, failures=tuple(failures),
                            plans_tried=plans, rolled_back=rolled_back)
         failpoints.hit("executor.before-commit")
+        # From here a crash may leave a commit half-written in the cloud; before here, a
+        # crashed attempt can never commit and a restart rolls it back at once.
+        self.journal.committing(spec.id)
         try:
             for attempt in self.retrying():
                 with attempt:
@@ -431,16 +531,19 @@ class Executor:
             return part, [], err
 
     def _settle_unknown(self, request: LaunchRequest) -> list[CloudInstance]:
-        """A launch whose outcome is unknown: list by tags. Found -> it happened. Not found
-        -> raise a retryable error so the same token is sent again (idempotent)."""
+        """A launch whose outcome is unknown: list by tags. All ``count`` found -> it
+        happened. Fewer (none, or a listing that lags the launch) -> raise a retryable error
+        so the same token is sent again: the cloud answers it with the first call's whole
+        set, or launches it now. A partial listing is never taken for the part."""
         snapshot = self._adapter.snapshot(request.tags.cluster)
         found = [
             i for i in snapshot.instances
             if i.tags.attempt == request.tags.attempt and i.tags.part == request.tags.part
         ]
-        if found:
+        if len(found) == request.count:
             return found
-        raise TransientError(f"launch {request.token} outcome unknown and nothing listed yet")
+        raise StillUnknown(f"launch {request.token} outcome unknown; {len(found)} of "
+                           f"{request.count} instances listed so far")
 
     def _rollback(self, spec: AttemptSpec, parts: Sequence[Sequence[CloudInstance]]) -> bool:
         """Terminate every launched part, one part at a time; False if some instances are
@@ -455,6 +558,34 @@ class Executor:
             failpoints.hit("executor.part-rolled-back")
         return done
 
+    def _relist(self, cluster: str) -> None:
+        taken_at = self._clock.now()
+        try:
+            for attempt in self.retrying():
+                with attempt:
+                    snapshot = self._adapter.snapshot(cluster)
+        except CloudError as err:
+            log.info("listing after a rollback failed; the next plan counts those slots "
+                     "as used: %s", err)
+            return
+        self._ledger.apply(snapshot, taken_at)
+
+    def _admit(self, spec: AttemptSpec, kept: Sequence[Part]
+               ) -> Callable[[Plan], str | None] | None:
+        """The check that holds maxSize for this attempt's plan, on top of the parts it
+        keeps from earlier rounds (None: the caller holds the size already)."""
+        sizes = self._sizes
+        if not spec.claims_size or sizes is None:
+            return None
+
+        def admit(plan: Plan) -> str | None:
+            counts: dict[str, int] = {}
+            for part in (*kept, *plan.parts):
+                counts[part.group] = counts.get(part.group, 0) + part.count
+            return sizes.claim(spec.id, counts)
+
+        return admit
+
     def _mark_unavailable(self, failure: PartFailure) -> None:
         group = self._groups[failure.part.group]
         key = PoolKey(group.zone, group.instance_type, failure.part.capacity_type,
@@ -462,3 +593,7 @@ class Executor:
         if failure.error.code in ("InsufficientCapacity", "QuotaExceeded"):
             self._ledger.unavailable.mark(key, failure.error.scope, str(failure.error))
 
+
+
+def _nothing_launched(error: CloudError) -> bool:
+    return error.code in NOTHING_LAUNCHED and not isinstance(error, StillUnknown)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import itertools
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from adapters.base import CloudInstance, InstanceState
@@ -71,6 +71,9 @@ class _GroupState:
     deleting: dict[str, CloudInstance] = field(default_factory=dict)
     scale_ups: dict[str, ScaleUp] = field(default_factory=dict)
     adopted_at: dict[str, float] = field(default_factory=dict)
+    # Nodes a ProvisioningRequest attempt is launching (attempt -> count): not yet CA's to
+    # see, but they count against maxSize from the moment they are planned.
+    claims: dict[str, int] = field(default_factory=dict)
 
 
 class Fleet:
@@ -81,6 +84,9 @@ class Fleet:
         self._owner: dict[str, str] = {}  # provider id -> group id
         self._version = itertools.count(1)
         self._seq = itertools.count(1)
+        # Live committed instances whose group is no longer configured: never CA's, never
+        # forgotten; reported until someone (or reconcile, if configured) removes them.
+        self._unknown: dict[str, CloudInstance] = {}
         for gid in self._state:
             self._publish(gid)
 
@@ -113,6 +119,18 @@ class Fleet:
                 return node.instance
         return None
 
+    def occupied(self, exclude: str | None = None) -> dict[str, int]:
+        """Per group: nodes held against maxSize (instances, CA's slots, requests' claims),
+        leaving out what attempt ``exclude`` holds (it is planning again)."""
+        with self._lock:
+            return {gid: self._occupied(state) - state.claims.get(exclude or "", 0)
+                    for gid, state in self._state.items()}
+
+    def unknown(self) -> list[CloudInstance]:
+        """Committed instances of groups the config no longer has."""
+        with self._lock:
+            return list(self._unknown.values())
+
     def scale_up(self, attempt: str) -> ScaleUp | None:
         with self._lock:
             for state in self._state.values():
@@ -128,10 +146,14 @@ class Fleet:
         with self._lock:
             state = self._get(group_id)
             target = self._target(state)
-            if target + delta > state.group.max_size:
+            held = self._occupied(state)
+            if held + delta > state.group.max_size:
+                pending = held - target
+                extra = f" ({pending} more being launched for ProvisioningRequests)" \
+                    if pending else ""
                 raise FailedPrecondition(
-                    f"size increase too large: target {target} + {delta} exceeds maxSize "
-                    f"{state.group.max_size} of group {group_id}"
+                    f"size increase too large: target {target}{extra} + {delta} exceeds "
+                    f"maxSize {state.group.max_size} of group {group_id}"
                 )
             slots = [f"{PLACEHOLDER_PREFIX}{group_id}/{attempt}/{i}" for i in range(delta)]
             scale_up = ScaleUp(attempt, group_id, slots, now)
@@ -173,7 +195,8 @@ class Fleet:
             launched_hits: list[tuple[ScaleUp, int]] = []
             by_provider = {i.provider_id: i for i in state.instances.values()}
             deleting_ids = {i.provider_id for i in state.deleting.values()}
-            for pid in provider_ids:
+            # CA may name a node twice (its retries, two scale-down paths): once is enough.
+            for pid in dict.fromkeys(provider_ids):
                 if pid in by_provider:
                     if protected and pid in protected:
                         raise FailedPrecondition(
@@ -265,44 +288,76 @@ class Fleet:
     def adopt(self, instances: Iterable[CloudInstance], now: float) -> None:
         """Add committed instances (e.g. a ProvisioningRequest's) to their groups."""
         with self._lock:
-            touched = set()
-            for inst in instances:
-                state = self._state.get(inst.tags.node_group)
-                if state is None:
-                    continue
-                state.instances[inst.id] = inst
-                state.adopted_at[inst.id] = now
-                touched.add(inst.tags.node_group)
-            for gid in touched:
-                self._publish(gid)
+            self._adopt(instances, now)
 
-    # --- cloud sync -----------------------------------------------------------------------
+    # --- request attempts: maxSize claims -------------------------------------------------
+
+    def claim(self, attempt: str, counts: Mapping[str, int]) -> str | None:
+        """Hold ``counts`` nodes per group for a request attempt against maxSize, all or
+        none, in place of what it held before; returns why not when a group would go over."""
+        with self._lock:
+            for gid, count in counts.items():
+                state = self._state.get(gid)
+                if state is None:
+                    return f"node group {gid} is not configured"
+                held = self._occupied(state) - state.claims.get(attempt, 0)
+                if held + count > state.group.max_size:
+                    return (f"group {gid} holds {held} nodes (instances, scale-ups and other "
+                            f"requests' launches); {count} more exceed maxSize "
+                            f"{state.group.max_size}")
+            for gid, state in self._state.items():
+                if counts.get(gid):
+                    state.claims[attempt] = counts[gid]
+                else:
+                    state.claims.pop(attempt, None)
+            return None
+
+    def end_claim(self, attempt: str, committed: Iterable[CloudInstance], now: float) -> None:
+        """The attempt is over: its committed instances become the group's and its claim
+        goes, in one step, so no scale-up can slip in between the two."""
+        with self._lock:
+            self._adopt(committed, now)
+            for state in self._state.values():
+                state.claims.pop(attempt, None)
+
+        # --- cloud sync -----------------------------------------------------------------------
 
     def sync(self, committed: Sequence[CloudInstance], listed_at: float, grace: float,
-             expire_failed_before: float | None = None) -> None:
+             expire_failed_before: float | None = None,
+             doomed: Collection[str] = ()) -> None:
         """Rebuild adopted instances from the cloud's committed ones. Local instances adopted
-        less than ``grace`` seconds before the listing are kept (eventual consistency)."""
+        less than ``grace`` seconds before the listing are kept (eventual consistency).
+        ``doomed`` are instance ids with a termination owed: shown as deleting, never
+        adopted again (after a restart the fleet has forgotten it deleted them)."""
         with self._lock:
             listed: dict[str, dict[str, CloudInstance]] = {gid: {} for gid in self._state}
+            unknown: dict[str, CloudInstance] = {}
             for inst in committed:
                 if inst.tags.node_group in listed:
                     listed[inst.tags.node_group][inst.id] = inst
+                elif inst.state is not InstanceState.TERMINATED:
+                    unknown[inst.id] = inst
+            self._unknown = unknown
             for gid, state in self._state.items():
                 seen = listed[gid]
                 new_instances: dict[str, CloudInstance] = {}
+                launched = {i.id for su in state.scale_ups.values() for i in su.launched}
                 for iid, inst in seen.items():
-                    if iid in state.deleting or inst.state is InstanceState.TERMINATING:
+                    if iid in state.deleting or iid in doomed or \
+                            inst.state in (InstanceState.TERMINATING, InstanceState.TERMINATED):
                         state.deleting[iid] = inst
                         continue
-                    if any(iid in (i.id for i in su.launched) for su in state.scale_ups.values()):
+                    if iid in launched:
                         continue
                     new_instances[iid] = inst
                 for iid, inst in state.instances.items():
-                    if iid not in seen and state.adopted_at.get(iid, 0.0) > listed_at - grace:
+                    if iid not in seen and iid not in state.deleting and \
+                            state.adopted_at.get(iid, 0.0) > listed_at - grace:
                         new_instances[iid] = inst
                 state.instances = new_instances
                 state.adopted_at = {k: v for k, v in state.adopted_at.items() if k in new_instances}
-                state.deleting = {k: v for k, v in state.deleting.items() if k in seen}
+                state.deleting = {k: v for k, v in state.deleting.items()
+                                  if k in seen and v.state is not InstanceState.TERMINATED}
                 if expire_failed_before is not None:
                     for attempt, su in list(state.scale_ups.items()):
                         if su.error is not None and su.created_at < expire_failed_before:
@@ -320,6 +375,22 @@ class Fleet:
     @staticmethod
     def _target(state: _GroupState) -> int:
         return len(state.instances) + sum(su.wanted for su in state.scale_ups.values())
+
+    @classmethod
+    def _occupied(cls, state: _GroupState) -> int:
+        return cls._target(state) + sum(state.claims.values())
+
+    def _adopt(self, instances: Iterable[CloudInstance], now: float) -> None:
+        touched = set()
+        for inst in instances:
+            state = self._state.get(inst.tags.node_group)
+            if state is None or inst.id in state.deleting:
+                continue
+            state.instances[inst.id] = inst
+            state.adopted_at[inst.id] = now
+            touched.add(inst.tags.node_group)
+        for gid in touched:
+            self._publish(gid)
 
     @staticmethod
     def _find_slot(state: _GroupState, pid: str) -> tuple[ScaleUp, int] | None:
@@ -353,12 +424,16 @@ class Fleet:
         nodes.extend(
             NodeView(i.provider_id, NodeState.DELETING, instance=i) for i in state.deleting.values()
         )
-        old = self._views.get(group_id)
-        for node in old.nodes if old else ():
-            if self._owner.get(node.provider_id) == group_id:
-                del self._owner[node.provider_id]
+        # Readers never take the lock: enter the new nodes first and only then drop the
+        # ones that left, so a node that stays is never missing for a moment.
         for node in nodes:
             self._owner[node.provider_id] = group_id
+        old = self._views.get(group_id)
+        current = {node.provider_id for node in nodes}
+        for node in old.nodes if old else ():
+            pid = node.provider_id
+            if pid not in current and self._owner.get(pid) == group_id:
+                self._owner.pop(pid, None)
         self._views[group_id] = GroupView(
             state.group, self._target(state), tuple(nodes), next(self._version)
         )

@@ -15,7 +15,7 @@ from adapters.base import CloudSnapshot, Quota, Reservation
 from provider.clock import Clock
 from provider.inventory import GroupOfferings, State, group_offerings, reservation_state
 from provider.model import NodeGroup
-from provider.plan import Infeasible, Part, Plan
+from provider.plan import Infeasible, Part, Plan, Reason, ReasonCode
 from provider.unavailable import UnavailableOfferings
 
 
@@ -86,7 +86,7 @@ class Ledger:
             self._snapshot = snapshot
             self._taken_at = taken_at
             self._claims = [
-                c for c in self._claims if c.settled_at is None or c.settled_at >= taken_at
+                c for c in self._claims if c.settled_at is None or c.settled_at > taken_at
             ]
 
     def view(self) -> CapacityView:
@@ -94,17 +94,25 @@ class Ledger:
             return self._view()
 
     def plan(
-        self, attempt: str, build: Callable[[CapacityView], Plan | Infeasible]
+        self, attempt: str, build: Callable[[CapacityView], Plan | Infeasible],
+        admit: Callable[[Plan], str | None] | None = None,
     ) -> Plan | Infeasible:
-        """Plan against current capacity and claim what the plan uses, atomically."""
+        """Plan against current capacity and claim what the plan uses, atomically.
+        ``admit`` may still refuse the plan (it holds the groups' maxSize) with a reason;
+        a refused plan claims nothing."""
         with self._lock:
             result = build(self._view())
             if isinstance(result, Plan):
+                refused = admit(result) if admit is not None else None
+                if refused is not None:
+                    return Infeasible((Reason(ReasonCode.MAX_SIZE, refused),))
                 self._claims.extend(_Claim(attempt, p) for p in result.parts)
             return result
 
     def release(self, attempt: str, parts: Sequence[Part] | None = None) -> None:
-        """Forget claims whose launch failed or was rolled back (all of them by default)."""
+        """Forget claims whose launch certainly made nothing (all of them by default).
+        Parts that launched and were rolled back keep their claim until `settle` and a
+        later snapshot: the cloud frees a slot only once the instance is gone."""
         with self._lock:
             keep: list[_Claim] = []
             to_drop = list(parts) if parts is not None else None
@@ -116,13 +124,20 @@ class Ledger:
                 keep.append(c)
             self._claims = keep
 
-    def settle(self, attempt: str) -> None:
-        """The attempt's launches are done; the next snapshot will show its instances."""
+    def settle(self, attempt: str, parts: Sequence[Part] | None = None) -> None:
+        """The attempt's launches (or these parts' rollback) are done: a snapshot taken
+        from now on shows them, so it replaces their claims."""
         now = self._clock.now()
         with self._lock:
+            to_settle = list(parts) if parts is not None else None
             for c in self._claims:
-                if c.attempt == attempt and c.settled_at is None:
-                    c.settled_at = now
+                if c.attempt != attempt or c.settled_at is not None:
+                    continue
+                if to_settle is not None:
+                    if c.part not in to_settle:
+                        continue
+                    to_settle.remove(c.part)
+                c.settled_at = now
 
     def claimed(self) -> dict[str, int]:
         """Slots claimed per reservation id (for tests and diagnostics)."""

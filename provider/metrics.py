@@ -31,6 +31,11 @@ class Metrics:
         self.orphans = Gauge("allset_orphan_instances", "Instances of attempts that will "
                              "never commit, seen by the last reconcile (should be 0).",
                              registry=r)
+        self.unknown_group = Gauge("allset_unknown_group_instances", "Committed instances of "
+                                   "node groups no longer in the config, seen by the last "
+                                   "reconcile (should be 0).", registry=r)
+        self.ready = Gauge("allset_ready", "1 once the first complete cloud listing is in; "
+                           "until then every CA call is refused.", registry=r)
         self.owed = Gauge("allset_terminations_owed", "Terminations still to be retried.",
                           registry=r)
         self.refresh_failures = Counter("allset_refresh_failures", "Cloud listings that "

@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CONFIG = """\
 cluster: crash
+refreshInterval: 1s
+reconcile: {{orphanGrace: 1s}}
 cloud:
   provider: fake
   fake:
@@ -137,6 +139,9 @@ def test_crash_at_every_step(tmp_path: Path, scenario: Scenario, wipe_state: boo
 
     proc, address = service.start()  # no failpoint: reconcile runs before serving
     try:
+        # Uncommitted nodes are rolled back once seen so for the grace period (1s here).
+        wait_until(lambda: all(i.tags.committed for i in cloud_instances(cloud_db)
+                               if i.state is not InstanceState.TERMINATED), timeout=30)
         stub = stub_for(address)
         target = stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="gpu")).targetSize
         listed = {i.id for i in stub.NodeGroupNodes(pb.NodeGroupNodesRequest(id="gpu")).instances}

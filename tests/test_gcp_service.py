@@ -112,8 +112,12 @@ def test_after_a_crash_committed_nodes_are_adopted_and_the_rest_rolled_back() ->
 
     leave("a-done", 2, committed=True)  # the previous process committed these
     leave("a-torn", 3, committed=False)  # and crashed before committing these
-    with service(compute) as (_, stub):
-        # Starting up reconciled: the torn attempt's instances are gone.
+    with service(compute) as (served, stub):
+        # The torn attempt's instances are rolled back once seen uncommitted for the
+        # orphan grace period (tags can lag a commit); the committed ones are adopted.
+        assert len(compute.live()) == 5
+        served.h.clock.advance(served.provider.config.orphan_grace_seconds)
+        served.provider.refresh_now()
         assert sorted(i.name for i in compute.live()) == ["a-done-0", "a-done-1"]
         assert stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="cpu")).targetSize == 2
         assert len(nodes(stub, "cpu")) == 2

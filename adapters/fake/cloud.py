@@ -46,6 +46,10 @@ class FakeSettings:
     shapes: dict[str, Shape] = field(default_factory=dict)
     launch_latency_seconds: float = 0.0
     boot_seconds: float = 0.0
+    # A terminated instance first shuts down (EC2 user guide, "Instance state changes":
+    # shutting-down, then terminated); until it is gone it still holds its reservation slot
+    # and quota here, so allset may not count that slot free before the listing says so.
+    terminate_seconds: float = 0.0
     state_path: str | None = None
 
 
@@ -75,6 +79,7 @@ class FakeCloud:
         # simulation's terminated instances cost nothing.
         self._alive: dict[str, CloudInstance] = {}
         self._tokens: dict[str, tuple[str, ...]] = {}
+        self._shutting_down: dict[str, float] = {}  # instance id -> when terminate was called
         self._faults: dict[str, deque[_Fault]] = {}
         self.calls: Counter[str] = Counter()
         # Called at the start of every launch call (tests: pause a launch mid-attempt).
@@ -155,7 +160,7 @@ class FakeCloud:
         with self._lock:
             live = [
                 self._current(i)
-                for i in self._alive.values()
+                for i in list(self._live())
                 if i.tags.cluster == cluster
             ]
             reservations = [self._with_free(r) for r in self._reservations.values()]
@@ -195,12 +200,19 @@ class FakeCloud:
         fault = self._take_fault("terminate")
         if fault is not None and not fault.after:
             raise fault.error
+        slow = self._settings.terminate_seconds > 0
+        ending = InstanceState.TERMINATING if slow else InstanceState.TERMINATED
         with self._lock:
+            now = self._clock.now()
             changed = [
-                dataclasses.replace(self._instances[i], state=InstanceState.TERMINATED)
+                dataclasses.replace(self._instances[i], state=ending)
                 for i in instance_ids
                 if i in self._instances
+                and self._instances[i].state not in (InstanceState.TERMINATED, ending)
             ]
+            if slow:
+                for inst in changed:
+                    self._shutting_down[inst.id] = now
             if self._store is not None and changed:
                 self._store.save(changed)
             for inst in changed:
@@ -250,7 +262,17 @@ class FakeCloud:
             return None
 
     def _current(self, inst: CloudInstance) -> CloudInstance:
-        """Pending instances become running once they have booted."""
+        """Pending instances become running once they have booted; shutting-down ones
+        terminated once they have shut down."""
+        if inst.state is InstanceState.TERMINATING:
+            since = self._shutting_down.get(inst.id)
+            if since is None or self._clock.now() >= since + self._settings.terminate_seconds:
+                gone = dataclasses.replace(inst, state=InstanceState.TERMINATED)
+                if self._instances.get(inst.id) is inst:
+                    self._put(gone)
+                    self._shutting_down.pop(inst.id, None)
+                return gone
+            return inst
         boot = self._settings.boot_seconds
         if inst.state is InstanceState.PENDING and self._clock.now() >= inst.launched_at + boot:
             running = dataclasses.replace(inst, state=InstanceState.RUNNING)
@@ -267,6 +289,8 @@ class FakeCloud:
             self._alive[inst.id] = inst
 
     def _live(self) -> Iterable[CloudInstance]:
+        for iid in list(self._shutting_down):  # those done shutting down leave the count
+            self._current(self._instances[iid])
         return self._alive.values()
 
     def _with_free(self, r: Reservation) -> Reservation:

@@ -86,6 +86,10 @@ class LoadedConfig:
         return duration_seconds(self.schema.unavailable_offering_ttl)
 
     @property
+    def orphan_grace_seconds(self) -> float:
+        return duration_seconds(self.schema.reconcile.orphan_grace)
+
+    @property
     def attempt_deadline_seconds(self) -> float:
         return duration_seconds(self.schema.attempts.deadline)
 

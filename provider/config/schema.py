@@ -201,6 +201,8 @@ class FakeCloud(Model):
     state_path: str | None = Field(None, description="SQLite file; state survives restarts")
     launch_latency_seconds: float = Field(0.0, ge=0, description="how long a launch call takes")
     boot_seconds: float = Field(0.0, ge=0, description="pending -> running after launch")
+    terminate_seconds: float = Field(0.0, ge=0, description="shutting-down -> terminated; "
+                                     "until then the instance holds its reservation slot")
     reservations: list[FakeReservation] = Field(default_factory=list,
                                                 description="capacity reservations")
     stockouts: list[FakeStockout] = Field(default_factory=list, description="pools that "
@@ -233,6 +235,17 @@ class Attempts(Model):
     deadline: Duration = Field("10m", description="give up on a scale-up after this long")
 
 
+class Reconcile(Model):
+    """How allset squares its records with the cloud's."""
+
+    orphan_grace: Duration = Field(
+        "2m", description="an uncommitted instance no attempt here expects is terminated "
+        "only after it has been seen uncommitted this long (tags and listings lag)")
+    unknown_groups: Literal["report", "terminate"] = Field(
+        "report", description="committed instances of node groups no longer in the config: "
+        "report them (metric, log, `allset instances --orphans`) or terminate them")
+
+
 class ProvisioningRequests(Model):
     """How the controller of class atomic-reserved.allset.dev works."""
 
@@ -253,6 +266,7 @@ class Config(Model):
         "3m", description="how long a pool that just failed is left out of plans"
     )
     attempts: Attempts = Field(Attempts(), description="scale-up attempts")
+    reconcile: Reconcile = Field(Reconcile(), description="orphans and removed groups")
     provisioning_requests: ProvisioningRequests = ProvisioningRequests()
     node_groups: list[NodeGroupConfig] = Field(min_length=1, description="the node "
                                                "groups CA sees")

@@ -166,9 +166,12 @@ class RequestHandler:
         t.attempt = "r-" + uuid.uuid4().hex[:16]
         t.cancel.clear()
 
+        attempt = t.attempt
+
         def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
-            sizes = {g.id: self._p.fleet.view(g.id).target_size for g in self._p.fleet.groups()}
-            return plan(demand, view, self._p.matcher, sizes)
+            # What every group holds against maxSize: nodes, CA's scale-ups and other
+            # requests' launches (the executor claims this plan's share atomically).
+            return plan(demand, view, self._p.matcher, self._p.fleet.occupied(exclude=attempt))
 
         try:
             outcome = self._p.executor.execute(

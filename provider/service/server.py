@@ -30,6 +30,7 @@ class Server:
         health_address: str = "",
     ) -> None:
         self.provider = provider
+        self._stopping = False
         self._server = grpc.server(
             ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
             options=[("grpc.so_reuseport", 0)],
@@ -62,10 +63,23 @@ class Server:
             self.health_address = f"{health_address.rsplit(':', 1)[0]}:{port}"
 
     def start(self) -> None:
-        self.provider.start()
+        """Listen at once (probes and CA get a clear answer), but report SERVING only once
+        the provider has read its fleet from the cloud; until then CA's calls are refused
+        with UNAVAILABLE."""
+        for name in ("", SERVICE_NAME):
+            self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         self._server.start()
         if self._probe is not None:
             self._probe.start()
+        self.provider.start()
+        self.provider.when_ready(self._serving)
+        if not self.provider.ready.is_set():
+            log.warning("allset listening on %s, not serving until the cloud can be listed",
+                        self.address)
+
+    def _serving(self) -> None:
+        if self._stopping:
+            return
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("allset serving %s on %s", SERVICE_NAME, self.address)
@@ -73,6 +87,7 @@ class Server:
     def stop(self, grace: float = 10.0) -> None:
         """Health goes NOT_SERVING, scale-ups in flight finish (commit or roll back), then
         the server stops, letting RPCs in progress complete within ``grace``."""
+        self._stopping = True
         self._health.enter_graceful_shutdown()
         self.provider.stop(timeout=max(grace, 30.0))
         self._server.stop(grace).wait()

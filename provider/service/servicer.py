@@ -43,10 +43,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def rpc(method: F) -> F:
-    """Map domain errors to gRPC status codes; anything unexpected is INTERNAL, logged."""
+    """Refuse calls until the provider is ready; map domain errors to gRPC status codes;
+    anything unexpected is INTERNAL, logged."""
 
     @functools.wraps(method)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        provider: Provider = self._provider
+        if not provider.ready.is_set():
+            # Nothing is answered from a fleet allset has not read: a target size of 0
+            # would have CA scale up groups that already have their nodes.
+            context.abort(grpc.StatusCode.UNAVAILABLE, provider.not_ready_reason())
         try:
             return method(self, request, context)
         except DomainError as err:

@@ -134,11 +134,11 @@ class Allset:
         demand = demand_of(job.spec, self.world.shapes)
         fleet = self.provider.fleet
 
-        def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
-            sizes = {g.id: fleet.view(g.id).target_size for g in fleet.groups()}
-            return plan(demand, view, self.provider.matcher, sizes)
-
         attempt = f"r-{next(self._ids)}"
+
+        def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
+            return plan(demand, view, self.provider.matcher, fleet.occupied(exclude=attempt))
+
         outcome = self.provider.executor.execute(
             AttemptSpec(attempt, CLUSTER, request=demand.name), build)
         self._counts["attempts"] += 1

@@ -17,7 +17,7 @@ CREATE TABLE IF NOT EXISTS attempts (
     cluster TEXT NOT NULL,
     request TEXT,
     partial INTEGER NOT NULL,
-    state TEXT NOT NULL,            -- open | succeeded | partial | failed | ...
+    state TEXT NOT NULL,            -- open | committing | succeeded | failed | ...
     started_at REAL NOT NULL,
     finished_at REAL,
     detail TEXT
@@ -65,6 +65,10 @@ class SqliteJournal:
             db.execute("UPDATE parts SET instances = ? WHERE attempt = ? AND label = ?",
                        (json.dumps(list(instance_ids)), attempt, label))
 
+    def committing(self, attempt: str) -> None:
+        with self._db.transaction() as db:
+            db.execute("UPDATE attempts SET state = 'committing' WHERE id = ?", (attempt,))
+
     def finished(self, outcome: Outcome) -> None:
         detail = {"plans": outcome.plans_tried, "rolledBack": outcome.rolled_back,
                   "instances": [i.id for i in outcome.instances],
@@ -81,15 +85,16 @@ class SqliteJournal:
         """Attempts a previous run began and never finished (it crashed)."""
         with self._db.reading() as db:
             rows = db.execute(
-                "SELECT id, started_at FROM attempts WHERE state = 'open' ORDER BY started_at"
+                "SELECT id, started_at, state FROM attempts "
+                "WHERE state IN ('open', 'committing') ORDER BY started_at"
             ).fetchall()
             out = []
-            for attempt, started in rows:
+            for attempt, started, state in rows:
                 parts = db.execute(
                     "SELECT instances FROM parts WHERE attempt = ? AND instances IS NOT NULL",
                     (attempt,)).fetchall()
                 ids = tuple(i for (text,) in parts for i in json.loads(text))
-                out.append(OpenAttempt(attempt, started, ids))
+                out.append(OpenAttempt(attempt, started, ids, committing=state == "committing"))
             return out
 
     def close_interrupted(self, attempts: Sequence[str]) -> None:

@@ -202,6 +202,9 @@ def test_after_a_crash_the_tags_alone_decide(served: Served) -> None:
     halfway = launch("a-crashed-in-commit", 2)
     adapter.commit(halfway[:1], "a-crashed-in-commit")
     served.provider.refresh_now()
+    # Uncommitted and expected by no attempt here: rolled back after the grace period.
+    served.world.clock.advance(served.provider.config.orphan_grace_seconds)
+    served.provider.refresh_now()
     live = served.live("gpu-plain")
     assert sorted(i.id for i in live) == sorted(halfway)
     assert all(i.tags[tags.COMMITTED] == "a-crashed-in-commit" for i in live)
