@@ -237,6 +237,9 @@ class Adversary:
         inc = self.w.current
         if not inc.started:
             return "not started"
+        ready = getattr(inc.provider, "ready", None)
+        if ready is not None and not ready.is_set():
+            return "not ready (no complete listing yet)"  # the start-up gate holds it
         task = self.w.sched.spawn(f"i{inc.number}.ctl{self.w.step_no}",
                                   inc.controller.sync_once, inc.owner)
         return task.name

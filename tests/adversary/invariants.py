@@ -29,6 +29,14 @@ def _plan_of(inst: CloudInstance) -> str:
     return inst.tags.part.split(".", 1)[0]
 
 
+def _describe(s: State, instances: list[CloudInstance]) -> str:
+    by_attempt: dict[str, list[str]] = defaultdict(list)
+    for i in instances:
+        by_attempt[i.tags.attempt].append(f"{i.id}{'' if i.tags.committed else '*'}")
+    return "; ".join(f"{a} [{s.attempt_notes.get(a, '?')}]: {', '.join(ids)}"
+                     for a, ids in sorted(by_attempt.items())) + " (* uncommitted)"
+
+
 def i1_no_leak(s: State, final: bool) -> list[str]:
     if not final:
         return []
@@ -89,10 +97,11 @@ def i3_max_size(s: State, final: bool) -> list[str]:
     for group in sorted(s.launched_groups):
         if group not in s.max_size:
             continue
-        up = [i for i in s.live() if i.tags.node_group == group and i.id not in s.marked]
+        doomed = s.marked | s.terminate_called
+        up = [i for i in s.live() if i.tags.node_group == group and i.id not in doomed]
         if len(up) > s.max_size[group]:
             out.append(f"group {group} has {len(up)} live instances not marked for deletion, "
-                       f"maxSize {s.max_size[group]}")
+                       f"maxSize {s.max_size[group]}: {_describe(s, up)}")
     return out
 
 

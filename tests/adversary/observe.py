@@ -78,7 +78,8 @@ class Observer:
             max_size={g.id: g.max_size for g in inc.config.groups},
             partial_groups=frozenset(g.id for g in inc.config.groups
                                      if g.scale_up is ScaleUpMode.PARTIAL),
-            marked=frozenset(marked | w.cloud.terminate_called),
+            marked=frozenset(marked),
+            terminate_called=frozenset(w.cloud.terminate_called),
             must_end=must_end,
             launched_groups=launched_groups,
             ledger_free=ledger_free,
@@ -90,6 +91,7 @@ class Observer:
             nodes=tuple(self._nodes()) if final or fresh else (),
             reported_unknown=self._reported(inc) if final else 0,
             killed_unasked=killed_unasked,
+            attempt_notes=self._notes(inc),
             task_errors=tuple(f"task {t.name} raised {t.error!r}\n{t.error_trace}"
                               for t in w.sched.failed),
         )
@@ -126,6 +128,16 @@ class Observer:
             for node in inc.provider.fleet.view(group.id).nodes:
                 if node.state is NodeState.DELETING and node.instance is not None:
                     out.add(node.instance.id)
+        return out
+
+    def _notes(self, inc: Incarnation) -> dict[str, str]:
+        """Which task launched each attempt, and whether it still runs, for reports."""
+        running = set(inc.provider.executor.in_flight)
+        out = {}
+        for attempt, task in self.world.cloud.launched_by.items():
+            dead = not task.startswith(f"i{inc.number}.")
+            out[attempt] = f"{task}, " + ("its process died" if dead else
+                                          "running" if attempt in running else "ended")
         return out
 
     @staticmethod

@@ -48,7 +48,8 @@ class State:
     attempt_uid: dict[str, str] = field(default_factory=dict)  # attempt -> request uid
     max_size: dict[str, int] = field(default_factory=dict)  # configured groups
     partial_groups: frozenset[str] = frozenset()
-    marked: frozenset[str] = frozenset()  # instance ids allset means to terminate now
+    marked: frozenset[str] = frozenset()  # ids the live process means to terminate
+    terminate_called: frozenset[str] = frozenset()  # ids any process asked the cloud to end
     must_end: frozenset[str] = frozenset()  # ids marked for deletion that must end dead
     launched_groups: frozenset[str] = frozenset()  # groups launched into this step
     ledger_free: dict[str, int] = field(default_factory=dict)  # as the planner sees it
@@ -61,6 +62,7 @@ class State:
     reported_unknown: int = 0  # live instances of unconfigured groups allset reports
     task_errors: tuple[str, ...] = ()
     killed_unasked: tuple[str, ...] = ()  # committed instances allset killed unasked
+    attempt_notes: dict[str, str] = field(default_factory=dict)  # for reports: who, state
 
 
     def live(self) -> list[CloudInstance]:
