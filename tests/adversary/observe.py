@@ -61,6 +61,8 @@ class Observer:
         marked = self._marks(inc)
         if inc.state_dir is not None:
             self.durable_marks |= marked
+        else:  # started without the state dir: what earlier runs owed is forgotten
+            self.durable_marks.clear()
         must_end = frozenset(self.durable_marks | (marked if final else set()))
         requests = self._requests()
         killed_unasked = self._unasked_kills(inc, requests)
