@@ -79,6 +79,7 @@ class Provider:
         self._loop: threading.Thread | None = None
         self._last_refresh = float("-inf")
         self._on_ready: list[Callable[[], None]] = []
+        self.not_ready_retry_seconds = 2.0  # how soon a failed first listing is tried again
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -173,7 +174,8 @@ class Provider:
         interval = self.config.refresh_interval_seconds
         while not self._stopping.is_set():
             # Not ready yet: try again soon rather than a whole interval later.
-            self._wake.wait(interval if self.ready.is_set() else min(interval, 2.0))
+            self._wake.wait(interval if self.ready.is_set()
+                            else min(interval, self.not_ready_retry_seconds))
             self._wake.clear()
             if self._stopping.is_set():
                 return
