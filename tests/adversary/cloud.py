@@ -40,6 +40,7 @@ class LaunchRecord:
     attempt: str
     part: str
     request: str | None
+    request_uid: str | None = None  # when the tags carry it
 
 
 @dataclass(slots=True)
@@ -159,7 +160,7 @@ class LaggingCloud:
             ids = old.instance_ids + ids
         self.launches[request.token] = LaunchRecord(
             request.token, request.count, ids, request.node_group, request.tags.attempt,
-            request.tags.part, request.tags.request)
+            request.tags.part, request.tags.request, getattr(request.tags, "request_uid", None))
 
     @staticmethod
     def _jitter(instance_id: str) -> int:

@@ -54,9 +54,11 @@ class Observer:
         self.launch_count = len(launches)
         uids = self.request_uids() if new else {}
         for rec in new:
-            if rec.request is not None and rec.attempt not in self.attempt_uid \
-                    and rec.request in uids:
-                self.attempt_uid[rec.attempt] = uids[rec.request]
+            if rec.request is None or rec.attempt in self.attempt_uid:
+                continue
+            uid = rec.request_uid or uids.get(rec.request)  # by name: the uid there now
+            if uid is not None:
+                self.attempt_uid[rec.attempt] = uid
         launched_groups = frozenset(r.group for r in new)
         marked = self._marks(inc)
         if inc.state_dir is not None:

@@ -21,7 +21,7 @@ from tests.adversary.observe import Observer
 from tests.adversary.sched import HarnessError, yield_point
 from tests.adversary.world import ALL_GROUPS, World, make_world
 
-STEPS = 150
+STEPS = 120
 # Quiescence: rounds of (time passes, kubelets join, refresh, controller pass). Two
 # rounds a grace period apart settle everything; a third checks that nothing moves.
 QUIET_SECONDS = (1.0, 180.0, 180.0)
