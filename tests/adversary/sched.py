@@ -67,15 +67,14 @@ class Task:
         self.blocked: Callable[[], bool] | None = None  # runnable only once it is true
         self._fn = fn
         self._go = threading.Semaphore(0)
-        self._thread = threading.Thread(target=self._main, name=f"adv-{name}", daemon=True)
+        self._worker: _Worker | None = None
 
     @property
     def runnable(self) -> bool:
         return not self.done and (self.blocked is None or self.blocked())
 
-    def _main(self) -> None:
+    def _main(self, worker: _Worker) -> None:
         _current.task = self
-        self._go.acquire()
         try:
             if self.killed:
                 raise Crashed
@@ -86,7 +85,9 @@ class Task:
             self.error = err
             self.error_trace = traceback.format_exc()
         finally:
+            _current.task = None
             self.done = True
+            _idle.append(worker)  # before handing back: the next task may take it
             self.sched._back.release()
 
     def pause(self, label: str) -> None:
@@ -110,13 +111,42 @@ class Task:
     def resume(self) -> None:
         if not self.started:
             self.started = True
-            self._thread.start()
-        self._go.release()
+            self._worker = _idle.pop() if _idle else _Worker()
+            self._worker.run(self)
+        else:
+            self._go.release()
         if not self.sched._back.acquire(timeout=STUCK_SECONDS):
-            frame = sys._current_frames().get(self._thread.ident or -1)
+            ident = self._worker.ident if self._worker else None
+            frame = sys._current_frames().get(ident or -1)
             where = "".join(traceback.format_stack(frame)) if frame else "?"
             raise HarnessError(f"task {self.name} did not yield within {STUCK_SECONDS}s "
                                f"(blocked outside a yield point?) at:\n{where}")
+
+
+class _Worker:
+    """A thread that runs tasks one after another (starting a thread per task would cost
+    more than most tasks do). Idle workers wait in ``_idle``, shared by every seed."""
+
+    def __init__(self) -> None:
+        self._task: Task | None = None
+        self._go = threading.Semaphore(0)
+        thread = threading.Thread(target=self._loop, name="adv-task", daemon=True)
+        thread.start()
+        self.ident = thread.ident
+
+    def run(self, task: Task) -> None:
+        self._task = task
+        self._go.release()
+
+    def _loop(self) -> None:
+        while True:
+            self._go.acquire()
+            task, self._task = self._task, None
+            if task is not None:
+                task._main(self)
+
+
+_idle: list[_Worker] = []
 
 
 class Scheduler:
