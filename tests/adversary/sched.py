@@ -150,8 +150,9 @@ _idle: list[_Worker] = []
 
 
 class Scheduler:
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, tick: Callable[[], None] = lambda: None) -> None:
         self.rng = rng
+        self._tick = tick  # time passes as work runs (a call is never instantaneous)
         self.tasks: list[Task] = []
         self._back = threading.Semaphore(0)
         self.switches = 0
@@ -168,6 +169,7 @@ class Scheduler:
     def step(self, task: Task) -> None:
         """Run ``task`` until its next yield point (or its end)."""
         self.switches += 1
+        self._tick()
         task.resume()
         if task.done:
             self.tasks.remove(task)

@@ -84,6 +84,10 @@ nodeGroups:
 """
 
 ALL_GROUPS = tuple(_GROUPS)
+# Simulated time each slice of background work takes: on a real clock no two events share
+# an instant, and the service may rely on that (a listing started before a launch settled
+# reads an earlier time).
+SWITCH_SECONDS = 0.001
 
 
 @functools.lru_cache(maxsize=8)
@@ -235,7 +239,7 @@ def make_world(seed: int) -> World:
 
     kube, api = _shared_kube()
     kube.reset(now)
-    world = World(seed, rng, Scheduler(rng), clock, fake, cloud, kube, api,
+    world = World(seed, rng, Scheduler(rng, lambda: clock.advance(SWITCH_SECONDS)), clock, fake, cloud, kube, api,
                   Endpoint.shared(), workdir)
     holder["w"] = world
     world.create_templates()
