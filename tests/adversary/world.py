@@ -239,8 +239,8 @@ def make_world(seed: int) -> World:
 
     kube, api = _shared_kube()
     kube.reset(now)
-    world = World(seed, rng, Scheduler(rng, lambda: clock.advance(SWITCH_SECONDS)), clock, fake, cloud, kube, api,
-                  Endpoint.shared(), workdir)
+    sched = Scheduler(rng, lambda: clock.advance(SWITCH_SECONDS))
+    world = World(seed, rng, sched, clock, fake, cloud, kube, api, Endpoint.shared(), workdir)
     holder["w"] = world
     world.create_templates()
     return world
