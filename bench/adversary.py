@@ -31,6 +31,7 @@ class Summary:
     steps: int
     switches: int
     actions: Counter[str]
+    reached: Counter[str]
     broke: tuple[str, ...]  # invariants broken (first failing step)
     report: str = ""
 
@@ -41,6 +42,7 @@ class Totals:
     steps: int = 0
     switches: int = 0
     actions: Counter[str] = field(default_factory=Counter)
+    reached: Counter[str] = field(default_factory=Counter)
     breaks: Counter[str] = field(default_factory=Counter)
     failing: list[Summary] = field(default_factory=list)
 
@@ -49,6 +51,7 @@ class Totals:
         self.steps += s.steps
         self.switches += s.switches
         self.actions.update(s.actions)
+        self.reached.update(s.reached)
         if s.broke:
             self.breaks.update(set(s.broke))
             self.failing.append(s)
@@ -59,7 +62,7 @@ def _one(job: tuple[int, int, tuple[str, ...]]) -> Summary:
 
     seed, steps, ignore = job
     r = run_seed(seed, steps, ignore)
-    return Summary(seed, r.steps, r.switches, r.actions,
+    return Summary(seed, r.steps, r.switches, r.actions, r.reached,
                    tuple(b.invariant for b in r.breaks), "" if r.ok else r.report())
 
 
@@ -105,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"time:             {elapsed:.1f} s, {totals.seeds / elapsed:.2f} seeds/s")
     print("actions by kind:  " + ", ".join(f"{k} {v}" for k, v in
                                            sorted(totals.actions.items())))
+    print("reached:          " + ", ".join(f"{k} {v}" for k, v in
+                                           sorted(totals.reached.items())))
     broke = ", ".join(f"{k} {v}" for k, v in sorted(totals.breaks.items())) or "none"
     print(f"invariant breaks: {len(totals.failing)} seeds ({broke})"
           + (f"; not checked: {', '.join(ignore)}" if ignore else ""))

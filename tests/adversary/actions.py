@@ -35,6 +35,7 @@ class Adversary:
         self.w = world
         self.counts: Counter[str] = Counter()
         self.crashes = 0
+        self.killed = 0  # tasks a crash stopped mid-way
         self._moves: dict[str, tuple[float, Callable[[], str]]] = {
             "ca.increase": (6, self.ca_increase),
             "ca.delete": (5, self.ca_delete),
@@ -250,6 +251,7 @@ class Adversary:
             return "no more crashes"
         self.crashes += 1
         killed = w.crash()
+        self.killed += killed
         state: Path | None = w.workdir / "state" if w.rng.random() < 0.5 else None
         groups = w.groups
         if REMOVABLE_GROUP in groups and w.rng.random() < 0.25:

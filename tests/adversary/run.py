@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
-from adapters.base import CapacityType
+from adapters.base import CapacityType, InstanceState
 from adapters.fake import Stockout
 from provider import failpoints
 from tests.adversary.actions import Adversary
@@ -44,6 +44,7 @@ class SeedResult:
     steps: int = 0
     switches: int = 0
     actions: Counter[str] = field(default_factory=Counter)
+    reached: Counter[str] = field(default_factory=Counter)  # states the seed got to
     breaks: list[Break] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
 
@@ -127,6 +128,22 @@ def _run(world: World, steps: int, result: SeedResult, ignore: frozenset[str]) -
 
     if not _quiesce(world, adversary, checked):
         _checked(world, observer, result, True, ignore)
+    result.reached = _reached(world, observer, adversary)
+
+
+def _reached(world: World, observer: Observer, adversary: Adversary) -> Counter[str]:
+    """How far the seed got: evidence that the moves reach the states that matter."""
+    instances = world.fake.all_instances()
+    committed = {i.tags.attempt for i in instances if i.tags.committed}
+    rolled_back = [i for i in instances
+                   if not i.tags.committed and i.state is InstanceState.TERMINATED]
+    return Counter({
+        "gangs committed": len(committed),
+        "requests Provisioned": len(observer.provisioned_seen),
+        "instances rolled back": len(rolled_back),
+        "tasks killed by crashes": adversary.killed,
+        "restarts": len(world.incarnations) - 1,
+    })
 
 
 def _checked(world: World, observer: Observer, result: SeedResult, final: bool,
