@@ -138,9 +138,11 @@ BROKEN: dict[str, State] = {
                               ca=()),
     # marked for deletion, still running at the end
     "I6": dataclasses.replace(GOOD, must_end=frozenset({"i1"})),
-    # CA sees a target of 3 with 2 nodes, and a node the cloud does not run
+    # CA sees a target of 3 with 2 nodes, and a node the cloud does not run; a node CA
+    # reads in g that NodeGroupForNode puts in no group
     "I7": dataclasses.replace(GOOD, ca=(GroupSeen("g", 3, (("fake://z/i1", "running"),
-                                                           ("fake://z/zz", "running"))),)),
+                                                           ("fake://z/zz", "running"))),),
+                              misread=("NodeGroupForNode(fake://z/i1) = '', listed in g",)),
     "I8": dataclasses.replace(GOOD, killed_unasked=("i1 (g, attempt a1, by task refresh)",)),
     "E1": dataclasses.replace(GOOD, task_errors=("task w1 raised KeyError('x')",)),
 }

@@ -121,11 +121,21 @@ class Adversary:
         return f"DecreaseTargetSize({group}, {delta}) {code}"
 
     def ca_read(self) -> str:
+        """CA's loop reads: TargetSize and Nodes of a group, NodeGroupForNode of some of
+        its nodes (each must name the group that lists it), Refresh."""
         group = self.w.rng.choice(ALL_GROUPS)
         reply, code = self._call("NodeGroupTargetSize", pb.NodeGroupTargetSizeRequest(id=group))
         self._call("Refresh", pb.RefreshRequest())
         size = reply.targetSize if isinstance(reply, pb.NodeGroupTargetSizeResponse) else "-"
-        return f"TargetSize({group}) {code} {size}, Nodes {len(self._nodes(group))}"
+        nodes = self._nodes(group)
+        for pid in self.w.rng.sample(nodes, min(3, len(nodes))):
+            node = pb.ExternalGrpcNode(providerID=pid, name=pid.rsplit("/", 1)[-1])
+            answer, _ = self._call("NodeGroupForNode", pb.NodeGroupForNodeRequest(node=node))
+            if isinstance(answer, pb.NodeGroupForNodeResponse) and \
+                    answer.nodeGroup.id != group:
+                self.w.misread.append(f"NodeGroupForNode({pid}) = {answer.nodeGroup.id!r}, "
+                                      f"listed in {group}")
+        return f"TargetSize({group}) {code} {size}, Nodes {len(nodes)}"
 
     # --- Kubernetes -----------------------------------------------------------------------
 

@@ -154,7 +154,7 @@ def i6_deleted_ends_dead(s: State, final: bool) -> list[str]:
 
 
 def i7_target_size(s: State, final: bool) -> list[str]:
-    out = []
+    out = list(s.misread)
     for g in s.ca:
         standing = [pid for pid, state in g.nodes if state != DELETING]
         if g.target != len(standing):

@@ -96,6 +96,7 @@ class Observer:
             reported_unknown=self._reported(inc) if final else 0,
             killed_unasked=killed_unasked,
             attempt_notes=self._notes(inc),
+            misread=tuple(w.misread),
             task_errors=tuple(f"task {t.name} raised {t.error!r}\n{t.error_trace}"
                               for t in w.sched.failed),
         )

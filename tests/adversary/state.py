@@ -62,6 +62,7 @@ class State:
     reported_unknown: int = 0  # live instances of unconfigured groups allset reports
     task_errors: tuple[str, ...] = ()
     killed_unasked: tuple[str, ...] = ()  # committed instances allset killed unasked
+    misread: tuple[str, ...] = ()  # CA's reads that contradicted each other
     attempt_notes: dict[str, str] = field(default_factory=dict)  # for reports: who, state
 
 

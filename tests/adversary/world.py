@@ -131,6 +131,7 @@ class World:
     incarnations: list[Incarnation] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
     ids: int = 0
+    misread: list[str] = field(default_factory=list)  # CA reads that contradict each other
 
     @property
     def current(self) -> Incarnation:
@@ -189,7 +190,7 @@ class World:
         self.endpoint.serve(None)
         killed = self.sched.kill(inc.owner)
         if inc.journal is not None:
-            inc.journal._db.close()  # the process's file handles go with it
+            inc.journal.close()  # the process's file handles go with it
         return killed
 
     def close(self) -> None:
@@ -200,7 +201,7 @@ class World:
         self.endpoint.serve(None)
         for inc in self.incarnations:
             if inc.journal is not None:
-                inc.journal._db.close()
+                inc.journal.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     # --- the cluster around allset --------------------------------------------------------
