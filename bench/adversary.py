@@ -91,14 +91,20 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(seed, steps, ignore) for seed in range(args.start, args.start + args.seeds)]
     totals = Totals()
     started = time.perf_counter()
+    def add(summary: Summary) -> None:
+        totals.add(summary)
+        if totals.seeds % 500 == 0:  # a long run says how far it is
+            print(f"... {totals.seeds}/{args.seeds} seeds, {len(totals.failing)} broke, "
+                  f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+
     if args.jobs > 1:
         ctx = multiprocessing.get_context("spawn")
         with ctx.Pool(args.jobs) as pool:
             for summary in pool.imap_unordered(_one, jobs, chunksize=4):
-                totals.add(summary)
+                add(summary)
     else:
         for job in jobs:
-            totals.add(_one(job))
+            add(_one(job))
     elapsed = time.perf_counter() - started
     totals.failing.sort(key=lambda s: s.seed)
 
