@@ -157,34 +157,44 @@ def test_images_are_the_placeholder(directory: Path) -> None:
 # --- RBAC: exactly provider/controller/kube.py CALLS ------------------------------------------
 
 
-def _granted(docs: list[Doc]) -> set[tuple[str, str, str]]:
-    """(group, resource, verb) of every rule bound to allset's service account."""
+Grant = tuple[str, str, str, bool, tuple[str, ...]]
+
+
+def _granted(docs: list[Doc]) -> set[Grant]:
+    """(group, resource, verb, namespaced, resource names) of every rule bound to
+    allset's service account; namespaced rules must be in allset's own namespace."""
     roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d
              for d in docs if d["kind"] in ("Role", "ClusterRole")}
-    granted: set[tuple[str, str, str]] = set()
+    granted: set[Grant] = set()
     for binding in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
         subjects = {(s["kind"], s.get("namespace"), s["name"]) for s in binding["subjects"]}
         if SA not in subjects:
             continue
         ref = binding["roleRef"]
         ns = binding["metadata"].get("namespace") if ref["kind"] == "Role" else None
+        assert ns in (None, SA[1]), binding
         role = roles[(ref["kind"], ns, ref["name"])]
         for rule in role["rules"]:
-            assert not rule.get("resourceNames") and not rule.get("nonResourceURLs"), rule
+            assert not rule.get("nonResourceURLs"), rule
+            names = tuple(sorted(rule.get("resourceNames") or ()))
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     for verb in rule["verbs"]:
                         assert "*" not in (group, resource, verb), rule
-                        granted.add((group, resource, verb))
+                        granted.add((group, resource, verb, ns is not None, names))
     return granted
 
 
 @pytest.mark.parametrize("directory", OVERLAYS, ids=_id)
 def test_rbac_grants_exactly_the_calls_the_code_makes(directory: Path) -> None:
-    needed = {(c.group, c.resource, v) for c in CALLS for v in c.verbs}
+    needed = {(c.group, c.resource, v, c.namespaced, tuple(sorted(c.names)))
+              for c in CALLS for v in c.verbs}
     granted = _granted(render(directory))
     rules = yaml.safe_dump([{"apiGroups": [c.group], "resources": [c.resource],
-                             "verbs": list(c.verbs)} for c in CALLS], sort_keys=False)
+                             "verbs": list(c.verbs),
+                             **({"resourceNames": list(c.names)} if c.names else {}),
+                             **({"namespaced": True} if c.namespaced else {})}
+                            for c in CALLS], sort_keys=False)
     assert granted == needed, (
         f"missing: {sorted(needed - granted)}; not needed: {sorted(granted - needed)}. "
         f"deploy/kubernetes/base/rbac.yaml should hold these rules:\n{rules}")
