@@ -91,8 +91,8 @@ def test_a_dead_incarnations_cloud_calls_raise() -> None:
 def _inst(iid: str, group: str = "g", attempt: str = "a1", part: str = "0.0",
           committed: bool = True, state: InstanceState = InstanceState.RUNNING,
           reservation: str | None = None, request: str | None = None) -> CloudInstance:
-    tags = OwnerTags("adv", group, attempt, part, CapacityType.ON_DEMAND, reservation,
-                     request, committed)
+    tags = OwnerTags("adv", group, attempt, part, CapacityType.ON_DEMAND,
+                     reservation=reservation, request=request, committed=committed)
     return CloudInstance(iid, f"fake://z/{iid}", iid, "z", "t", state, tags)
 
 
