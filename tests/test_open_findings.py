@@ -4,9 +4,12 @@ failure, and the marker must go. Each names the adversary seed that found it."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
-from adapters.base import LaunchRequest, OutcomeUnknown, TransientError
+from adapters.base import CapacityType, LaunchRequest, OutcomeUnknown, OwnerTags, TransientError
+from provider.errors import FailedPrecondition
 from tests.helpers import harness
 
 
@@ -60,3 +63,25 @@ def test_placeholders_removed_mid_launch_do_not_free_room_the_launch_still_takes
     h.run_workers()
     assert meddled, "the first attempt launched in one part: the scenario did not happen"
     assert peak[0] <= 10, f"group gpu (maxSize 10) reached {peak[0]} live nodes"
+
+
+@pytest.mark.xfail(strict=True, reason="open: after a restart, a dead run's uncommitted "
+                   "instances waiting out their orphan grace are not counted against "
+                   "maxSize (adversary I3, e.g. seed 24 --ignore I2 before the controller "
+                   "merge)")
+def test_a_dead_runs_uncommitted_instances_count_against_max_size() -> None:
+    """A run died while its attempt had 3 of group gpu's nodes up, uncommitted. The next
+    run lists them and rightly leaves them alone for the orphan grace period (their commit
+    may still show up), but does not count them: IncreaseSize(gpu, 10) is accepted and
+    launched, so group gpu (maxSize 10) runs 13 nodes until the grace ends."""
+    h = harness()
+    h.cloud.launch(LaunchRequest(
+        token="dead/0.0", node_group="gpu", zone="us-east-1a", instance_type="p5.48xlarge",
+        count=3, fabric="fab-a",
+        tags=OwnerTags("test", "gpu", "a-dead", "0.0", CapacityType.ON_DEMAND)))
+    h.provider.refresh_now()
+    with contextlib.suppress(FailedPrecondition):
+        h.provider.scaleups.increase("gpu", 10)
+    h.run_workers()
+    live = [i for i in h.cloud.live_instances() if i.tags.node_group == "gpu"]
+    assert len(live) <= 10, f"group gpu (maxSize 10) runs {len(live)} nodes"
