@@ -159,3 +159,24 @@ def test_state_survives_restart(tmp_path: Path, clock: ManualClock) -> None:
     assert [i.id for i in again.launch(req("a/1", 2, CapacityType.RESERVED, "r1"))] == [
         i.id for i in launched
     ]  # the token is remembered across the restart
+
+
+def test_a_reclaimed_instance_is_gone_whatever_faults_are_armed(clock: ManualClock) -> None:
+    """A Spot interruption is the cloud's own act: injected API faults do not apply."""
+    cloud = FakeCloud(settings(), clock)
+    [inst] = cloud.launch(req("t1", 1, CapacityType.RESERVED, "r1"))
+    cloud.inject("terminate", TransientError("throttled"))
+    cloud.reclaim(inst.id)
+    assert [i.state for i in cloud.all_instances()] == [InstanceState.TERMINATED]
+    assert next(r for r in cloud.snapshot("c").reservations if r.id == "r1").free == 4
+    with pytest.raises(TransientError):  # the armed fault still waits for an API call
+        cloud.terminate([inst.id])
+
+
+def test_cleared_faults_no_longer_fire(clock: ManualClock) -> None:
+    cloud = FakeCloud(settings(), clock)
+    cloud.inject("launch", TransientError("throttled"), times=3)
+    cloud.inject("snapshot", TransientError("throttled"))
+    cloud.clear_faults()
+    cloud.snapshot("c")
+    assert len(cloud.launch(req("t1", 2))) == 2

@@ -659,3 +659,17 @@ def test_concurrent_read_modify_write_loses_no_update(kube: FakeKube, api: Any) 
     assert stored is not None
     assert stored["status"]["provisioningClassDetails"]["n"] == str(writers * increments)
     assert kube.count("update", "provisioningrequests/status") >= writers * increments
+
+
+def test_reset_empties_the_cluster_and_resource_versions_keep_rising(kube: FakeKube,
+                                                                    api: Any) -> None:
+    kube.create(objects.node("n1"))
+    before = kube.resource_version
+    stamp = datetime(2030, 1, 1, tzinfo=UTC)
+    kube.reset(lambda: stamp)
+    assert kube.list("nodes") == []
+    created = kube.create(objects.node("n2"))
+    assert int(created["metadata"]["resourceVersion"]) > before
+    assert created["metadata"]["creationTimestamp"] == "2030-01-01T00:00:00Z"
+    names = [n.metadata.name for n in client.CoreV1Api(api).list_node().items]
+    assert names == ["n2"]  # the server answers from the new, empty cluster

@@ -122,6 +122,23 @@ class FakeCloud:
             fault = _Fault(error, times, after, when)
             self._faults.setdefault(operation, deque()).append(fault)
 
+    def reclaim(self, instance_id: str) -> None:
+        """The cloud takes an instance away on its own (an EC2 Spot interruption, a GCE
+        preemption, someone in the console): terminated, no fault injection applies."""
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            if inst is None or inst.state is InstanceState.TERMINATED:
+                return
+            gone = dataclasses.replace(inst, state=InstanceState.TERMINATED)
+            if self._store is not None:
+                self._store.save([gone])
+            self._put(gone)
+
+    def clear_faults(self) -> None:
+        """Disarm every injected fault not yet taken (a test's quiet period)."""
+        with self._lock:
+            self._faults.clear()
+
     def all_instances(self) -> list[CloudInstance]:
         """Every instance ever launched, terminated ones included (for assertions)."""
         with self._lock:

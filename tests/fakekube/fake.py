@@ -126,6 +126,11 @@ class FakeKube:
 
     # --- faults and cluster events ---------------------------------------------------------------
 
+    def reset(self, clock: Clock = _now) -> None:
+        """Forget every object (a new, empty cluster whose clock is ``clock``) without
+        restarting the server: many short tests can share one."""
+        self.store.reset(clock)
+
     def compact(self) -> int:
         """Forget the watch history: a watch from any older resourceVersion gets 410 Gone.
         Returns the current resourceVersion (the oldest still watchable)."""

@@ -136,6 +136,17 @@ class Store:
             self.bookmarks += 1
             self.cond.notify_all()
 
+    def reset(self, clock: Clock) -> None:
+        """Forget every object and the watch history: a new, empty cluster on the same
+        server (resourceVersions keep counting up, as they would)."""
+        with self.cond:
+            self.clock = clock
+            self._objects.clear()
+            self._conflicts.clear()
+            self.history.clear()
+            self.compacted = self.rv
+            self.cond.notify_all()
+
     def stop(self) -> None:
         with self.cond:
             self.stopped = True

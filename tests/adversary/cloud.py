@@ -1,0 +1,224 @@
+"""The cloud as the adversary sees it: the simulated cloud (adapters/fake, with its own
+injected faults) behind two thin layers.
+
+* :class:`LaggingCloud` adds eventual consistency to listings, which the fake's listing
+  does not model: a launched instance, a commit tag and a termination reach
+  ``snapshot`` only some steps later, each instance on its own schedule, and reservation
+  free counts are computed from what the listing shows. AWS documents this for the EC2
+  API ("Eventual consistency in the Amazon EC2 API", EC2 API Reference: results of
+  RunInstances, CreateTags and TerminateInstances may not be visible to Describe* calls
+  at once) and the adapter contract says so (adapters/base.py, "Eventual consistency").
+  It also records every launch that created instances, by token, for invariant I4.
+* :class:`GatedCloud` is one provider incarnation's handle on it: a yield point before
+  and after every call, and after a crash every call raises :class:`Crashed`, so a dead
+  process never reaches the cloud."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from adapters.base import (
+    CloudInstance,
+    CloudSnapshot,
+    InstanceState,
+    LaunchRequest,
+    Shape,
+)
+from adapters.fake import FakeCloud
+from tests.adversary.sched import Crashed, current, yield_point
+
+
+@dataclass(slots=True)
+class LaunchRecord:
+    token: str
+    count: int
+    instance_ids: tuple[str, ...]
+    group: str
+    attempt: str
+    part: str
+    request: str | None
+    request_uid: str | None = None  # when the tags carry it
+
+
+@dataclass(slots=True)
+class _Seen:
+    launched: int  # step
+    committed: int | None = None
+    terminated: int | None = None
+
+
+@dataclass(slots=True)
+class LaggingCloud:
+    fake: FakeCloud
+    step: Callable[[], int]
+    lag: int = 0  # steps a change takes to reach listings (0: consistent)
+    launches: dict[str, LaunchRecord] = field(default_factory=dict)
+    launched_by: dict[str, str] = field(default_factory=dict)  # attempt -> its task
+    refused: list[str] = field(default_factory=list)  # reservation refusals not injected
+    terminate_called: set[str] = field(default_factory=set)
+    # Committed instances allset terminated, and the task that did it.
+    killed_committed: list[tuple[CloudInstance, str]] = field(default_factory=list)
+    _seen: dict[str, _Seen] = field(default_factory=dict)
+
+    # --- the real calls, recorded -----------------------------------------------------
+
+    def snapshot(self, cluster: str) -> CloudSnapshot:
+        truth = self.fake.snapshot(cluster)
+        if self.lag <= 0:
+            return truth
+        now = self.step()
+        shown: list[CloudInstance] = []
+        by_id = {i.id: i for i in truth.instances}
+        for inst in self.fake.all_instances():
+            if inst.tags.cluster != cluster:
+                continue
+            seen = self._seen.get(inst.id)
+            if seen is None:
+                shown.extend([by_id[inst.id]] if inst.id in by_id else [])
+                continue
+            lag = self.lag + self._jitter(inst.id)
+            if now - seen.launched < lag:
+                continue  # not listed yet
+            if seen.terminated is not None and now - seen.terminated >= lag:
+                continue
+            view = by_id.get(inst.id) or dataclasses.replace(inst, state=InstanceState.RUNNING)
+            if view.tags.committed and seen.committed is not None and \
+                    now - seen.committed < lag:
+                view = dataclasses.replace(view, tags=dataclasses.replace(view.tags,
+                                                                          committed=False))
+            shown.append(view)
+        reservations = [
+            dataclasses.replace(r, free=max(0, r.total - sum(
+                1 for i in shown if i.tags.reservation == r.id)))
+            for r in truth.reservations
+        ]
+        return dataclasses.replace(truth, instances=shown, reservations=reservations)
+
+    def launch(self, request: LaunchRequest) -> Sequence[CloudInstance]:
+        task = current()
+        if task is not None:  # a part's own task is a child of the attempt's
+            self.launched_by.setdefault(request.tags.attempt, task.name.split(".part")[0])
+        before = {i.id for i in self.fake.all_instances()}
+        try:
+            result = self.fake.launch(request)
+        except Exception as err:
+            self._record(request, before)
+            code = getattr(err, "cloud_code", "")
+            if code == "ReservationCapacityExceeded" and "injected" not in str(err):
+                self.refused.append(f"{request.token}: {err}")
+            raise
+        self._record(request, before)
+        return result
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        self.terminate_called.update(instance_ids)
+        live = {i.id: i for i in self.fake.live_instances()}
+        try:
+            self.fake.terminate(instance_ids)
+        finally:
+            now_alive = {i.id for i in self.fake.live_instances()}
+            task = current()
+            for iid in live.keys() - now_alive:
+                if iid in self._seen:
+                    self._seen[iid].terminated = self.step()
+                if live[iid].tags.committed:
+                    self.killed_committed.append((live[iid], task.name if task else "?"))
+
+    def commit(self, instance_ids: Sequence[str], attempt: str) -> None:
+        before = {i.id for i in self.fake.all_instances() if i.tags.committed}
+        try:
+            self.fake.commit(instance_ids, attempt)
+        finally:
+            for inst in self.fake.all_instances():
+                if inst.tags.committed and inst.id not in before and inst.id in self._seen:
+                    self._seen[inst.id].committed = self.step()
+
+    def describe_shapes(self, instance_types: Sequence[str]) -> dict[str, Shape]:
+        return self.fake.describe_shapes(instance_types)
+
+    # --- the world's own moves ----------------------------------------------------------
+
+    def reclaim(self, instance_id: str) -> None:
+        """The cloud takes an instance away (a spot reclaim, a person in the console)."""
+        self.fake.reclaim(instance_id)
+        if instance_id in self._seen:
+            self._seen[instance_id].terminated = self.step()
+
+    def _record(self, request: LaunchRequest, before: set[str]) -> None:
+        created = [i for i in self.fake.all_instances() if i.id not in before]
+        if not created:
+            return
+        now = self.step()
+        for inst in created:
+            self._seen[inst.id] = _Seen(now)
+        ids = tuple(i.id for i in created)
+        old = self.launches.get(request.token)
+        if old is not None:  # a token that launches twice: I4 reads this
+            ids = old.instance_ids + ids
+        self.launches[request.token] = LaunchRecord(
+            request.token, request.count, ids, request.node_group, request.tags.attempt,
+            request.tags.part, request.tags.request, getattr(request.tags, "request_uid", None))
+
+    @staticmethod
+    def _jitter(instance_id: str) -> int:
+        return hashlib.sha256(instance_id.encode()).digest()[0] % 2
+
+
+class GatedCloud:
+    """One incarnation's adapter (implements adapters.base.CloudAdapter)."""
+
+    name = "fake"
+
+    def __init__(self, cloud: LaggingCloud, alive: Callable[[], bool]) -> None:
+        self._cloud = cloud
+        self._alive = alive
+
+    def _enter(self, op: str) -> None:
+        if not self._alive():
+            raise Crashed
+        yield_point(f"cloud.{op}")
+        if not self._alive():
+            raise Crashed
+
+    def _leave(self, op: str) -> None:
+        # The call happened; a crash here loses its answer.
+        yield_point(f"cloud.{op}.done")
+        if not self._alive():
+            raise Crashed
+
+    def snapshot(self, cluster: str) -> CloudSnapshot:
+        self._enter("snapshot")
+        try:
+            return self._cloud.snapshot(cluster)
+        finally:
+            self._leave("snapshot")
+
+    def launch(self, request: LaunchRequest) -> Sequence[CloudInstance]:
+        self._enter("launch")
+        try:
+            return self._cloud.launch(request)
+        finally:
+            self._leave("launch")
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        self._enter("terminate")
+        try:
+            self._cloud.terminate(instance_ids)
+        finally:
+            self._leave("terminate")
+
+    def commit(self, instance_ids: Sequence[str], attempt: str) -> None:
+        self._enter("commit")
+        try:
+            self._cloud.commit(instance_ids, attempt)
+        finally:
+            self._leave("commit")
+
+    def describe_shapes(self, instance_types: Sequence[str]) -> dict[str, Shape]:
+        return self._cloud.describe_shapes(instance_types)
+
+    def close(self) -> None:
+        pass

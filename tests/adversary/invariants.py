@@ -1,0 +1,202 @@
+"""The invariants of docs (design.md, I1-I7), each a pure function of a State returning
+what broke (empty: it holds). ``final`` marks quiescence, where the slow ones (reconcile,
+terminations, bookings) must have caught up."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from adapters.base import CloudInstance
+from tests.adversary.state import (
+    DELETING,
+    PLACEHOLDER_PREFIX,
+    NodeSeen,
+    RequestSeen,
+    State,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Invariant:
+    name: str
+    explanation: str
+    check: Callable[[State, bool], list[str]]
+
+
+def _plan_of(inst: CloudInstance) -> str:
+    return inst.tags.part.split(".", 1)[0]
+
+
+def _describe(s: State, instances: list[CloudInstance]) -> str:
+    by_attempt: dict[str, list[str]] = defaultdict(list)
+    for i in instances:
+        by_attempt[i.tags.attempt].append(f"{i.id}{'' if i.tags.committed else '*'}")
+    return "; ".join(f"{a} [{s.attempt_notes.get(a, '?')}]: {', '.join(ids)}"
+                     for a, ids in sorted(by_attempt.items())) + " (* uncommitted)"
+
+
+def i1_no_leak(s: State, final: bool) -> list[str]:
+    if not final:
+        return []
+    out = [f"{i.id} ({i.tags.node_group}, attempt {i.tags.attempt}) is live and uncommitted"
+           for i in s.live() if not i.tags.committed]
+    unknown = [i for i in s.live() if i.tags.node_group not in s.max_size]
+    if len(unknown) > s.reported_unknown:
+        out.append(f"{len(unknown)} live instances of unconfigured groups "
+                   f"({sorted({i.tags.node_group for i in unknown})}), "
+                   f"{s.reported_unknown} reported")
+    return out
+
+
+def _planned(s: State, attempt: str, plans: set[str]) -> int:
+    return sum(r.count for r in s.launches
+               if r.attempt == attempt and r.part.split(".", 1)[0] in plans)
+
+
+def i2_provisioned_whole(s: State, final: bool) -> list[str]:
+    out = []
+    nodes = {n.provider_id: n for n in s.nodes}
+    for r in s.requests:
+        if not r.provisioned or r.ended or not (final or r.uid in s.check_requests):
+            continue
+        out.extend(_request_whole(s, r, nodes))
+    return out
+
+
+def _request_whole(s: State, r: RequestSeen, nodes: dict[str, NodeSeen]) -> list[str]:
+    attempts = [a for a, uid in s.attempt_uid.items() if uid == r.uid]
+    committed = [a for a in attempts
+                 if any(i.tags.attempt == a and i.tags.committed for i in s.instances)]
+    if not committed:
+        return [f"{r.key} is Provisioned but no attempt of it ever committed"]
+    attempt = committed[-1]
+    mine = [i for i in s.instances if i.tags.attempt == attempt and i.tags.committed]
+    plans = {_plan_of(i) for i in mine}
+    planned = _planned(s, attempt, plans)
+    live = [i for i in s.live() if i.tags.attempt == attempt]
+    out = []
+    if len(live) < planned:
+        out.append(f"{r.key} is Provisioned with {len(live)} of {planned} nodes "
+                   f"(attempt {attempt})")
+    for inst in live:
+        node = nodes.get(inst.provider_id)
+        if node is None:
+            out.append(f"{r.key} is Provisioned but {inst.id} has no Node")
+        elif not node.ready:
+            out.append(f"{r.key} is Provisioned but Node of {inst.id} is not Ready")
+        elif node.booking != r.booking:
+            out.append(f"{r.key} is Provisioned but Node of {inst.id} lacks booking "
+                       f"{r.booking} (has {node.booking})")
+    return out
+
+
+def i3_max_size(s: State, final: bool) -> list[str]:
+    out = []
+    for group in sorted(s.launched_groups):
+        if group not in s.max_size:
+            continue
+        doomed = s.marked | s.terminate_called
+        up = [i for i in s.live() if i.tags.node_group == group and i.id not in doomed]
+        if len(up) > s.max_size[group]:
+            out.append(f"group {group} has {len(up)} live instances not marked for deletion, "
+                       f"maxSize {s.max_size[group]}: {_describe(s, up)}")
+    return out
+
+
+def i4_launch_once(s: State, final: bool) -> list[str]:
+    out = [f"token {r.token} launched {len(r.instance_ids)} instances for a part of "
+           f"{r.count}" for r in s.launches if len(r.instance_ids) > r.count]
+    by_attempt: dict[str, list[CloudInstance]] = defaultdict(list)
+    for inst in s.live():
+        if inst.tags.committed:
+            by_attempt[inst.tags.attempt].append(inst)
+    for attempt, insts in sorted(by_attempt.items()):
+        plans = {_plan_of(i) for i in insts}
+        partial = insts[0].tags.node_group in s.partial_groups
+        if len(plans) > 1 and not partial:
+            out.append(f"attempt {attempt} holds committed nodes of plans {sorted(plans)}")
+        planned = _planned(s, attempt, plans)
+        if len(insts) > planned:
+            out.append(f"attempt {attempt} holds {len(insts)} committed nodes, "
+                       f"planned {planned}")
+    if final:
+        per_uid: dict[str, set[str]] = defaultdict(set)
+        for attempt in by_attempt:
+            uid = s.attempt_uid.get(attempt)
+            if uid is not None:
+                per_uid[uid].add(attempt)
+        keys = {r.uid: r.key for r in s.requests}
+        for uid, attempts in sorted(per_uid.items()):
+            if len(attempts) > 1:
+                out.append(f"request {keys.get(uid, uid)} holds nodes of {len(attempts)} "
+                           f"attempts: {sorted(attempts)}")
+    return out
+
+
+def i5_slot_once(s: State, final: bool) -> list[str]:
+    out = [f"cloud refused an over-booking: {text}" for text in s.refused]
+    for rid, free in sorted(s.ledger_free.items()):
+        used = sum(1 for i in s.live() if i.tags.reservation == rid)
+        truly = s.reservation_total.get(rid, 0) - used
+        if free > truly:
+            out.append(f"ledger sees {free} free slots of {rid}, the cloud has {truly}")
+    return out
+
+
+def i6_deleted_ends_dead(s: State, final: bool) -> list[str]:
+    if not final:
+        return []
+    live = {i.id for i in s.live()}
+    return [f"{iid} was marked for deletion and still runs"
+            for iid in sorted(s.must_end & live)]
+
+
+def i7_target_size(s: State, final: bool) -> list[str]:
+    out = list(s.misread)
+    for g in s.ca:
+        standing = [pid for pid, state in g.nodes if state != DELETING]
+        if g.target != len(standing):
+            out.append(f"group {g.id}: target size {g.target}, nodes shown {len(standing)}")
+        for pid, owner in g.owner_of:
+            if owner != g.id:
+                out.append(f"NodeGroupForNode({pid}) = {owner!r}, listed in {g.id}")
+        if not final:
+            continue
+        shown = {pid for pid in standing if not pid.startswith(PLACEHOLDER_PREFIX)}
+        truth = {i.provider_id for i in s.live() if i.tags.node_group == g.id
+                 and i.tags.committed and i.id not in s.marked}
+        if shown != truth:
+            out.append(f"group {g.id}: CA sees {sorted(shown - truth)} that are not live "
+                       f"committed nodes and misses {sorted(truth - shown)}")
+    return out
+
+
+def i8_no_unasked_kill(s: State, final: bool) -> list[str]:
+    return [f"{text} was terminated by allset although nobody asked" for text in s.killed_unasked]
+
+
+def e1_no_task_error(s: State, final: bool) -> list[str]:
+    return list(s.task_errors)
+
+
+INVARIANTS: tuple[Invariant, ...] = (
+    Invariant("I1", "at quiescence no uncommitted instance is live and every live instance "
+              "is owned by a configured group or reported", i1_no_leak),
+    Invariant("I2", "no request is Provisioned with fewer nodes than planned, and its Nodes "
+              "exist, are Ready and carry its booking", i2_provisioned_whole),
+    Invariant("I3", "allset's own launches never take a group over maxSize", i3_max_size),
+    Invariant("I4", "no idempotency token launches twice, nor a gang twice", i4_launch_once),
+    Invariant("I5", "no reservation slot is promised twice", i5_slot_once),
+    Invariant("I6", "every instance ever marked for deletion ends terminated",
+              i6_deleted_ends_dead),
+    Invariant("I7", "target sizes equal what exists plus placeholders", i7_target_size),
+    Invariant("I8", "allset terminates a committed node only when asked (CA's DeleteNodes, "
+              "a surplus, its request withdrawn)", i8_no_unasked_kill),
+    Invariant("E1", "no background task dies of an unexpected exception", e1_no_task_error),
+)
+
+
+def check(state: State, final: bool) -> list[tuple[Invariant, str]]:
+    return [(inv, msg) for inv in INVARIANTS for msg in inv.check(state, final)]

@@ -1,0 +1,160 @@
+"""The adversary (tests/adversary) in CI: a bounded number of seeds through the real
+service, every invariant checked after every step and at quiescence; and proof that
+each invariant checker can fail, by handing it a deliberately broken picture.
+
+More seeds: ``python -m bench.adversary --seeds 10000 --jobs 2``; replay one failing seed
+with the command its report prints."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+
+import pytest
+
+from adapters.base import CapacityType, CloudInstance, InstanceState, OwnerTags
+from tests.adversary.cloud import LaunchRecord
+from tests.adversary.invariants import INVARIANTS, check
+from tests.adversary.run import run_seed
+from tests.adversary.sched import Crashed, Scheduler, yield_point
+from tests.adversary.state import GroupSeen, NodeSeen, RequestSeen, State
+
+# Measured: ~0.2-0.4 s a seed on this 2-core machine (more when it is shared), so 200
+# seeds stay well inside the 3-minute budget.
+CI_SEEDS = 200
+# Invariants not to check, comma-separated: only to look past a known break while its
+# fix is on the way (the report says which were skipped). Empty in CI.
+IGNORE = tuple(x for x in os.environ.get("ALLSET_ADVERSARY_IGNORE", "").split(",") if x)
+
+
+def test_random_interleavings_keep_every_invariant() -> None:
+    failing = []
+    for seed in range(CI_SEEDS):
+        result = run_seed(seed, ignore=IGNORE)
+        if not result.ok:
+            failing.append(result)
+    if failing:
+        reports = "\n\n".join(r.report(tail=40) for r in failing[:3])
+        seeds = [r.seed for r in failing]
+        broke = sorted({b.invariant for r in failing for b in r.breaks})
+        pytest.fail(f"{len(failing)} of {CI_SEEDS} seeds broke {broke}: {seeds}\n\n{reports}",
+                    pytrace=False)
+
+
+def test_a_seed_replays_the_same_interleaving() -> None:
+    first, again = run_seed(7, steps=80), run_seed(7, steps=80)
+    assert first.trace == again.trace
+    assert len(first.trace) > 80
+
+
+# --- the scheduler: a crashed task never acts again ----------------------------------------
+
+
+def test_a_killed_task_stops_at_its_yield_point_and_never_acts_again() -> None:
+    import random
+
+    sched = Scheduler(random.Random(1))
+    acted: list[str] = []
+    owner = object()
+
+    def work() -> None:
+        acted.append("before")
+        yield_point("cloud.launch")
+        acted.append("after")  # must never run: the process died at the yield point
+
+    task = sched.spawn("w", work, owner)
+    sched.step(task)
+    assert acted == ["before"] and task.at == "cloud.launch"
+    assert sched.kill(owner) == 1
+    assert acted == ["before"] and task.done and task.error is None
+    assert threading.active_count() < 50
+
+
+def test_a_dead_incarnations_cloud_calls_raise() -> None:
+    from adapters.fake import FakeCloud, FakeSettings
+    from provider.clock import ManualClock
+    from tests.adversary.cloud import GatedCloud, LaggingCloud
+
+    cloud = LaggingCloud(FakeCloud(FakeSettings(), ManualClock()), lambda: 0)
+    alive = [True]
+    gated = GatedCloud(cloud, lambda: alive[0])
+    gated.snapshot("c")
+    alive[0] = False
+    with pytest.raises(Crashed):
+        gated.snapshot("c")
+
+
+# --- each checker can fail ---------------------------------------------------------------
+
+
+def _inst(iid: str, group: str = "g", attempt: str = "a1", part: str = "0.0",
+          committed: bool = True, state: InstanceState = InstanceState.RUNNING,
+          reservation: str | None = None, request: str | None = None) -> CloudInstance:
+    tags = OwnerTags("adv", group, attempt, part, CapacityType.ON_DEMAND,
+                     reservation=reservation, request=request, committed=committed)
+    return CloudInstance(iid, f"fake://z/{iid}", iid, "z", "t", state, tags)
+
+
+def _launch(attempt: str, part: str, ids: tuple[str, ...], count: int | None = None,
+            group: str = "g", request: str | None = None) -> LaunchRecord:
+    return LaunchRecord(f"{attempt}/{part}", len(ids) if count is None else count, ids,
+                        group, attempt, part, request)
+
+
+GOOD = State(
+    instances=(_inst("i1"), _inst("i2")),
+    launches=(_launch("a1", "0.0", ("i1", "i2")),),
+    max_size={"g": 2},
+    launched_groups=frozenset({"g"}),
+    ca=(GroupSeen("g", 2, (("fake://z/i1", "running"), ("fake://z/i2", "running")),
+                  (("fake://z/i1", "g"),)),),
+)
+
+BROKEN: dict[str, State] = {
+    # a live uncommitted instance at quiescence; a group nobody configures, unreported
+    "I1": dataclasses.replace(GOOD, instances=(*GOOD.instances, _inst("i3", committed=False),
+                                               _inst("x1", group="gone"))),
+    # Provisioned with 1 of 2 nodes, and the one left has no booking label
+    "I2": dataclasses.replace(
+        GOOD,
+        instances=(_inst("r1", attempt="r-1", request="ml/job"),
+                   _inst("r2", attempt="r-1", request="ml/job",
+                         state=InstanceState.TERMINATED)),
+        launches=(_launch("r-1", "0.0", ("r1", "r2"), request="ml/job"),),
+        attempt_uid={"r-1": "u1"},
+        requests=(RequestSeen("ml/job", "u1", True, False, "ml.job"),),
+        nodes=(NodeSeen("r1", "fake://z/r1", True, None),),
+        ca=()),
+    # three live nodes in a group of maxSize 2, just launched
+    "I3": dataclasses.replace(GOOD, instances=(*GOOD.instances, _inst("i3", attempt="a2")),
+                              ca=()),
+    # one token created three instances for a part of two
+    "I4": dataclasses.replace(GOOD, launches=(_launch("a1", "0.0", ("i1", "i2", "i9"), 2),)),
+    # the ledger sees a free slot the cloud does not have; the cloud refused an over-booking
+    "I5": dataclasses.replace(GOOD, instances=(_inst("i1", reservation="r"),),
+                              ledger_free={"r": 1}, reservation_total={"r": 1},
+                              refused=("a9/0.0: reservation r has 0 free, 1 requested",),
+                              ca=()),
+    # marked for deletion, still running at the end
+    "I6": dataclasses.replace(GOOD, must_end=frozenset({"i1"})),
+    # CA sees a target of 3 with 2 nodes, and a node the cloud does not run; a node CA
+    # reads in g that NodeGroupForNode puts in no group
+    "I7": dataclasses.replace(GOOD, ca=(GroupSeen("g", 3, (("fake://z/i1", "running"),
+                                                           ("fake://z/zz", "running"))),),
+                              misread=("NodeGroupForNode(fake://z/i1) = '', listed in g",)),
+    "I8": dataclasses.replace(GOOD, killed_unasked=("i1 (g, attempt a1, by task refresh)",)),
+    "E1": dataclasses.replace(GOOD, task_errors=("task w1 raised KeyError('x')",)),
+}
+
+
+def test_the_good_picture_keeps_every_invariant() -> None:
+    assert check(GOOD, final=True) == []
+
+
+@pytest.mark.parametrize("name", [inv.name for inv in INVARIANTS])
+def test_each_invariant_checker_can_fail(name: str) -> None:
+    inv = next(i for i in INVARIANTS if i.name == name)
+    found = inv.check(BROKEN[name], True)
+    assert found, f"{name} ({inv.explanation}) did not see its broken picture"
+    assert inv.check(GOOD, True) == []
