@@ -87,9 +87,12 @@ class AttemptSpec:
     request: str | None = None  # "namespace/name" of a ProvisioningRequest
     request_uid: str | None = None  # its metadata.uid
     partial: bool = False
-    # Whether the attempt must hold its nodes against the groups' maxSize while it runs.
-    # A CA scale-up already holds them as placeholders (Fleet.increase); a request does not.
+    # Every attempt holds its plan's nodes against the groups' maxSize while it runs. A
+    # request's claim ends with the attempt (the executor adopts what it committed); a CA
+    # scale-up's is ended by the fleet when it settles the scale-up's placeholders, so
+    # placeholders CA forgets mid-launch never free room the launch still takes.
     claims_size: bool = True
+    ended_by_fleet: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,7 +393,7 @@ class Executor:
             outcome = self._run(spec, build, on_launched, cancelled)
         finally:
             committed = outcome.instances if outcome is not None else ()
-            if spec.claims_size and self._sizes is not None:
+            if spec.claims_size and not spec.ended_by_fleet and self._sizes is not None:
                 self._sizes.end_claim(spec.id, committed, self._clock.now())
             self._ledger.settle(spec.id)
             now = self._clock.now()
@@ -532,8 +535,16 @@ class Executor:
                     self._fence()  # not the leader any more: stop before the call, not after
                     try:
                         instances = list(self._adapter.launch(request))
-                    except OutcomeUnknown:
-                        instances = self._settle_unknown(request)
+                    except OutcomeUnknown as unknown:
+                        try:
+                            instances = self._settle_unknown(request)
+                        except StillUnknown:
+                            raise
+                        except CloudError as err:
+                            # The listing that would settle it failed: still unknown (the
+                            # part may hold its slots), never "nothing launched".
+                            raise StillUnknown(f"launch {request.token} outcome unknown "
+                                               f"({unknown}); listing failed: {err}") from err
             self.journal.launched(spec.id, label, [i.id for i in instances])
             if len(instances) != part.count:
                 self._rollback(spec, [instances])  # never keep a part that is not whole

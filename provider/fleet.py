@@ -74,6 +74,9 @@ class _GroupState:
     # Nodes a ProvisioningRequest attempt is launching (attempt -> count): not yet CA's to
     # see, but they count against maxSize from the moment they are planned.
     claims: dict[str, int] = field(default_factory=dict)
+    # Live uncommitted instances no attempt here runs (a dead run's, waiting out their
+    # grace): not CA's, but they hold room against maxSize until they are gone.
+    uncommitted: int = 0
 
 
 class Fleet:
@@ -123,7 +126,8 @@ class Fleet:
         """Per group: nodes held against maxSize (instances, CA's slots, requests' claims),
         leaving out what attempt ``exclude`` holds (it is planning again)."""
         with self._lock:
-            return {gid: self._occupied(state) - state.claims.get(exclude or "", 0)
+            return {gid: self._occupied(state) - (
+                        self._held_by(state, exclude) if exclude else 0)
                     for gid, state in self._state.items()}
 
     def unknown(self) -> list[CloudInstance]:
@@ -257,6 +261,7 @@ class Fleet:
                 by_group.setdefault(inst.tags.node_group, []).append(inst)
             touched = set(by_group)
             for state in self._state.values():
+                state.claims.pop(attempt, None)  # the launch is over: only what it left counts
                 su = state.scale_ups.pop(attempt, None)
                 if su is None:
                     continue
@@ -300,7 +305,9 @@ class Fleet:
                 state = self._state.get(gid)
                 if state is None:
                     return f"node group {gid} is not configured"
-                held = self._occupied(state) - state.claims.get(attempt, 0)
+                held = self._occupied(state) - self._held_by(state, attempt)
+                su = state.scale_ups.get(attempt)
+                count = max(count, su.wanted if su is not None else 0)
                 if held + count > state.group.max_size:
                     return (f"group {gid} holds {held} nodes (instances, scale-ups and other "
                             f"requests' launches); {count} more exceed maxSize "
@@ -311,6 +318,12 @@ class Fleet:
                 else:
                     state.claims.pop(attempt, None)
             return None
+
+    def hold_uncommitted(self, counts: Mapping[str, int]) -> None:
+        """Set, per group, the live uncommitted instances that no attempt here runs."""
+        with self._lock:
+            for gid, state in self._state.items():
+                state.uncommitted = counts.get(gid, 0)
 
     def end_claim(self, attempt: str, committed: Iterable[CloudInstance], now: float) -> None:
         """The attempt is over: its committed instances become the group's and its claim
@@ -376,9 +389,18 @@ class Fleet:
     def _target(state: _GroupState) -> int:
         return len(state.instances) + sum(su.wanted for su in state.scale_ups.values())
 
+    @staticmethod
+    def _held_by(state: _GroupState, attempt: str) -> int:
+        """What one attempt holds: its placeholders, or the plan it is launching when that
+        is more (CA may forget placeholders of a launch already under way)."""
+        su = state.scale_ups.get(attempt)
+        return max(su.wanted if su is not None else 0, state.claims.get(attempt, 0))
+
     @classmethod
     def _occupied(cls, state: _GroupState) -> int:
-        return cls._target(state) + sum(state.claims.values())
+        attempts = set(state.scale_ups) | set(state.claims)
+        return len(state.instances) + state.uncommitted + \
+            sum(cls._held_by(state, a) for a in attempts)
 
     def _adopt(self, instances: Iterable[CloudInstance], now: float) -> None:
         touched = set()

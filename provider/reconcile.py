@@ -175,10 +175,12 @@ class Reconciler:
                          doomed=owed)
         if not acting:
             # A standby keeps its view warm and touches nothing.
+            self._hold(found.orphans, ())
             if self._metrics is not None:
                 self._metrics.observe_snapshot(snapshot, len(found.orphans), len(owed))
             return found
         doomed = self._due_orphans(self._settled(found.orphans, taken_at), taken_at)
+        self._hold(found.orphans, doomed)
         doomed += self._unknown_group(found.unknown_group)
         if doomed:
             released = self._executor.terminator.terminate([i.id for i in doomed],
@@ -194,6 +196,17 @@ class Reconciler:
             self._metrics.observe_snapshot(snapshot, len(found.orphans), left)
             self._metrics.unknown_group.set(len(found.unknown_group))
         return found
+
+    def _hold(self, orphans: tuple[CloudInstance, ...], doomed: Collection[CloudInstance]
+              ) -> None:
+        """Uncommitted instances left running (in their grace period, or a previous
+        leader's) still hold room against their groups' maxSize."""
+        going = {i.id for i in doomed}
+        counts: dict[str, int] = defaultdict(int)
+        for inst in orphans:
+            if inst.id not in going:
+                counts[inst.tags.node_group] += 1
+        self._fleet.hold_uncommitted(counts)
 
     def _settled(self, orphans: tuple[CloudInstance, ...], taken_at: float
                  ) -> tuple[CloudInstance, ...]:

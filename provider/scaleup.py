@@ -88,7 +88,7 @@ class ScaleUps:
         def show(instances: Sequence[CloudInstance]) -> None:
             self._fleet.show_launched(attempt, instances)
 
-        spec = AttemptSpec(attempt, self._cluster, partial=partial, claims_size=False)
+        spec = AttemptSpec(attempt, self._cluster, partial=partial, ended_by_fleet=True)
         outcome = self._executor.execute(
             spec, build, on_launched=show, cancelled=lambda: wanted() == 0
         )

@@ -1,21 +1,17 @@
-"""Breaks the adversary found that are still open, each reduced to a direct reproduction
-and marked xfail(strict): when the fix lands the test passes, pytest reports XPASS as a
-failure, and the marker must go. Each names the adversary seed that found it."""
+"""Breaks the adversary found after issue 12's first fixes, each reduced to a direct
+reproduction (each failed before its fix): an unknown launch outcome whose settling
+listing fails (I5), placeholders CA forgets while their launch is under way (I3), and a
+dead run's uncommitted instances during their grace period (I3)."""
 
 from __future__ import annotations
 
 import contextlib
-
-import pytest
 
 from adapters.base import CapacityType, LaunchRequest, OutcomeUnknown, OwnerTags, TransientError
 from provider.errors import FailedPrecondition
 from tests.helpers import harness
 
 
-@pytest.mark.xfail(strict=True, reason="open: an unknown launch outcome whose settling "
-                   "listing fails is taken for 'nothing launched' (adversary I5, seed 322 "
-                   "with --steps 150 before the controller merge)")
 def test_a_launch_of_unknown_outcome_keeps_its_reservation_slots_when_the_listing_fails(
 ) -> None:
     """Plan 0's reserved part times out on its last try after the cloud did launch it, and
@@ -36,9 +32,6 @@ def test_a_launch_of_unknown_outcome_keeps_its_reservation_slots_when_the_listin
         f"reservation r-gpu asked again by a later plan: parts {reserved}")
 
 
-@pytest.mark.xfail(strict=True, reason="open: a placeholder CA removes while its launch is "
-                   "in flight frees maxSize room the launch still takes (adversary I3, "
-                   "seed 137 --ignore I2 before the controller merge)")
 def test_placeholders_removed_mid_launch_do_not_free_room_the_launch_still_takes() -> None:
     """IncreaseSize(gpu, 10) fills maxSize 10 and its attempt starts launching. CA then
     forgets two of its placeholders (DecreaseTargetSize) and asks for two more nodes
@@ -65,10 +58,6 @@ def test_placeholders_removed_mid_launch_do_not_free_room_the_launch_still_takes
     assert peak[0] <= 10, f"group gpu (maxSize 10) reached {peak[0]} live nodes"
 
 
-@pytest.mark.xfail(strict=True, reason="open: after a restart, a dead run's uncommitted "
-                   "instances waiting out their orphan grace are not counted against "
-                   "maxSize (adversary I3, e.g. seed 24 --ignore I2 before the controller "
-                   "merge)")
 def test_a_dead_runs_uncommitted_instances_count_against_max_size() -> None:
     """A run died while its attempt had 3 of group gpu's nodes up, uncommitted. The next
     run lists them and rightly leaves them alone for the orphan grace period (their commit
