@@ -1,0 +1,91 @@
+"""Session fixtures of the e2e suite: the real control plane and Kueue start once (10-20 s),
+allset serve and the kubelet join run for the whole module. Without built parts the suite
+is skipped, except in CI with Go present, where scripts/check has built them: there a
+missing part fails the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.e2e import kueue
+from tests.e2e.allset import BOOT_SECONDS, ROOT, Allset
+from tests.e2e.cluster import ControlPlane, Parts
+from tests.e2e.kubelet import Kubelet
+from tests.e2e.proxy import Relay
+
+
+def _parts() -> Parts:
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "build-kube"), "--check"],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        message = ("the e2e parts are not built (run scripts/build-kube; ./scripts/check "
+                   "does when Go is installed): " + done.stderr.strip())
+        if os.environ.get("CI") and shutil.which("go"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return Parts.from_manifest(json.loads(done.stdout))
+
+
+@dataclass
+class World:
+    cluster: ControlPlane
+    allset: Allset
+    kubelet: Kubelet
+    relay: Relay
+
+    def logs(self) -> str:
+        return (f"{self.cluster.logs_tail()}\n--- allset\n{self.allset.log()}\n"
+                f"--- kubelet errors\n{self.kubelet.errors[-5:]}")
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    parts = _parts()
+    directory = tmp_path_factory.mktemp("e2e")
+    cluster = ControlPlane(parts, directory)
+    allset: Allset | None = None
+    kubelet: Kubelet | None = None
+    try:
+        cluster.start()
+        kueue.install(cluster.rest)
+        relay = Relay(cluster.api_port)
+        allset = Allset(directory / "allset", cluster.client_kubeconfig(
+            "allset", f"https://127.0.0.1:{relay.port}"))
+        kubelet = Kubelet(cluster.rest, allset.state, allset.config(),
+                          boot_seconds=BOOT_SECONDS, never_join={"nojoin": True})
+        kubelet.start()
+        allset.start()
+        yield World(cluster, allset, kubelet, relay)
+    except BaseException:
+        print(cluster.logs_tail(), file=sys.stderr)
+        raise
+    finally:
+        if allset is not None:
+            allset.stop()
+        if kubelet is not None:
+            kubelet.stop()
+        cluster.stop()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How many e2e scenarios ran (CI prints it; a skipped suite shows as 0 ran)."""
+    counts: dict[str, int] = {}
+    for outcome in ("passed", "failed", "error", "xfailed", "xpassed", "skipped"):
+        reports = [r for r in terminalreporter.stats.get(outcome, [])
+                   if getattr(r, "nodeid", "").startswith("tests/e2e/")
+                   and getattr(r, "when", "call") in ("call", "setup")]
+        counts[outcome] = len({r.nodeid for r in reports})
+    if not any(counts.values()):
+        return
+    ran = sum(n for k, n in counts.items() if k != "skipped")
+    detail = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+    terminalreporter.write_line(f"e2e: {ran} scenarios ran on a real control plane ({detail})")
