@@ -14,6 +14,7 @@ from provider.config import LoadedConfig
 from provider.executor import Executor as AttemptExecutor
 from provider.executor import Journal, MemoryJournal, Observer, PartRunner, ThreadRunner
 from provider.fleet import Fleet
+from provider.leadership.elector import AlwaysLeader, Leadership
 from provider.ledger import Ledger
 from provider.metrics import Metrics
 from provider.model import NodeGroup, Resources, ScaleUpMode
@@ -37,7 +38,8 @@ class Provider:
         runner: PartRunner | None = None,
         journal: Journal | None = None,
         observer: Observer | None = None,
-        ids: Callable[[], str] = new_attempt_id,
+        ids: Callable[[], str] | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
@@ -47,6 +49,7 @@ class Provider:
         self.ledger = Ledger(config.groups, self.clock, self.unavailable)
         self.fleet = Fleet(config.groups)
         self.ready = threading.Event()  # set by the first complete cloud listing
+        self.leadership: Leadership = leadership or AlwaysLeader(self.clock)
         self._thread_runner = ThreadRunner() if runner is None else None
         self.metrics = Metrics()
         self.journal: Journal = journal or MemoryJournal()
@@ -58,18 +61,22 @@ class Provider:
             max_plans=config.schema.attempts.max_plans,
             deadline_seconds=config.attempt_deadline_seconds,
             sizes=self.fleet,
+            fence=self.leadership.check,
         )
         self.workers: Executor = pool or ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix="scaleup"
         )
         self.matcher = Matcher(config.groups, config.schema.gpu_label)
         self.scaleups = ScaleUps(config.cluster, self.fleet, self.executor, self.clock,
-                                 self.workers, self.matcher, ids=ids)
+                                 self.workers, self.matcher,
+                                 ids=ids or (lambda: self.new_attempt_id("a")))
         self.reconciler = Reconciler(
             config.cluster, adapter, self.fleet, self.ledger, self.executor, self.clock,
             orphan_grace_seconds=config.orphan_grace_seconds,
             unknown_groups=UnknownGroups(config.schema.reconcile.unknown_groups),
             partial_groups=[g.id for g in config.groups if g.scale_up is ScaleUpMode.PARTIAL],
+            leadership=self.leadership,
+            attempt_deadline_seconds=config.attempt_deadline_seconds,
             metrics=self.metrics)
         self._booked: dict[str, set[str]] = {}  # request -> provider ids it holds
         self._booked_lock = threading.Lock()
@@ -78,7 +85,8 @@ class Provider:
         self._stopping = threading.Event()
         self._loop: threading.Thread | None = None
         self._last_refresh = float("-inf")
-        self._on_ready: list[Callable[[], None]] = []
+        self._watchers: list[Callable[[bool], None]] = []
+        self._serving = False
         self.not_ready_retry_seconds = 2.0  # how soon a failed first listing is tried again
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -102,19 +110,45 @@ class Provider:
         self._loop = threading.Thread(target=self._refresh_loop, name="refresh", daemon=True)
         self._loop.start()
 
-    def when_ready(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` once the first complete listing is in (now, if it is)."""
+    def new_attempt_id(self, kind: str) -> str:
+        """``a`` (CA scale-up) or ``r`` (request), the lease epoch it runs under, a random
+        part: the cloud's tags then tell which leadership launched what."""
+        return f"{kind}{self.leadership.epoch}-{new_attempt_id()[2:14]}"
+
+    def acting(self) -> bool:
+        """May this process act on the cluster: its fleet is read and it leads."""
+        return self.ready.is_set() and self.leadership.is_leader()
+
+    def watch_serving(self, callback: Callable[[bool], None]) -> None:
+        """Call ``callback(acting)`` now and whenever it changes (health follows it)."""
         with self._refresh_lock:
-            if not self.ready.is_set():
-                self._on_ready.append(callback)
-                return
-        callback()
+            self._watchers.append(callback)
+            state = self._serving
+        callback(state)
+
+    def leadership_changed(self) -> None:
+        """The elector gained or lost the lease."""
+        self.metrics.leader.set(1 if self.leadership.is_leader() else 0)
+        self._notify()
 
     def not_ready_reason(self) -> str:
+        if self.ready.is_set() and not self.leadership.is_leader():
+            return (f"this allset replica is the standby; the leader is "
+                    f"{self.leadership.holder or 'being elected'} (retry shortly)")
         error = self.reconciler.last_error
         return ("allset has not completed its first cloud listing yet, so it does not "
                 "know its nodes" + (f" (last error: {error})" if error else "") +
                 "; retry shortly")
+
+    def _notify(self) -> None:
+        with self._refresh_lock:
+            now = self.acting()
+            changed = now != self._serving
+            self._serving = now
+            watchers = list(self._watchers)
+        if changed:
+            for callback in watchers:
+                callback(now)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop taking work, let running attempts finish (they commit or roll back)."""
@@ -131,7 +165,6 @@ class Provider:
         self.adapter.close()
 
     def refresh_now(self) -> bool:
-        callbacks: list[Callable[[], None]] = []
         with self._refresh_lock:
             found = self.reconciler.run_once()
             if found is not None:
@@ -139,9 +172,7 @@ class Provider:
                 if not self.ready.is_set():
                     self.ready.set()
                     self.metrics.ready.set(1)
-                    callbacks, self._on_ready = self._on_ready, []
-        for callback in callbacks:
-            callback()
+        self._notify()
         return found is not None
 
     def refresh_if_older(self, seconds: float) -> None:

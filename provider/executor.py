@@ -241,6 +241,8 @@ class Terminator:
     journal: Journal
     retry_seconds: float = 60.0
     backlog: dict[str, float] = field(default_factory=dict)  # instance id -> next try
+    # Raises when this process may not act on the cluster's instances (not the leader).
+    fence: Callable[[], None] = lambda: None
     # Scale-up workers, DeleteNodes and reconcile all terminate at once.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -269,6 +271,13 @@ class Terminator:
         if not ids:
             return True
         self.journal.owe(ids, self.clock.now())
+        try:
+            self.fence()
+        except Exception:
+            with self._lock:  # still owed: whoever acts next pays it
+                for i in ids:
+                    self.backlog.setdefault(i, self.clock.now())
+            raise
         try:
             for attempt in retry:
                 with attempt:
@@ -318,6 +327,7 @@ class Executor:
         max_backoff_seconds: float = 10.0,
         sizes: SizeGuard | None = None,
         remember_seconds: float = 3600.0,
+        fence: Callable[[], None] | None = None,
     ) -> None:
         self._adapter = adapter
         self._ledger = ledger
@@ -331,7 +341,8 @@ class Executor:
         self._call_attempts = call_attempts
         self._backoff = backoff_seconds
         self._max_backoff = max_backoff_seconds
-        self.terminator = Terminator(adapter, clock, self.journal)
+        self._fence = fence or (lambda: None)
+        self.terminator = Terminator(adapter, clock, self.journal, fence=self._fence)
         self._sizes = sizes
         self._remember = remember_seconds
         self._attempts_lock = threading.Lock()
@@ -473,6 +484,7 @@ class Executor:
         failpoints.hit("executor.before-commit")
         # From here a crash may leave a commit half-written in the cloud; before here, a
         # crashed attempt can never commit and a restart rolls it back at once.
+        self._fence()
         self.journal.committing(spec.id)
         try:
             for attempt in self.retrying():
@@ -515,6 +527,7 @@ class Executor:
         try:
             for attempt in self.retrying():
                 with attempt:
+                    self._fence()  # not the leader any more: stop before the call, not after
                     try:
                         instances = list(self._adapter.launch(request))
                     except OutcomeUnknown:

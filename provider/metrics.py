@@ -36,6 +36,14 @@ class Metrics:
                                    "reconcile (should be 0).", registry=r)
         self.ready = Gauge("allset_ready", "1 once the first complete cloud listing is in; "
                            "until then every CA call is refused.", registry=r)
+        self.leader = Gauge("allset_leader", "1 while this replica holds the lease and may "
+                            "act on the cluster's instances.", registry=r)
+        self.leader.set(1)  # until an elector says otherwise (one process, no election)
+        self.leader_failovers = Counter("allset_leader_failovers", "Times this replica took "
+                                        "the lease over from another holder.", registry=r)
+        self.without_leader = Gauge("allset_seconds_without_leader", "How long, as this "
+                                    "replica sees it, no replica has held a live lease.",
+                                    registry=r)
         self.owed = Gauge("allset_terminations_owed", "Terminations still to be retried.",
                           registry=r)
         self.refresh_failures = Counter("allset_refresh_failures", "Cloud listings that "

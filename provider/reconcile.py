@@ -19,6 +19,7 @@ from adapters.base import CloudAdapter, CloudError, CloudInstance, CloudSnapshot
 from provider.clock import Clock
 from provider.executor import Executor, Finished
 from provider.fleet import Fleet
+from provider.leadership.elector import Leadership
 from provider.ledger import Ledger
 from provider.metrics import Metrics
 
@@ -109,6 +110,8 @@ class Reconciler:
         failed_placeholder_ttl: float = 900.0,
         unknown_groups: UnknownGroups = UnknownGroups.REPORT,
         partial_groups: Collection[str] = (),
+        leadership: Leadership | None = None,
+        attempt_deadline_seconds: float = 600.0,
         metrics: Metrics | None = None,
     ) -> None:
         self._cluster = cluster
@@ -124,6 +127,8 @@ class Reconciler:
         self._partial = frozenset(partial_groups)
         self._groups = frozenset(g.id for g in fleet.groups())
         self._metrics = metrics
+        self._leadership = leadership
+        self._deadline = attempt_deadline_seconds
         self._suspects: dict[str, float] = {}  # uncommitted instance id -> first seen
         self._abandoned: set[str] = set()  # attempts known never to commit
         self._suspect_owner: dict[str, tuple[str, str | None]] = {}
@@ -161,13 +166,19 @@ class Reconciler:
         found = classify(snapshot, flying_before | flying_after, finished,
                          partial_groups=self._partial, groups=self._groups)
         self._ledger.apply(snapshot, taken_at)
-        if found.to_commit:
+        acting = self._leadership is None or self._leadership.is_leader()
+        if found.to_commit and acting:
             self._finish_commits(found.to_commit)
         adopted = [*found.committed, *(i.with_commit() for i in found.to_commit)]
         owed = self._executor.terminator.owing()
         self._fleet.sync(adopted, taken_at, self._grace, taken_at - self._failed_ttl,
                          doomed=owed)
-        doomed = self._due_orphans(found.orphans, taken_at)
+        if not acting:
+            # A standby keeps its view warm and touches nothing.
+            if self._metrics is not None:
+                self._metrics.observe_snapshot(snapshot, len(found.orphans), len(owed))
+            return found
+        doomed = self._due_orphans(self._settled(found.orphans, taken_at), taken_at)
         doomed += self._unknown_group(found.unknown_group)
         if doomed:
             released = self._executor.terminator.terminate([i.id for i in doomed],
@@ -183,6 +194,16 @@ class Reconciler:
             self._metrics.observe_snapshot(snapshot, len(found.orphans), left)
             self._metrics.unknown_group.set(len(found.unknown_group))
         return found
+
+    def _settled(self, orphans: tuple[CloudInstance, ...], taken_at: float
+                 ) -> tuple[CloudInstance, ...]:
+        """Orphans, less those a previous leader may still be committing: after a
+        takeover, its attempts run on until their deadline (it stopped acting before its
+        lease ran out, but a cloud call it had begun may still land)."""
+        took_over = self._leadership.took_over_at if self._leadership is not None else None
+        if took_over is None or taken_at >= took_over + self._deadline:
+            return orphans
+        return tuple(i for i in orphans if i.launched_at >= took_over)
 
     def _due_orphans(self, orphans: tuple[CloudInstance, ...], taken_at: float
                      ) -> list[CloudInstance]:

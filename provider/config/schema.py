@@ -246,6 +246,22 @@ class Reconcile(Model):
         "report them (metric, log, `allset instances --orphans`) or terminate them")
 
 
+class LeaderElection(Model):
+    """Active/standby replicas on a coordination.k8s.io Lease (only with Kubernetes)."""
+
+    enabled: bool = Field(True, description="elect a leader when allset runs against a "
+                          "cluster; only the leader launches, terminates and reconciles")
+    namespace: str = Field("", description="namespace of the Lease; empty: the pod's own "
+                           "(POD_NAMESPACE), else kube-system")
+    name: str = Field("allset", description="name of the Lease")
+    lease_duration: Duration = Field("15s", description="how long a standby waits after the "
+                                     "last renewal it saw before it takes over")
+    renew_deadline: Duration = Field("10s", description="the leader stops acting when it "
+                                     "has not renewed for this long")
+    retry_period: Duration = Field("2s", description="how often the lease is renewed or "
+                                   "tried")
+
+
 class ProvisioningRequests(Model):
     """How the controller of class atomic-reserved.allset.dev works."""
 
@@ -267,6 +283,7 @@ class Config(Model):
     )
     attempts: Attempts = Field(Attempts(), description="scale-up attempts")
     reconcile: Reconcile = Field(Reconcile(), description="orphans and removed groups")
+    leader_election: LeaderElection = Field(LeaderElection(), description="replicas")
     provisioning_requests: ProvisioningRequests = ProvisioningRequests()
     node_groups: list[NodeGroupConfig] = Field(min_length=1, description="the node "
                                                "groups CA sees")

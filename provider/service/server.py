@@ -63,8 +63,8 @@ class Server:
             self.health_address = f"{health_address.rsplit(':', 1)[0]}:{port}"
 
     def start(self) -> None:
-        """Listen at once (probes and CA get a clear answer), but report SERVING only once
-        the provider has read its fleet from the cloud; until then CA's calls are refused
+        """Listen at once (probes and CA get a clear answer), but report SERVING only while
+        the provider may act (fleet read, lease held); otherwise CA's calls are refused
         with UNAVAILABLE."""
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -72,17 +72,22 @@ class Server:
         if self._probe is not None:
             self._probe.start()
         self.provider.start()
-        self.provider.when_ready(self._serving)
-        if not self.provider.ready.is_set():
-            log.warning("allset listening on %s, not serving until the cloud can be listed",
-                        self.address)
+        self.provider.watch_serving(self._serving)
+        if not self.provider.acting():
+            log.warning("allset listening on %s, not serving: %s", self.address,
+                        self.provider.not_ready_reason())
 
-    def _serving(self) -> None:
+    def _serving(self, acting: bool) -> None:
+        """Health follows whether this process may act: its fleet read, and the lease
+        held (a standby is not Ready, so CA's Service reaches only the leader)."""
         if self._stopping:
             return
+        status = health_pb2.HealthCheckResponse.SERVING if acting else \
+            health_pb2.HealthCheckResponse.NOT_SERVING
         for name in ("", SERVICE_NAME):
-            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        log.info("allset serving %s on %s", SERVICE_NAME, self.address)
+            self._health.set(name, status)
+        if acting:
+            log.info("allset serving %s on %s", SERVICE_NAME, self.address)
 
     def stop(self, grace: float = 10.0) -> None:
         """Health goes NOT_SERVING, scale-ups in flight finish (commit or roll back), then

@@ -49,7 +49,7 @@ def rpc(method: F) -> F:
     @functools.wraps(method)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         provider: Provider = self._provider
-        if not provider.ready.is_set():
+        if not provider.acting():
             # Nothing is answered from a fleet allset has not read: a target size of 0
             # would have CA scale up groups that already have their nodes.
             context.abort(grpc.StatusCode.UNAVAILABLE, provider.not_ready_reason())

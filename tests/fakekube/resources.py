@@ -50,7 +50,14 @@ PODS = Resource("", ("v1",), "pods", "Pod", namespaced=True, status_subresource=
 EVENTS = Resource("", ("v1",), "events", "Event", namespaced=True, status_subresource=False,
                   custom=False, delete_returns_object=False)
 
-RESOURCES: tuple[Resource, ...] = (PROVISIONING_REQUESTS, POD_TEMPLATES, NODES, PODS, EVENTS)
+# coordination.k8s.io/v1 Lease: a built-in, namespaced, no status subresource; an update
+# naming a stale resourceVersion is a 409, as for every object (leader election relies on
+# it: k8s.io/client-go/tools/leaderelection/resourcelock/leaselock.go).
+LEASES = Resource("coordination.k8s.io", ("v1",), "leases", "Lease", namespaced=True,
+                  status_subresource=False, custom=False, delete_returns_object=False)
+
+RESOURCES: tuple[Resource, ...] = (PROVISIONING_REQUESTS, POD_TEMPLATES, NODES, PODS, EVENTS,
+                                   LEASES)
 BY_PLURAL = {r.plural: r for r in RESOURCES}
 
 

@@ -1,0 +1,86 @@
+"""The election as `allset serve` runs it: a thread that keeps trying or renewing, tells
+the provider when leadership changes, and keeps the leadership metrics current."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from typing import Any
+
+from provider.clock import Clock
+from provider.config import LoadedConfig
+from provider.config.units import duration_seconds
+from provider.leadership.elector import LeaderElector, Timing
+
+log = logging.getLogger(__name__)
+
+
+def identity() -> str:
+    """The pod's name when it has one, plus a per-process suffix: a restarted container
+    in the same pod is a new candidate, never mistaken for the holder it replaced."""
+    base = os.environ.get("POD_NAME") or socket.gethostname()
+    return f"{base}_{uuid.uuid4().hex[:6]}"
+
+
+class Election:
+    def __init__(self, config: LoadedConfig, api: Any, clock: Clock) -> None:
+        from provider.leadership.kube import KubeLeaseStore
+
+        settings = config.schema.leader_election
+        namespace = settings.namespace or os.environ.get("POD_NAMESPACE") or "kube-system"
+        self.timing = Timing(duration_seconds(settings.lease_duration),
+                             duration_seconds(settings.renew_deadline),
+                             duration_seconds(settings.retry_period))
+        self.store = KubeLeaseStore(api, namespace, settings.name)
+        self.elector = LeaderElector(self.store, identity(), clock, self.timing,
+                                     on_change=self._changed)
+        self._provider: Any = None
+        self._failovers = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def bind(self, provider: Any) -> None:
+        """The provider whose actions this election fences (built with its elector)."""
+        self._provider = provider
+
+    def start(self) -> None:
+        log.info("leader election on Lease %s/%s as %s", self.store.namespace,
+                 self.store.name, self.elector.identity)
+        self._thread = threading.Thread(target=self._run, name="leader-election",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """After the provider has drained: give the lease up so a standby need not wait."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.timing.retry_period * 2)
+        self.elector.release()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.elector.step()
+            except Exception:  # a bad answer from the API server must not end the loop
+                log.exception("leader election step failed")
+            self._observe()
+            self._stop.wait(self.timing.retry_period)
+
+    def _observe(self) -> None:
+        provider = self._provider
+        if provider is None:
+            return
+        metrics = provider.metrics
+        metrics.without_leader.set(self.elector.seconds_without_leader())
+        if self.elector.failovers > self._failovers:
+            metrics.leader_failovers.inc(self.elector.failovers - self._failovers)
+            self._failovers = self.elector.failovers
+
+    def _changed(self, leader: bool) -> None:
+        log.warning("%s %s the allset lease", self.elector.identity,
+                    "holds" if leader else "no longer holds")
+        if self._provider is not None:
+            self._provider.leadership_changed()

@@ -1,0 +1,273 @@
+"""Leader election on a lease record, and the fence every cloud action passes.
+
+The rules are client-go's leader election (k8s.io/client-go/tools/leaderelection): a
+candidate takes the lease when it is free, or when its record has not changed for a
+whole lease duration *as this candidate observed it* (its own clock, never the holder's
+timestamps, so clock skew between nodes does not matter); the holder renews every retry
+period and gives up when it has not renewed for the renew deadline. The fence is
+stricter than holding: a process acts only until its last renewal plus the renew
+deadline, which is shorter than the lease duration every other candidate waits, so it
+has stopped before anyone else can start."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from provider.clock import Clock
+from provider.errors import Unavailable
+
+log = logging.getLogger(__name__)
+
+
+class NotLeader(Unavailable):
+    """This process may not act on the cluster's instances now."""
+
+
+class LeaseConflict(Exception):
+    """The lease changed since it was read (or was created meanwhile)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    holder: str | None
+    duration_seconds: float
+    acquired_at: float | None = None
+    renewed_at: float | None = None
+    transitions: int = 0
+    version: str = ""  # the store's optimistic-concurrency token (resourceVersion)
+
+
+class LeaseStore(Protocol):
+    """Where the lease lives (provider.leadership.kube: a Lease object)."""
+
+    def get(self) -> LeaseRecord | None: ...
+    def create(self, record: LeaseRecord) -> LeaseRecord: ...
+    def update(self, record: LeaseRecord) -> LeaseRecord: ...
+
+
+class Leadership(Protocol):
+    """What the rest of allset asks: may I act now, and since when."""
+
+    def is_leader(self) -> bool: ...
+    def check(self) -> None: ...  # raises NotLeader
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def acquired_at(self) -> float: ...
+    @property
+    def holder(self) -> str | None: ...
+    @property
+    def took_over_at(self) -> float | None: ...  # when it took the lease from another holder
+
+
+class AlwaysLeader:
+    """One process, no election (the embedded default, guarded by the state-dir lock)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._since = clock.now()
+
+    def is_leader(self) -> bool:
+        return True
+
+    def check(self) -> None:
+        return None
+
+    @property
+    def epoch(self) -> int:
+        return 0
+
+    @property
+    def acquired_at(self) -> float:
+        return self._since
+
+    @property
+    def holder(self) -> str | None:
+        return None
+
+    @property
+    def took_over_at(self) -> float | None:
+        return None  # the state-directory lock: no other process was acting
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Defaults as Cluster Autoscaler's own (--leader-elect-lease-duration 15s,
+    --leader-elect-renew-deadline 10s, --leader-elect-retry-period 2s)."""
+
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
+            raise ValueError("leader election needs 0 < retryPeriod < renewDeadline < "
+                             f"leaseDuration; got {self.retry_period}s, "
+                             f"{self.renew_deadline}s, {self.lease_duration}s")
+
+
+class LeaderElector:
+    """Implements Leadership for one candidate. `step` is one try (tests drive it);
+    `run` loops it in a thread until stopped."""
+
+    def __init__(self, store: LeaseStore, identity: str, clock: Clock,
+                 timing: Timing | None = None, *,
+                 on_change: Callable[[bool], None] | None = None) -> None:
+        self._store = store
+        self.identity = identity
+        self._clock = clock
+        self.timing = timing or Timing()
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._observed: LeaseRecord | None = None
+        self._observed_at = float("-inf")  # our clock, when the record last changed
+        self._renewed_at = float("-inf")  # our clock, our last successful write
+        self._leader = False
+        self._epoch = 0
+        self._acquired_at = float("-inf")
+        self._took_over_at: float | None = None
+        self.failovers = 0  # times this process became leader after another holder
+
+    # --- Leadership ------------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        with self._lock:
+            return self._leader and self._clock.now() < self._renewed_at + \
+                self.timing.renew_deadline
+
+    def check(self) -> None:
+        if not self.is_leader():
+            raise NotLeader(f"{self.identity} does not hold the allset lease now "
+                            f"(holder: {self.holder or 'none'})")
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def acquired_at(self) -> float:
+        return self._acquired_at
+
+    @property
+    def holder(self) -> str | None:
+        observed = self._observed
+        return observed.holder if observed is not None else None
+
+    @property
+    def took_over_at(self) -> float | None:
+        return self._took_over_at
+
+    def seconds_without_leader(self) -> float:
+        """How long, as this process saw it, no one has held a live lease."""
+        observed, now = self._observed, self._clock.now()
+        if self.is_leader() or observed is None:
+            return 0.0
+        if not observed.holder:
+            return max(0.0, now - self._observed_at)
+        return max(0.0, now - (self._observed_at + observed.duration_seconds))
+
+    # --- the loop --------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.step()
+            except Exception:  # the loop must survive anything; it retries
+                log.exception("leader election step failed")
+                self._lose_if_overdue()
+            stop.wait(self.timing.retry_period)
+        self._set_leader(False)
+
+    def step(self) -> bool:
+        """Try once to take or renew the lease. Returns whether this process leads."""
+        now = self._clock.now()
+        try:
+            current = self._store.get()
+        except Exception as err:
+            log.warning("reading the lease failed: %s", err)
+            self._lose_if_overdue()
+            return self.is_leader()
+        if current is None:
+            return self._write(None, LeaseRecord(self.identity, self.timing.lease_duration,
+                                                 now, now, 0), now)
+        if self._observed is None or _changed(self._observed, current):
+            self._observed, self._observed_at = current, now
+        mine = current.holder == self.identity
+        free = not current.holder or \
+            now >= self._observed_at + current.duration_seconds
+        if not mine and not free:
+            self._set_leader(False)
+            return False
+        record = LeaseRecord(
+            self.identity, self.timing.lease_duration,
+            acquired_at=current.acquired_at if mine else now,
+            renewed_at=now,
+            transitions=current.transitions if mine else current.transitions + 1,
+            version=current.version,
+        )
+        return self._write(current, record, now)
+
+    def release(self) -> None:
+        """Give the lease up on a clean shutdown, so the standby need not wait it out."""
+        if not self.is_leader():
+            return
+        observed = self._observed
+        self._set_leader(False)
+        if observed is None:
+            return
+        try:
+            self._store.update(dataclasses.replace(
+                observed, holder=None, duration_seconds=1.0, renewed_at=self._clock.now()))
+        except Exception as err:
+            log.info("releasing the lease failed (it will expire): %s", err)
+
+    # --- internals -------------------------------------------------------------------------
+
+    def _write(self, current: LeaseRecord | None, record: LeaseRecord, now: float) -> bool:
+        try:
+            written = self._store.create(record) if current is None else \
+                self._store.update(record)
+        except LeaseConflict:
+            self._lose_if_overdue()
+            return self.is_leader()
+        except Exception as err:
+            log.warning("writing the lease failed: %s", err)
+            self._lose_if_overdue()
+            return self.is_leader()
+        self._observed, self._observed_at = written, now
+        with self._lock:
+            was = self._leader
+            self._renewed_at = now
+            if not was:
+                self._epoch = written.transitions
+                self._acquired_at = now
+                if current is not None and current.holder not in (None, self.identity):
+                    # Its attempts may still be running until their deadline.
+                    self.failovers += 1
+                    self._took_over_at = now
+        if not was:
+            log.info("%s leads (lease epoch %d)", self.identity, written.transitions)
+            self._set_leader(True)
+        return True
+
+    def _lose_if_overdue(self) -> None:
+        if self._leader and self._clock.now() >= self._renewed_at + self.timing.renew_deadline:
+            log.warning("%s could not renew the lease within %.0fs; it stops acting",
+                        self.identity, self.timing.renew_deadline)
+            self._set_leader(False)
+
+    def _set_leader(self, leader: bool) -> None:
+        with self._lock:
+            changed = self._leader != leader
+            self._leader = leader
+        if changed and self._on_change is not None:
+            self._on_change(leader)
+
+
+def _changed(a: LeaseRecord, b: LeaseRecord) -> bool:
+    return (a.holder, a.renewed_at, a.transitions, a.version) != \
+        (b.holder, b.renewed_at, b.transitions, b.version)

@@ -1,0 +1,108 @@
+"""Leader election on a Lease served over HTTP (our fake API server, the official client):
+who leads, when the other may take over, and the fence that stops a leader before its
+lease could pass to another."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+
+from provider.clock import ManualClock
+from provider.leadership.elector import (
+    LeaderElector,
+    LeaseConflict,
+    LeaseRecord,
+    NotLeader,
+    Timing,
+)
+from provider.leadership.kube import KubeLeaseStore
+from tests.fakekube import FakeKube
+
+NS = "kube-system"
+
+
+@pytest.fixture
+def api() -> Iterator[object]:
+    with FakeKube() as kube, kube.client() as client:
+        yield client
+
+
+def electors(api: object, clock: ManualClock) -> tuple[LeaderElector, LeaderElector]:
+    store = KubeLeaseStore(api, NS, "allset")
+    return (LeaderElector(store, "pod-a", clock), LeaderElector(store, "pod-b", clock))
+
+
+def test_one_leads_and_the_other_waits_a_whole_lease_duration(api: object) -> None:
+    clock = ManualClock()
+    a, b = electors(api, clock)
+    assert a.step() and a.is_leader() and a.epoch == 0
+    assert not b.step() and b.holder == "pod-a"
+    a.check()
+    with pytest.raises(NotLeader, match="holder: pod-a"):
+        b.check()
+    # a stops renewing (killed): b must wait the lease duration from when *it* saw the
+    # last change, whatever the timestamps in the record say.
+    clock.advance(14)
+    assert not b.step()
+    clock.advance(1)
+    assert b.step() and b.is_leader() and b.epoch == 1
+    assert b.took_over_at == clock.now() and b.failovers == 1
+
+
+def test_a_leader_that_cannot_renew_stops_acting_before_anyone_may_take_over(
+        api: object) -> None:
+    clock = ManualClock()
+    a, b = electors(api, clock)
+    assert a.step()
+    b.step()  # b observes the record now
+    clock.advance(9.9)
+    a.check()  # within the renew deadline
+    clock.advance(0.2)  # 10.1 s without a renewal (the API server is unreachable)
+    with pytest.raises(NotLeader):
+        a.check()
+    assert not b.step()  # and b still may not take it: 5 s of margin remain
+    clock.advance(5)
+    assert b.step()
+
+
+def test_renewals_keep_the_lease_and_the_epoch(api: object) -> None:
+    clock = ManualClock()
+    a, b = electors(api, clock)
+    for _ in range(20):
+        assert a.step()
+        assert not b.step()
+        clock.advance(2)
+    assert a.epoch == 0 and a.took_over_at is None
+
+
+def test_a_clean_release_lets_the_standby_in_at_once(api: object) -> None:
+    clock = ManualClock()
+    a, b = electors(api, clock)
+    assert a.step()
+    b.step()
+    a.release()
+    assert not a.is_leader()
+    assert b.step() and b.took_over_at is None  # a stopped acting before it let go
+
+
+def test_two_writers_at_once_get_one_lease(api: object) -> None:
+    clock = ManualClock()
+    store = KubeLeaseStore(api, NS, "allset")
+    first = store.create(_record("pod-a", clock))
+    with pytest.raises(LeaseConflict):
+        store.create(_record("pod-b", clock))
+    renewed = dataclasses.replace(first, renewed_at=clock.now() + 2)
+    store.update(renewed)  # a's renewal, with the version it read
+    with pytest.raises(LeaseConflict):  # b's takeover from the same version: too late
+        store.update(dataclasses.replace(first, holder="pod-b", renewed_at=clock.now() + 3))
+
+
+def test_timing_must_leave_a_margin() -> None:
+    with pytest.raises(ValueError, match="renewDeadline < leaseDuration"):
+        Timing(lease_duration=10, renew_deadline=10, retry_period=2)
+
+
+def _record(holder: str, clock: ManualClock) -> LeaseRecord:
+    return LeaseRecord(holder, 15, clock.now(), clock.now(), 0)

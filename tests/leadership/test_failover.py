@@ -1,0 +1,158 @@
+"""Two allset processes on one cluster: only the lease holder acts; a leader cut off
+mid-attempt stops before its lease can pass; the new leader waits out the old one's
+attempts before rolling them back; nothing is launched twice."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from adapters.base import CapacityType, LaunchRequest, OwnerTags
+from adapters.fake import FakeCloud
+from adapters.registry import create_adapter
+from provider.app import Provider
+from provider.clock import ManualClock
+from provider.executor import inline_runner
+from provider.leadership.elector import LeaderElector
+from provider.leadership.kube import KubeLeaseStore
+from provider.service.server import Server
+from provider.wire import externalgrpc_pb2 as pb
+from provider.wire import externalgrpc_pb2_grpc as pb_grpc
+from tests.fakekube import FakeKube
+from tests.helpers import ManualPool, config
+from tests.promises.test_reconcile_races import GANG
+
+
+@dataclass
+class Replica:
+    provider: Provider
+    elector: LeaderElector
+    pool: ManualPool
+
+
+@dataclass
+class Pair:
+    cloud: FakeCloud
+    clock: ManualClock
+    a: Replica
+    b: Replica
+
+
+def replica(name: str, cloud: FakeCloud, clock: ManualClock, store: KubeLeaseStore) -> Replica:
+    box: list[Provider] = []
+    elector = LeaderElector(store, name, clock,
+                            on_change=lambda leader: box[0].leadership_changed() if box else None)
+    pool = ManualPool()
+    provider = Provider(config(GANG), cloud, clock, pool=pool, runner=inline_runner,
+                        leadership=elector)
+    box.append(provider)
+    return Replica(provider, elector, pool)
+
+
+@pytest.fixture
+def pair() -> Iterator[Pair]:
+    clock = ManualClock()
+    cfg = config(GANG)
+    cloud = create_adapter(cfg, clock)
+    assert isinstance(cloud, FakeCloud)
+    with FakeKube() as kube, kube.client() as api:
+        store = KubeLeaseStore(api, "kube-system", "allset")
+        a, b = replica("pod-a", cloud, clock, store), replica("pod-b", cloud, clock, store)
+        assert a.elector.step() and not b.elector.step()
+        a.provider.refresh_now()
+        b.provider.refresh_now()
+        yield Pair(cloud, clock, a, b)
+
+
+def tokens(cloud: FakeCloud) -> Counter[tuple[str, str]]:
+    return Counter((i.tags.attempt, i.tags.part) for i in cloud.all_instances())
+
+
+def test_the_standby_acts_on_nothing(pair: Pair) -> None:
+    assert pair.a.provider.acting() and not pair.b.provider.acting()
+    pair.cloud.launch(LaunchRequest("dead/0.0", "g", "z1", "p5", 1, OwnerTags(
+        "test", "g", "dead", "0.0", CapacityType.ON_DEMAND)))
+    for _ in range(2):
+        pair.b.provider.refresh_now()
+        pair.clock.advance(pair.b.provider.config.orphan_grace_seconds)
+    assert len(pair.cloud.live_instances()) == 1  # the standby left the orphan alone
+    for _ in range(2):  # the leader sees it in two listings a grace period apart
+        pair.a.elector.step()
+        pair.a.provider.refresh_now()
+        pair.clock.advance(pair.a.provider.config.orphan_grace_seconds)
+    assert pair.cloud.live_instances() == []  # and rolls it back
+
+
+def test_a_leader_cut_off_mid_attempt_stops_and_the_new_one_waits_it_out(pair: Pair) -> None:
+    a, b, clock = pair.a, pair.b, pair.clock
+    launches = {"n": 0}
+
+    def cut_off_after_first_part(req: LaunchRequest) -> None:
+        launches["n"] += 1
+        if launches["n"] == 1:
+            clock.advance(10.5)  # the API server is unreachable: no renewal meanwhile
+
+    pair.cloud.before_launch = cut_off_after_first_part
+    a.provider.scaleups.increase("g", 4)  # r-a (2) + r-b (2): two parts
+    a.pool.run_all()
+    pair.cloud.before_launch = None
+    assert launches["n"] == 1, "the second part must be fenced, not launched"
+    stray = pair.cloud.live_instances()
+    assert len(stray) == 2 and not any(i.tags.committed for i in stray)
+    assert stray[0].tags.attempt.startswith("a0-")  # epoch 0 launched it
+
+    clock.advance(5)  # 15.5 s since b saw a's last renewal
+    assert b.elector.step() and b.provider.acting() and b.elector.epoch == 1
+    for _ in range(3):  # a's attempt may still land for its deadline: left alone
+        b.provider.refresh_now()
+        clock.advance(60)
+    assert len(pair.cloud.live_instances()) == 2
+    assert b.provider.fleet.view("g").target_size == 0
+    b.elector.step()
+    clock.advance(b.provider.config.attempt_deadline_seconds)
+    b.elector.step()
+    b.provider.refresh_now()
+    clock.advance(b.provider.config.orphan_grace_seconds)
+    b.elector.step()
+    b.provider.refresh_now()
+    assert pair.cloud.live_instances() == []
+    # The new leader scales up with its own epoch; nothing was launched twice.
+    b.provider.scaleups.increase("g", 2)
+    b.pool.run_all()
+    assert {i.tags.attempt[:3] for i in pair.cloud.live_instances()} == {"a1-"}
+    assert all(n == 2 for n in tokens(pair.cloud).values())
+    # a comes back and finds it is no longer the leader: it acts on nothing.
+    assert not a.elector.step() and not a.provider.acting()
+
+
+def test_ca_reaches_only_the_leader(pair: Pair) -> None:
+    servers = [Server(r.provider, "127.0.0.1:0", None) for r in (pair.a, pair.b)]
+    for s in servers:
+        s.start()
+    channels = [grpc.insecure_channel(s.address) for s in servers]
+    try:
+        def health(i: int) -> int:
+            stub = health_pb2_grpc.HealthStub(channels[i])
+            return int(stub.Check(health_pb2.HealthCheckRequest(service="")).status)
+
+        serving = health_pb2.HealthCheckResponse.SERVING
+        assert health(0) == serving and health(1) != serving
+        stub_b = pb_grpc.CloudProviderStub(channels[1])
+        with pytest.raises(grpc.RpcError) as caught:
+            stub_b.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g"))
+        assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "standby" in (caught.value.details() or "")
+        pair.a.elector.release()  # a shuts down cleanly
+        assert pair.b.elector.step()
+        assert health(1) == serving and health(0) != serving
+        assert stub_b.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="g")).targetSize == 0
+    finally:
+        for ch in channels:
+            ch.close()
+        for s in servers:
+            s.stop(grace=0.5)
