@@ -173,9 +173,11 @@ class ControlPlane:
         return kubeconfig(self.dir / f"{name}.kubeconfig", server or self.server,
                           self.pki.ca, pair)
 
-    def client_kubeconfig(self, name: str, server: str) -> Path:
-        """A kubeconfig for a client of the suite's own (allset), through ``server``."""
-        return self._component_kubeconfig(name, server)
+    def client_kubeconfig(self, name: str, server: str, user: str) -> Path:
+        """A kubeconfig for ``user`` (no groups: only RBAC grants it anything), through
+        ``server``."""
+        pair = self.pki.issue(name, user)
+        return kubeconfig(self.dir / f"{name}.kubeconfig", server, self.pki.ca, pair)
 
     def start_controllers(self) -> None:
         kcm = self._component_kubeconfig("kube-controller-manager")

@@ -15,12 +15,25 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.e2e import kueue
 from tests.e2e.allset import BOOT_SECONDS, ROOT, Allset
 from tests.e2e.cluster import ControlPlane, Parts
 from tests.e2e.kubelet import Kubelet
 from tests.e2e.proxy import Relay
+
+ALLSET_USER = "system:serviceaccount:kube-system:allset"
+
+
+def rbac_documents() -> list[dict[str, Any]]:
+    """deploy/kubernetes/base/rbac.yaml: the ClusterRole allset needs and its binding."""
+    text = (ROOT / "deploy" / "kubernetes" / "base" / "rbac.yaml").read_text()
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    subjects = [s for d in docs for s in d.get("subjects") or []]
+    assert [f"system:serviceaccount:{s['namespace']}:{s['name']}" for s in subjects] == \
+        [ALLSET_USER], subjects
+    return docs
 
 
 def _parts() -> Parts:
@@ -58,8 +71,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         cluster.start()
         kueue.install(cluster.rest)
         relay = Relay(cluster.api_port)
+        # allset runs as the ServiceAccount deploy/ binds, with only deploy's RBAC.
+        for doc in rbac_documents():
+            cluster.rest.apply(doc)
         allset = Allset(directory / "allset", cluster.client_kubeconfig(
-            "allset", f"https://127.0.0.1:{relay.port}"))
+            "allset", f"https://127.0.0.1:{relay.port}", ALLSET_USER))
         kubelet = Kubelet(cluster.rest, allset.state, allset.config(),
                           boot_seconds=BOOT_SECONDS, never_join={"nojoin": True})
         kubelet.start()

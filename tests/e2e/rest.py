@@ -23,11 +23,14 @@ class ApiError(Exception):
 
 
 class Rest:
-    def __init__(self, server: str, ca: str, cert: str, key: str) -> None:
+    def __init__(self, server: str, ca: str = "", cert: str = "", key: str = "") -> None:
+        """TLS with a client certificate; plain HTTP (our fake API server) without one."""
         self.server = server
+        timeout = urllib3.Timeout(connect=5, read=60)
         self._http = urllib3.PoolManager(ca_certs=ca, cert_file=cert, key_file=key,
                                          cert_reqs="CERT_REQUIRED", retries=False,
-                                         timeout=urllib3.Timeout(connect=5, read=60))
+                                         timeout=timeout) if cert else \
+            urllib3.PoolManager(retries=False, timeout=timeout)
         self._kinds: dict[tuple[str, str], tuple[str, bool]] = {}
 
     # --- raw -----------------------------------------------------------------------------
@@ -43,6 +46,23 @@ class Rest:
             raise ApiError(response.status, text)
         out: Obj = json.loads(text) if text else {}
         return out
+
+    def first_watch_event(self, path: str) -> tuple[int, Obj]:
+        """Open a watch and return its HTTP status and its first event (or error body)."""
+        response = self._http.request("GET", self.server + path, preload_content=False,
+                                      headers={"Accept": "application/json"})
+        try:
+            if response.status >= 400:
+                return int(response.status), json.loads(response.read() or b"{}")
+            line = b""
+            while not line.endswith(b"\n"):
+                chunk = response.read(1)
+                if not chunk:
+                    break
+                line += chunk
+            return int(response.status), json.loads(line or b"{}")
+        finally:
+            response.release_conn()
 
     # --- by kind ---------------------------------------------------------------------------
 
