@@ -7,6 +7,7 @@ cloud's machines boot and register whether or not allset is up."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Mapping
@@ -78,8 +79,8 @@ class Kubelet:
 
     def sync(self) -> None:
         now = time.time()
-        nodes = {n["metadata"]["name"]: n for n in self._rest.list(
-            "v1", "Node", selector="allset.dev/node-group")}
+        nodes = {n["metadata"]["name"]: n for n in self._rest.call(
+            "GET", "/api/v1/nodes?labelSelector=allset.dev/node-group")["items"]}
         live: set[str] = set()
         for inst in self.instances():
             if inst.state in (InstanceState.TERMINATED, InstanceState.TERMINATING):
@@ -91,10 +92,11 @@ class Kubelet:
             if now < inst.launched_at + self._boot + self.join_seconds:
                 continue
             try:
-                self._rest.create(node_for(inst, group, self._gpu_label))
+                self._rest.call("POST", "/api/v1/nodes", node_for(inst, group, self._gpu_label))
             except ApiError as err:
                 if err.status != 409:
                     raise
         for name in nodes:
             if name not in live:
-                self._rest.delete("v1", "Node", name)
+                with contextlib.suppress(ApiError):  # already gone
+                    self._rest.call("DELETE", f"/api/v1/nodes/{name}")
