@@ -86,7 +86,7 @@ class Provider:
         self._loop: threading.Thread | None = None
         self._last_refresh = float("-inf")
         self._watchers: list[Callable[[bool], None]] = []
-        self._serving = False
+        self._state = (False, False)  # (ready, acting) as watchers last heard it
         self.not_ready_retry_seconds = 2.0  # how soon a failed first listing is tried again
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -120,11 +120,11 @@ class Provider:
         return self.ready.is_set() and self.leadership.is_leader()
 
     def watch_serving(self, callback: Callable[[bool], None]) -> None:
-        """Call ``callback(acting)`` now and whenever it changes (health follows it)."""
+        """Call ``callback(acting)`` now and whenever acting or readiness changes."""
         with self._refresh_lock:
             self._watchers.append(callback)
-            state = self._serving
-        callback(state)
+            acting = self._state[1]
+        callback(acting)
 
     def leadership_changed(self) -> None:
         """The elector gained or lost the lease."""
@@ -141,14 +141,15 @@ class Provider:
                 "; retry shortly")
 
     def _notify(self) -> None:
+        """Tell watchers when readiness or acting changed (they read both)."""
         with self._refresh_lock:
-            now = self.acting()
-            changed = now != self._serving
-            self._serving = now
+            state = (self.ready.is_set(), self.acting())
+            changed = state != self._state
+            self._state = state
             watchers = list(self._watchers)
         if changed:
             for callback in watchers:
-                callback(now)
+                callback(state[1])
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop taking work, let running attempts finish (they commit or roll back)."""

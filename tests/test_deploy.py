@@ -20,6 +20,7 @@ from provider.controller import conditions
 from provider.controller.kube import CALLS
 from provider.demand import CLASS_NAME
 from provider.provreq import parse_parameters
+from provider.service.server import LIVE, READY
 from tests.deploy_kit import (
     DEPLOY,
     ROOT,
@@ -224,9 +225,13 @@ def test_server_certificate_names_the_address_in_cas_cloud_config(directory: Pat
     assert len(parts) == 1 or parts[1] == service["metadata"]["namespace"]
     (svc_port,) = [p for p in service["spec"]["ports"] if p["port"] == int(port)]
     deployment, container = _allset(docs)
-    (target,) = [p for p in container["ports"] if p["name"] == svc_port["targetPort"]]
-    assert target["containerPort"] == _port(args_of(container)["--address"])
-    assert service["spec"]["selector"].items() <= \
+    # No selector: the leader writes its own address (and this port) into the Service's
+    # EndpointSlice, so the target port is the number allset listens on.
+    assert "selector" not in service["spec"]
+    assert svc_port["targetPort"] == _port(args_of(container)["--address"])
+    assert svc_port["name"] == "grpc"  # the port name the leader's EndpointSlice uses
+    metrics = one(docs, "Service", "allset-metrics")
+    assert metrics["spec"]["selector"].items() <= \
         deployment["spec"]["template"]["metadata"]["labels"].items()
 
 
@@ -305,8 +310,15 @@ def test_ports_probes_and_network_policy_agree(directory: Path) -> None:
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         # gRPC health on the plaintext port: kubelet has no client certificate.
         assert container[probe]["grpc"]["port"] == ports["health"], probe
+    # A standby is alive and ready (its view of the cloud is warm); only the leader is
+    # routed to, by its EndpointSlice, never by readiness (that would block rollouts).
+    assert container["readinessProbe"]["grpc"]["service"] == READY
+    assert container["livenessProbe"]["grpc"]["service"] == LIVE
+    assert container["startupProbe"]["grpc"]["service"] == LIVE
     service = one(docs, "Service", "allset")
-    assert {p["targetPort"] for p in service["spec"]["ports"]} == {"grpc", "metrics"}
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == [ports["grpc"]]
+    metrics = one(docs, "Service", "allset-metrics")
+    assert [p["targetPort"] for p in metrics["spec"]["ports"]] == ["metrics"]
     policy = one(docs, "NetworkPolicy", "allset")
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     assert policy["spec"]["podSelector"] == deployment["spec"]["selector"]
@@ -317,11 +329,20 @@ def test_ports_probes_and_network_policy_agree(directory: Path) -> None:
 
 
 @pytest.mark.parametrize("directory", OVERLAYS, ids=_id)
-def test_one_replica_recreated_with_time_to_finish(directory: Path) -> None:
+def test_two_replicas_rolled_with_time_to_finish(directory: Path) -> None:
     docs = render(directory)
     deployment, container = _allset(docs)
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]
+           if "valueFrom" in e}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace",
+                   "POD_IP": "status.podIP"}
+    anti = pod_spec(deployment)["affinity"]["podAntiAffinity"]
+    keys = [t["podAffinityTerm"]["topologyKey"]
+            for t in anti["preferredDuringSchedulingIgnoredDuringExecution"]]
+    assert keys == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
     spec = pod_spec(deployment)
     assert spec["terminationGracePeriodSeconds"] >= 120
     assert float(args_of(container)["--grace"]) < spec["terminationGracePeriodSeconds"]
@@ -329,7 +350,8 @@ def test_one_replica_recreated_with_time_to_finish(directory: Path) -> None:
     assert requests["cpu"] and requests["memory"]
     pdb = one(docs, "PodDisruptionBudget", "allset")
     assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
-    assert pdb["spec"]["maxUnavailable"] == 1  # never blocks a drain (see pdb.yaml)
+    assert pdb["spec"]["minAvailable"] == 1  # a standby always survives a drain
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
 
 
 @pytest.mark.parametrize("directory", OVERLAYS, ids=_id)

@@ -8,12 +8,14 @@ import os
 import socket
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from provider.clock import Clock
 from provider.config import LoadedConfig
 from provider.config.units import duration_seconds
 from provider.leadership.elector import LeaderElector, Timing
+from provider.leadership.endpoint import LeaderEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +28,8 @@ def identity() -> str:
 
 
 class Election:
-    def __init__(self, config: LoadedConfig, api: Any, clock: Clock) -> None:
+    def __init__(self, config: LoadedConfig, api: Any, clock: Clock,
+                 endpoint: LeaderEndpoint | None = None) -> None:
         from provider.leadership.kube import KubeLeaseStore
 
         settings = config.schema.leader_election
@@ -38,6 +41,10 @@ class Election:
         self.elector = LeaderElector(self.store, identity(), clock, self.timing,
                                      on_change=self._changed)
         self._provider: Any = None
+        self._endpoint = endpoint
+        # Routing writes go through one worker: they never block refresh or the elector,
+        # and they land in the order leadership changed.
+        self._routing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leader-route")
         self._failovers = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -45,6 +52,8 @@ class Election:
     def bind(self, provider: Any) -> None:
         """The provider whose actions this election fences (built with its elector)."""
         self._provider = provider
+        if self._endpoint is not None:
+            provider.watch_serving(self._route)
 
     def start(self) -> None:
         log.info("leader election on Lease %s/%s as %s", self.store.namespace,
@@ -58,6 +67,9 @@ class Election:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(self.timing.retry_period * 2)
+        if self._endpoint is not None:
+            self._routing.submit(self._endpoint.withdraw)
+        self._routing.shutdown(wait=True)
         self.elector.release()
 
     def _run(self) -> None:
@@ -68,6 +80,12 @@ class Election:
                 log.exception("leader election step failed")
             self._observe()
             self._stop.wait(self.timing.retry_period)
+
+    def _route(self, acting: bool) -> None:
+        endpoint = self._endpoint
+        if endpoint is None or self._stop.is_set():
+            return
+        self._routing.submit(endpoint.point_here if acting else endpoint.withdraw)
 
     def _observe(self) -> None:
         provider = self._provider

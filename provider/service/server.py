@@ -17,6 +17,11 @@ from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["CloudProvider"].full_name
+# Health services for kubelet: the process serves (liveness), its first cloud listing is
+# in (readiness, leader or standby). "" and SERVICE_NAME read SERVING only while this
+# replica acts: what a client of the CloudProvider service wants to know.
+LIVE = "allset.live"
+READY = "allset.ready"
 
 
 class Server:
@@ -66,8 +71,9 @@ class Server:
         """Listen at once (probes and CA get a clear answer), but report SERVING only while
         the provider may act (fleet read, lease held); otherwise CA's calls are refused
         with UNAVAILABLE."""
-        for name in ("", SERVICE_NAME):
+        for name in ("", SERVICE_NAME, READY):
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self._health.set(LIVE, health_pb2.HealthCheckResponse.SERVING)
         self._server.start()
         if self._probe is not None:
             self._probe.start()
@@ -82,10 +88,11 @@ class Server:
         held (a standby is not Ready, so CA's Service reaches only the leader)."""
         if self._stopping:
             return
-        status = health_pb2.HealthCheckResponse.SERVING if acting else \
-            health_pb2.HealthCheckResponse.NOT_SERVING
+        serving, not_serving = (health_pb2.HealthCheckResponse.SERVING,
+                                health_pb2.HealthCheckResponse.NOT_SERVING)
         for name in ("", SERVICE_NAME):
-            self._health.set(name, status)
+            self._health.set(name, serving if acting else not_serving)
+        self._health.set(READY, serving if self.provider.ready.is_set() else not_serving)
         if acting:
             log.info("allset serving %s on %s", SERVICE_NAME, self.address)
 

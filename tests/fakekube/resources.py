@@ -56,8 +56,13 @@ EVENTS = Resource("", ("v1",), "events", "Event", namespaced=True, status_subres
 LEASES = Resource("coordination.k8s.io", ("v1",), "leases", "Lease", namespaced=True,
                   status_subresource=False, custom=False, delete_returns_object=False)
 
+# discovery.k8s.io/v1 EndpointSlice: built-in, namespaced; the leader writes its own.
+ENDPOINT_SLICES = Resource("discovery.k8s.io", ("v1",), "endpointslices", "EndpointSlice",
+                           namespaced=True, status_subresource=False, custom=False,
+                           delete_returns_object=False)
+
 RESOURCES: tuple[Resource, ...] = (PROVISIONING_REQUESTS, POD_TEMPLATES, NODES, PODS, EVENTS,
-                                   LEASES)
+                                   LEASES, ENDPOINT_SLICES)
 BY_PLURAL = {r.plural: r for r in RESOURCES}
 
 
