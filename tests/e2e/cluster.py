@@ -69,9 +69,13 @@ def kubeconfig(path: Path, server: str, ca: Path, client: Pair) -> Path:
     return path
 
 
+# Loopback only: never through a proxy the environment may name.
+_LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _http_ok(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with _LOCAL.open(url, timeout=2) as response:
             return bool(response.status == 200)
     except OSError:
         return False
@@ -337,7 +341,7 @@ class ControlPlane:
     def etcd_call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         request = urllib.request.Request(self.etcd_url + path, json.dumps(body).encode(),
                                          {"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with _LOCAL.open(request, timeout=10) as response:
             out: dict[str, Any] = json.loads(response.read())
             return out
 
