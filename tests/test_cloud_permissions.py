@@ -69,6 +69,8 @@ GCP_CALLS = {
     "instances.set_labels_unary": {"compute.instances.setLabels"},
     "instances.delete_unary": {"compute.instances.delete"},
     "reservations.aggregated_list": {"compute.reservations.list"},
+    "reservations.get": {"compute.reservations.get"},
+    "instance_templates.get": {"compute.instanceTemplates.get"},
     "machine_types.get": {"compute.machineTypes.get"},
     "regions.get": {"compute.regions.get"},
     "zone_operations.wait": {"compute.zoneOperations.get"},

@@ -187,7 +187,8 @@ def labels_of(h: GcpHarness, inst: CloudInstance) -> dict[str, str]:
 
 
 def test_reserved_part_consumes_only_its_reservation(h: GcpHarness) -> None:
-    h.compute.add_reservation(ZONE_A, "res-a3", A3, 4, resource_policies=("fabric-a",))
+    h.compute.add_reservation(ZONE_A, "res-a3", A3, 4, resource_policies=("fabric-a",),
+                              specific_required=True)
     h.compute.add_reservation(ZONE_A, "res-open", A3, 4, resource_policies=("fabric-a",))
     launched = h.adapter.launch(part(h, "h100-a", 3, CapacityType.RESERVED, "res-a3",
                                      request="ml/train.v2"))
@@ -195,7 +196,8 @@ def test_reserved_part_consumes_only_its_reservation(h: GcpHarness) -> None:
     assert (in_use(h, "res-a3"), in_use(h, "res-open")) == (3, 0)
     recs = [h.compute.instances[tuple(i.id.split("/"))] for i in launched]  # type: ignore[index]
     assert {r.affinity for r in recs} == {"SPECIFIC_RESERVATION"}
-    assert {r.resource_policies for r in recs} == {("fabric-a",)}  # compact placement
+    # compact placement, added to the template's own policies
+    assert {r.resource_policies for r in recs} == {("weekday-schedule", "fabric-a")}
     assert {r.template for r in recs} == {"gpu-node"}
     inst = launched[0]
     assert inst.provider_id == f"gce://proj/{ZONE_A}/{inst.name}"
@@ -245,7 +247,8 @@ def test_stockout_launches_nothing(h: GcpHarness) -> None:
 
 
 def test_a_reservation_too_small_for_the_part_launches_nothing(h: GcpHarness) -> None:
-    h.compute.add_reservation(ZONE_A, "res-a3", A3, 2, resource_policies=("fabric-a",))
+    h.compute.add_reservation(ZONE_A, "res-a3", A3, 2, resource_policies=("fabric-a",),
+                              specific_required=True)
     with pytest.raises(InsufficientCapacity) as info:
         h.adapter.launch(part(h, "h100-a", 3, CapacityType.RESERVED, "res-a3"))
     assert info.value.cloud_code == "CONDITION_NOT_MET"

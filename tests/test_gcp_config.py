@@ -21,7 +21,7 @@ def test_the_example_groups_are_accepted() -> None:
     a = s.groups["h100-a"]
     assert a.instance_template == "projects/proj/global/instanceTemplates/gpu-node"
     # A fabric group uses the compact placement policy named like its fabric by default.
-    assert a.placement_policy == "projects/proj/regions/us-central1/resourcePolicies/fabric-a"
+    assert a.placement_policy == "fabric-a"  # by name, as the API takes it
     assert s.groups["h100-b"].placement_policy is None
     assert s.groups["t4"].accelerators == (("nvidia-tesla-t4", 1),) and s.groups["t4"].gpu
     assert s.local  # an http:// endpoint is a local test server: no credentials
@@ -61,7 +61,7 @@ def test_unknown_gcp_keys_are_refused() -> None:
         gcp_config("http://127.0.0.1:9", GROUPS, "reservationSelector: {labels: {a: b}}\n")
     (field, message), = info.value.problems
     assert field == "cloud.gcp.reservationSelector.labels"
-    assert "allowed keys: namePrefixes, names" in message
+    assert "allowed keys: namePrefixes, names, projects" in message
 
 
 def test_the_deploy_example_is_valid() -> None:
@@ -72,8 +72,7 @@ def test_the_deploy_example_is_valid() -> None:
     path = Path(__file__).resolve().parent.parent / "deploy" / "examples" / "gcp.yaml"
     cfg = load_config(path)
     s = settings_from(cfg)
-    assert s.groups["h100-a"].placement_policy == (
-        "projects/my-project/regions/us-central1/resourcePolicies/h100-compact")
+    assert s.groups["h100-a"].placement_policy == "h100-compact"
     assert sorted(cfg.unresolved) == ["a3-highgpu-8g", "n2-standard-16"]
 
 

@@ -62,7 +62,7 @@ def test_increase_uses_the_reservation_first_then_on_demand() -> None:
         assert len(live) == 6
         by_source = sorted((i.labels["allset-source"], i.reservation) for i in live)
         assert by_source == [("on-demand", None)] * 2 + [("reserved", "res-a3")] * 4
-        assert {i.resource_policies for i in live} == {("fabric-a",)}
+        assert {i.resource_policies for i in live} == {("weekday-schedule", "fabric-a")}
         assert all(i.labels.get(labels.COMMITTED) == "true" for i in live)
         assert compute.in_use(compute.reservations[(ZONE_A, "res-open")]) == 0
         listed = nodes(stub, "h100-a")

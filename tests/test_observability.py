@@ -105,16 +105,21 @@ def test_docs_describe_every_metric_and_alert() -> None:
 
 def test_service_monitor_scrapes_the_metrics_port() -> None:
     monitor = one(render(MONITORING), "ServiceMonitor", "allset")
-    service = one(render(DEPLOY / "base"), "Service", "allset")
+    base = render(DEPLOY / "base")
+    service = one(base, "Service", "allset-metrics")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= \
         service["metadata"]["labels"].items()
+    # Only the metrics Service: the allset Service routes CA to the leader alone.
+    grpc_only = one(base, "Service", "allset")
+    assert not monitor["spec"]["selector"]["matchLabels"].items() <= \
+        grpc_only["metadata"]["labels"].items()
     assert monitor["spec"]["namespaceSelector"]["matchNames"] == \
         [service["metadata"]["namespace"]]
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
-    # The rules' job label is the Service's name (the ServiceMonitor's default).
+    # The rules' job label is the value of the Service label the monitor names.
     assert 'job="allset"' in next(r["expr"] for r in _rules() if r["alert"] == "AllsetDown")
-    assert service["metadata"]["name"] == "allset"
+    assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == "allset"
 
 
 def test_dashboard_is_a_grafana_dashboard_with_a_datasource_variable() -> None:

@@ -102,6 +102,8 @@ class AwsAdapter:
             raise InvalidRequest(f"count must be positive, got {request.count}",
                                  cloud_code="InvalidParameterValue")
         kind = self._reservation_kind(request)
+        if kind is not ReservationKind.CAPACITY_BLOCK and group.fabric is not None:
+            self._refuse_outside_block(request, group.fabric)
         params = run_instances_params(request, group, kind)
         try:
             response = self._ec2.launches.run_instances(**params)
@@ -137,6 +139,20 @@ class AwsAdapter:
             )
         return known.kind
 
+    def _refuse_outside_block(self, request: LaunchRequest, fabric: str) -> None:
+        """A group whose fabric is a Capacity Block gets nodes from that block only: an
+        on-demand node (or one from another reservation) would carry the fabric's label
+        without being placed with the block's nodes."""
+        with self._lock:
+            blocks = [r.id for r in self._reservations.values()
+                      if r.kind is ReservationKind.CAPACITY_BLOCK and r.fabric == fabric]
+        if blocks:
+            raise InvalidRequest(
+                f"group {request.node_group}: fabric {fabric} is Capacity Block "
+                f"{blocks[0]}, so its nodes come from the block only (part {request.token} "
+                f"is {request.source}); give the group capacityTypes: [reserved]",
+                cloud_code="InvalidParameterCombination")
+
     def _describe_reservation(self, rid: str) -> Reservation:
         """A reservation no snapshot has shown yet (one call)."""
         try:
@@ -148,7 +164,9 @@ class AwsAdapter:
         if not items:
             raise InvalidRequest(f"reservation {rid} does not exist",
                                  cloud_code="InvalidCapacityReservationId.NotFound")
-        return discovery.reservation_from(items[0], self._settings.fabric_of_placement_group)
+        return discovery.reservation_from(items[0], self._settings.fabric_of_placement_group,
+                                          self._settings.fabric_of_reservation,
+                                          self._settings.capacity_block_cutoff)
 
     # --- terminate and commit --------------------------------------------------------------
 

@@ -123,7 +123,20 @@ def placement_group_name(arn: str) -> str:
     return arn.rpartition(":placement-group/")[2] or arn
 
 
-def reservation_from(item: Item, fabric_of_pg: Mapping[str, str]) -> Reservation:
+# States listed besides active: reservations that will start (a Capacity Block bought
+# for later, one whose payment is being processed, a future-dated ODCR). They are shown with
+# their start, and the planner's window rule keeps them out until then.
+NOT_YET_ACTIVE = ("scheduled", "payment-pending")
+
+
+def reservation_from(item: Item, fabric_of_pg: Mapping[str, str],
+                     fabric_of_reservation: Mapping[str, str] | None = None,
+                     block_cutoff: float = 0.0) -> Reservation:
+    """``fabric_of_reservation``: the fabric of the group listing a reservation, which a
+    Capacity Block takes as its own; ``block_cutoff``: seconds before a block's EndDate
+    from which it is no longer offered (EC2 terminates its instances from 30 minutes
+    before the end)."""
+    rid = item["CapacityReservationId"]
     kind = (ReservationKind.CAPACITY_BLOCK if item.get("ReservationType") == "capacity-block"
             else ReservationKind.DEFAULT)
     fabric = None
@@ -133,18 +146,28 @@ def reservation_from(item: Item, fabric_of_pg: Mapping[str, str]) -> Reservation
         # A reservation in a placement group no group launches into fits no group: give it
         # a fabric no group has, which the planner's fabric filter names when it rejects it.
         fabric = fabric_of_pg.get(pg, f"placement-group/{pg}")
+    elif kind is ReservationKind.CAPACITY_BLOCK:
+        # A block's instances are placed together already: the block is a fabric of its
+        # own, named by the group that lists it (none: it serves groups without a fabric).
+        fabric = (fabric_of_reservation or {}).get(rid)
     ends = epoch(item.get("EndDate")) if item.get("EndDateType") != "unlimited" else None
+    if ends is not None and kind is ReservationKind.CAPACITY_BLOCK:
+        ends -= block_cutoff
+    active = item.get("State", "active") == "active"
+    starts = epoch(item.get("StartDate")) if kind is ReservationKind.CAPACITY_BLOCK \
+        or not active else None
+    total = int(item.get("TotalInstanceCount", 0))
     return Reservation(
-        id=item["CapacityReservationId"],
+        id=rid,
         zone=item["AvailabilityZone"],
         instance_type=item["InstanceType"],
-        total=int(item.get("TotalInstanceCount", 0)),
-        free=int(item.get("AvailableInstanceCount", 0)),
+        total=total,
+        # Not active yet: the slots it will have (EC2 shows none available until then).
+        free=int(item.get("AvailableInstanceCount", 0)) if active else total,
         kind=kind,
         targeted=item.get("InstanceMatchCriteria") == "targeted",
         fabric=fabric,
-        starts_at=epoch(item.get("StartDate")) if kind is ReservationKind.CAPACITY_BLOCK
-        else None,
+        starts_at=starts,
         ends_at=ends,
         price=0.0,  # already paid for, used or not
     )
@@ -159,12 +182,18 @@ def selected(item: Item, settings: AwsSettings) -> bool:
     return all(have.get(k) == v for k, v in settings.selector_tags.items())
 
 
+def _windowed(item: Item) -> bool:
+    """A reservation that is not active yet is shown only with the date it starts."""
+    return item.get("State", "active") == "active" or epoch(item.get("StartDate")) is not None
+
+
 def list_reservations(client: Client, settings: AwsSettings) -> Listing[Reservation]:
-    """Active reservations the selector picks. Ids are matched here rather than sent as
-    CapacityReservationIds, which fails the whole call when one id no longer exists."""
+    """Active reservations the selector picks, and those that will start. Ids are matched
+    here rather than sent as CapacityReservationIds, which fails the whole call when one id
+    no longer exists."""
     if not settings.selected_ids and not settings.selector_tags:
         return Listing((), 0)
-    filters = [{"Name": "state", "Values": ["active"]}]
+    filters = [{"Name": "state", "Values": ["active", *NOT_YET_ACTIVE]}]
     if not settings.selected_ids:  # tags only: let EC2 do the filtering
         filters += [{"Name": f"tag:{k}", "Values": [v]} for k, v in settings.selector_tags.items()]
     found: list[Reservation] = []
@@ -172,8 +201,10 @@ def list_reservations(client: Client, settings: AwsSettings) -> Listing[Reservat
     for items in pages(client.describe_capacity_reservations, "CapacityReservations",
                        Filters=filters, MaxResults=PAGE_SIZE):
         calls += 1
-        found.extend(reservation_from(i, settings.fabric_of_placement_group)
-                     for i in items if selected(i, settings))
+        found.extend(reservation_from(i, settings.fabric_of_placement_group,
+                                      settings.fabric_of_reservation,
+                                      settings.capacity_block_cutoff)
+                     for i in items if selected(i, settings) and _windowed(i))
     return Listing(tuple(found), calls)
 
 

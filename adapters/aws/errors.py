@@ -38,6 +38,14 @@ CAPACITY = frozenset({
     "SpotMaxPriceTooLow",
 })
 ZONE_CAPACITY = frozenset({"InsufficientFreeAddressesInSubnet"})
+# The reservation is not active yet (a Capacity Block before its start, or still
+# payment-pending): it cannot take the part now and will later, so it is ruled out for a
+# while like a full one.
+NOT_ACTIVE = frozenset({"InvalidCapacityReservationState.PendingActivation"})
+# A ClientToken whose instances have since been terminated: the part did launch once and
+# nothing of it runs now; only a new attempt (a new token) can launch again ("Error codes
+# for the Amazon EC2 API": IdempotentInstanceTerminated).
+TOKEN_SPENT = frozenset({"IdempotentInstanceTerminated"})
 
 QUOTA = frozenset({
     "InstanceLimitExceeded",
@@ -153,6 +161,14 @@ def _classify_client_error(err: ClientError, operation: str, launch: bool) -> Cl
         return InsufficientCapacity(message, scope=Scope.OFFERING, cloud_code=code)
     if code in ZONE_CAPACITY:
         return InsufficientCapacity(message, scope=Scope.ZONE, cloud_code=code)
+    if code in NOT_ACTIVE:
+        return InsufficientCapacity(f"{message} (the reservation is not active yet)",
+                                    scope=Scope.OFFERING, cloud_code=code)
+    if code in TOKEN_SPENT:
+        return InvalidRequest(f"{message} (this part's instances were launched and have "
+                              "been terminated since; nothing of it runs, and only a new "
+                              "attempt can launch it again)", scope=Scope.OFFERING,
+                              cloud_code=code)
     if code in QUOTA:
         return QuotaExceeded(message, scope=Scope.CLOUD, cloud_code=code)
     if code in ACCOUNT:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from provider.config import ConfigError, LoadedConfig
+from provider.config.units import duration_seconds
 
 
 def _frozen(mapping: Mapping[str, str] | None = None) -> Mapping[str, str]:
@@ -27,6 +28,8 @@ class GroupLaunch:
     security_group_ids: tuple[str, ...] = ()
     placement_group: str | None = None
     efa_interfaces: int = 0
+    efa_secondary_type: str = "efa-only"
+    fabric: str | None = None
     tags: Mapping[str, str] = field(default_factory=_frozen)
 
 
@@ -41,6 +44,12 @@ class AwsSettings:
     selector_tags: Mapping[str, str] = field(default_factory=_frozen)
     # Cluster placement group name -> the fabric of the groups launched into it.
     fabric_of_placement_group: Mapping[str, str] = field(default_factory=_frozen)
+    # Reservation id -> the fabric of the group that lists it. A Capacity Block is its own
+    # fabric (its instances are placed together, with no placement group): the group that
+    # lists it names that fabric.
+    fabric_of_reservation: Mapping[str, str] = field(default_factory=_frozen)
+    # Capacity Blocks end this much earlier for the planner than EndDate says.
+    capacity_block_cutoff: float = 2400.0
 
 
 def settings_from(config: LoadedConfig) -> AwsSettings:
@@ -49,6 +58,7 @@ def settings_from(config: LoadedConfig) -> AwsSettings:
         raise ConfigError(config.source, [("cloud.aws", "required when cloud.provider is aws")])
     groups: dict[str, GroupLaunch] = {}
     fabrics: dict[str, str] = {}
+    listed_by: dict[str, str] = {}
     ids = set(cloud.reservation_selector.ids)
     for gi, g in enumerate(config.schema.node_groups):
         if g.aws is None:
@@ -59,6 +69,9 @@ def settings_from(config: LoadedConfig) -> AwsSettings:
         if placement_group is not None and g.fabric is not None:
             fabrics[placement_group] = g.fabric
         ids.update(g.reservations)
+        if g.fabric is not None:
+            for rid in g.reservations:
+                listed_by.setdefault(rid, g.fabric)
         groups[g.id] = GroupLaunch(
             group=g.id,
             zone=g.zone,
@@ -69,6 +82,8 @@ def settings_from(config: LoadedConfig) -> AwsSettings:
             security_group_ids=tuple(g.aws.security_group_ids),
             placement_group=placement_group,
             efa_interfaces=g.aws.efa_interfaces,
+            efa_secondary_type=g.aws.efa_secondary_type,
+            fabric=g.fabric,
             tags=_frozen(g.aws.tags),
         )
     return AwsSettings(
@@ -79,4 +94,6 @@ def settings_from(config: LoadedConfig) -> AwsSettings:
         selected_ids=frozenset(ids),
         selector_tags=_frozen(cloud.reservation_selector.tags),
         fabric_of_placement_group=_frozen(fabrics),
+        fabric_of_reservation=_frozen(listed_by),
+        capacity_block_cutoff=duration_seconds(cloud.capacity_block_cutoff),
     )

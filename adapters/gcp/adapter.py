@@ -13,20 +13,29 @@ from adapters.base import (
     CloudError,
     CloudInstance,
     CloudSnapshot,
+    InsufficientCapacity,
     InvalidRequest,
     LaunchRequest,
     Quota,
     Reservation,
+    Scope,
     Shape,
 )
 from adapters.gcp import discovery, labels
 from adapters.gcp.calls import Operations, call
 from adapters.gcp.changes import Changes
 from adapters.gcp.clients import Clients
-from adapters.gcp.discovery import Accelerators, ReservationContext
-from adapters.gcp.errors import GONE, TRANSPORT_ERRORS, from_api_error, from_transport
-from adapters.gcp.launch import bulk_insert_resource, request_id
+from adapters.gcp.discovery import Accelerators, ReservationContext, ReservationFacts
+from adapters.gcp.errors import (
+    CONDITION,
+    GONE,
+    TRANSPORT_ERRORS,
+    from_api_error,
+    from_transport,
+)
+from adapters.gcp.launch import bulk_insert_resource, needs_template, request_id
 from adapters.gcp.listing import raw_instances, walk
+from adapters.gcp.reserving import Reservations
 from adapters.gcp.settings import GcpSettings
 from provider.clock import Clock
 
@@ -64,6 +73,9 @@ class GcpAdapter:
         self._changes = Changes(clients.instances, self._ops, settings.project,
                                 request_timeout=settings.request_timeout,
                                 workers=settings.workers)
+        self._reserved = Reservations(settings, clients)
+        # Instance templates cannot be changed once created: each is read once.
+        self._templates: dict[str, compute_v1.InstanceProperties] = {}
 
     # --- discovery -----------------------------------------------------------------------
 
@@ -118,24 +130,7 @@ class GcpAdapter:
         return zones[0] if zones else sorted(g.zone for g in self._s.groups.values())[0]
 
     def _reservations(self) -> tuple[list[Reservation], int]:
-        request = compute_v1.AggregatedListReservationsRequest(
-            project=self._s.project, max_results=self._s.page_size)
-        pager = call(lambda: self._c.reservations.aggregated_list(
-            request=request, retry=None, timeout=self._s.request_timeout),
-            what="reservations.aggregatedList", mutating=False)
-        raw, pages = walk(pager.pages, "reservations", self._s.in_region,
-                          "reservations.aggregatedList")
-        found = [compute_v1.Reservation.wrap(r) for r in raw]
-        mine = [r for r in found
-                if self._s.in_region(discovery.last(r.zone)) and self._s.selects(r.name)]
-        ids = discovery.reservation_ids([(discovery.last(r.zone), r.name) for r in mine])
-        ctx = self._reservation_context()
-        out = []
-        for r in mine:
-            converted = discovery.reservation_of(r, ctx, ids[(discovery.last(r.zone), r.name)])
-            if converted is not None:
-                out.append(converted)
-        return out, pages
+        return self._reserved.listed(self._reservation_context())
 
     def _instances(self, filter_: str) -> tuple[list[CloudInstance], int]:
         masked = self.field_masks
@@ -213,11 +208,17 @@ class GcpAdapter:
             raise InvalidRequest(
                 f"part {request.token} asks for {request.instance_type} in {request.zone}; "
                 f"group {spec.id} is {spec.machine_type} in {spec.zone}", cloud_code="invalid")
-        reserved = request.reservation is not None
         with self._lock:
             generation = self._generation.get(request.token, 0)
         gpu = self._is_gpu(spec.machine_type, spec.gpu)
-        body = bulk_insert_resource(spec, request, gpu=gpu)
+        facts = None
+        if request.reservation is not None:
+            facts = self._reserved.facts(request.reservation, spec.zone)
+            if not facts.specific and not self._launched_before(request, spec.zone):
+                self._reserved.check_room(request.reservation, spec.zone, request.count)
+        template = self._template(spec.instance_template) if needs_template(spec, request) \
+            else None
+        body = bulk_insert_resource(spec, request, gpu=gpu, facts=facts, template=template)
         insert = compute_v1.BulkInsertInstanceRequest(
             project=self._s.project, zone=spec.zone,
             request_id=request_id(self._s.project, request.token, generation),
@@ -225,18 +226,76 @@ class GcpAdapter:
         )
         what = f"bulkInsert {request.token} ({request.count} x {spec.machine_type} in " \
                f"{spec.zone}, {request.source})"
-        op = call(lambda: self._c.instances.bulk_insert_unary(
-            request=insert, retry=None, timeout=self._s.request_timeout),
-            what=what, mutating=True, reserved=reserved)
-        done = self._ops.wait(spec.zone, op, what)
+        specific = facts is not None and facts.specific
         try:
-            Operations.raise_for(done, reserved=reserved)
-        except CloudError as err:
-            if err.retryable:  # nothing was created; a retry must be a new request
-                with self._lock:
-                    self._generation[request.token] = generation + 1
+            op = call(lambda: self._c.instances.bulk_insert_unary(
+                request=insert, retry=None, timeout=self._s.request_timeout),
+                what=what, mutating=True, reserved=specific)
+            done = self._ops.wait(spec.zone, op, what)
+            try:
+                Operations.raise_for(done, reserved=specific)
+            except CloudError as err:
+                if err.retryable:  # nothing was created; a retry must be a new request
+                    with self._lock:
+                        self._generation[request.token] = generation + 1
+                raise
+        except InsufficientCapacity as err:
+            if specific and request.reservation and err.cloud_code in CONDITION:
+                policy = self._reserved.explain_condition(request.reservation, spec.zone,
+                                                          request.count, err)
+                if policy is not None:
+                    raise policy from err.__cause__
             raise
-        return self._part_instances(request, spec.zone)
+        found = self._part_instances(request, spec.zone)
+        if facts is not None and not facts.specific:
+            self._check_consumed(request, facts, found)
+        return [i for i, _ in found]
+
+    def _launched_before(self, request: LaunchRequest, zone: str) -> bool:
+        """Whether the part's instances exist already (a repeated launch, answered with
+        them): its own VMs then fill the reservation, which must not refuse it."""
+        filter_ = labels.filter_for(cluster=request.tags.cluster, attempt=request.tags.attempt,
+                                    part=request.tags.part)
+        return any((i.tags.attempt, i.tags.part) == (request.tags.attempt, request.tags.part)
+                   for i, _ in self._list_zone(zone, filter_))
+
+    def _check_consumed(self, request: LaunchRequest, facts: ReservationFacts,
+                        found: list[tuple[CloudInstance, str]]) -> None:
+        """An ANY_RESERVATION part whose VMs did not all land in its reservation is given
+        back whole: allset's labels, plans and the ledger say where a node came from, and
+        a node billed on demand (or eating another reservation) behind them would make
+        every later plan wrong."""
+        strays = Reservations.strays(facts, [(i.id, c) for i, c in found])
+        if not strays:
+            return
+        self._changes.terminate([i.id for i, _ in found])
+        with self._lock:  # a retry of this token must be a new request, not a replay
+            self._generation[request.token] = self._generation.get(request.token, 0) + 1
+        raise InsufficientCapacity(
+            f"part {request.token}: {len(strays)} of {len(found)} VMs did not land in "
+            f"reservation {request.reservation} ({', '.join(strays[:3])}); the part was "
+            "deleted", scope=Scope.OFFERING, cloud_code="RESERVATION_NOT_CONSUMED")
+
+    def _template(self, url: str) -> compute_v1.InstanceProperties:
+        with self._lock:
+            known = self._templates.get(url)
+        if known is not None:
+            return known
+        name = discovery.last(url)
+        parts = url.split("/")
+        project = parts[parts.index("projects") + 1] if "projects" in parts[:-1] \
+            else self._s.project
+        if "/regions/" in url:
+            raise InvalidRequest(f"instance template {url}: regional templates cannot be "
+                                 "merged with network or placement settings yet; use a "
+                                 "global template", cloud_code="invalid")
+        got = call(lambda: self._c.instance_templates.get(
+            project=project, instance_template=name, retry=None,
+            timeout=self._s.request_timeout),
+            what=f"instanceTemplates.get {name}", mutating=False)
+        with self._lock:
+            self._templates[url] = got.properties
+        return got.properties
 
     def _is_gpu(self, machine_type: str, configured: bool) -> bool:
         if configured:
@@ -245,21 +304,23 @@ class GcpAdapter:
         shape = shapes.get(machine_type)
         return bool(shape and shape.gpu_count)
 
-    def _part_instances(self, request: LaunchRequest, zone: str) -> list[CloudInstance]:
+    def _part_instances(self, request: LaunchRequest,
+                        zone: str) -> list[tuple[CloudInstance, str]]:
+        """The part's instances, each with the reservation it consumes ("" for none)."""
         filter_ = labels.filter_for(cluster=request.tags.cluster, attempt=request.tags.attempt,
                                     part=request.tags.part)
-        found: list[CloudInstance] = []
+        found: list[tuple[CloudInstance, str]] = []
         for attempt in range(LIST_SETTLE_TRIES):
-            found = [i for i in self._list_zone(zone, filter_)
+            found = [(i, c) for i, c in self._list_zone(zone, filter_)
                      if (i.tags.attempt, i.tags.part) == (request.tags.attempt, request.tags.part)]
             if len(found) >= request.count:
                 break
             log.info("part %s: %d of %d instances listed, looking again",
                      request.token, len(found), request.count)
             self._clock.sleep(2.0 ** attempt)
-        return sorted(found, key=lambda i: i.name)
+        return sorted(found, key=lambda f: f[0].name)
 
-    def _list_zone(self, zone: str, filter_: str) -> list[CloudInstance]:
+    def _list_zone(self, zone: str, filter_: str) -> list[tuple[CloudInstance, str]]:
         request = compute_v1.ListInstancesRequest(
             project=self._s.project, zone=zone, filter=filter_, max_results=self._s.page_size)
         pager = call(lambda: self._c.instances.list(
@@ -272,10 +333,11 @@ class GcpAdapter:
         except TRANSPORT_ERRORS as err:
             raise from_transport(err, mutating=False, what=f"instances.list {zone}") from err
         out = []
-        for inst in raw_instances([compute_v1.Instance.pb(i) for i in listed]):
-            converted = discovery.instance_of(inst, self._s.project)
+        for inst in listed:
+            converted = discovery.instance_of(compute_v1.Instance.pb(inst), self._s.project)
             if converted is not None:
-                out.append(converted)
+                consumed = inst.resource_status.reservation_consumption_info.consumed_reservation
+                out.append((converted, consumed))
         return out
 
     # --- terminate and commit ------------------------------------------------------------

@@ -23,10 +23,11 @@ class Clients:
     machine_types: compute_v1.MachineTypesClient
     regions: compute_v1.RegionsClient
     zone_operations: compute_v1.ZoneOperationsClient
+    instance_templates: compute_v1.InstanceTemplatesClient
 
     def close(self) -> None:
         for client in (self.instances, self.reservations, self.machine_types, self.regions,
-                       self.zone_operations):
+                       self.zone_operations, self.instance_templates):
             client.transport.close()  # type: ignore[no-untyped-call]
 
 
@@ -48,5 +49,7 @@ def build(settings: GcpSettings) -> Clients:
         regions=compute_v1.RegionsClient(
             client_options=options, credentials=credentials, transport="rest"),
         zone_operations=compute_v1.ZoneOperationsClient(
+            client_options=options, credentials=credentials, transport="rest"),
+        instance_templates=compute_v1.InstanceTemplatesClient(
             client_options=options, credentials=credentials, transport="rest"),
     )

@@ -4,6 +4,7 @@ and regional quotas. Pure functions over the SDK's objects; no calls are made he
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -141,6 +142,53 @@ def reservation_type(machine_type: str, zone: str, accelerators: Accelerators,
     return machine_type + "+" + ",".join(f"{n}x{kind}" for kind, n in accelerators)
 
 
+@dataclass(frozen=True, slots=True)
+class ReservationFacts:
+    """What a launch into a reservation must say, learned when it was listed."""
+
+    zone: str
+    value: str  # its name in reservationAffinity.values
+    specific: bool  # specificReservationRequired: may (and must) be targeted by name
+    dense: bool  # deploymentType DENSE: consumers must be RESERVATION_BOUND
+    owner: str  # the project that owns it
+
+    def consumed_by(self, consumed: str) -> bool:
+        """Whether a VM's consumedReservation (a full resource name) is this one."""
+        match = _CONSUMED.search(consumed)
+        if match is None:
+            return False
+        return (match.group(1), match.group(2)) == (self.owner, reservation_name(self.value))
+
+
+_CONSUMED = re.compile(r"projects/([^/]+)/(?:zones/[^/]+/)?reservations/([^/]+)$")
+
+
+def facts_of(r: compute_v1.Reservation, rid: str, owner: str) -> ReservationFacts:
+    return ReservationFacts(
+        zone=last(r.zone), value=affinity_value(rid), specific=r.specific_reservation_required,
+        dense=r.deployment_type == "DENSE", owner=owner)
+
+
+def free_slots(sku: compute_v1.AllocationSpecificSKUReservation) -> int:
+    """count - inUseCount, where assuredCount (how many are usable now) does not say
+    fewer are there."""
+    usable = sku.count
+    if "assured_count" in sku:
+        usable = min(usable, sku.assured_count)
+    return max(0, usable - sku.in_use_count)
+
+
+def shared_with(r: compute_v1.Reservation, project: str) -> bool:
+    """Whether another project's reservation is shared with ``project``."""
+    if "share_settings" not in r:
+        return False
+    settings = r.share_settings
+    if settings.share_type == "ORGANIZATION":
+        return True
+    return project in settings.project_map or any(
+        v.project_id == project for v in settings.project_map.values())
+
+
 def reservation_of(r: compute_v1.Reservation, ctx: ReservationContext,
                    rid: str) -> Reservation | None:
     """A READY specific reservation as the planner sees it; None for anything else."""
@@ -162,7 +210,7 @@ def reservation_of(r: compute_v1.Reservation, ctx: ReservationContext,
         zone=zone,
         instance_type=reservation_type(machine_type, zone, accelerators, ctx),
         total=sku.count,
-        free=max(0, sku.count - sku.in_use_count),
+        free=free_slots(sku),
         targeted=r.specific_reservation_required,
         fabric=fabric,
         ends_at=timestamp(r.delete_at_time) if r.delete_at_time else None,
@@ -170,8 +218,9 @@ def reservation_of(r: compute_v1.Reservation, ctx: ReservationContext,
 
 
 def reservation_ids(zoned_names: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
-    """Reservations are named per zone. allset calls one by its name, and by zone/name
-    only when the region has two of that name."""
+    """Reservations are named per zone. allset calls one by its name (another project's by
+    ``projects/OWNER/reservations/NAME``, as affinity values name it), and prefixes the
+    zone (``ZONE/...``) only when the region has two of that name."""
     count: dict[str, int] = {}
     for _, name in zoned_names:
         count[name] = count.get(name, 0) + 1
@@ -179,8 +228,25 @@ def reservation_ids(zoned_names: Sequence[tuple[str, str]]) -> dict[tuple[str, s
             for zone, name in zoned_names}
 
 
+def shared_name(owner: str, name: str) -> str:
+    return f"projects/{owner}/reservations/{name}"
+
+
+def affinity_value(rid: str) -> str:
+    """The reservationAffinity value of a reservation id: without the zone prefix."""
+    head, sep, rest = rid.partition("/")
+    if sep and head != "projects":
+        return rest
+    return rid
+
+
 def reservation_name(rid: str) -> str:
     return rid.rsplit("/", 1)[-1]
+
+
+def reservation_owner(rid: str, project: str) -> str:
+    value = affinity_value(rid)
+    return value.split("/")[1] if value.startswith("projects/") else project
 
 
 # --- instances ---------------------------------------------------------------------------

@@ -24,19 +24,24 @@ from adapters.base import (
     TransientError,
 )
 
-# The pool of this machine type (and provisioning model) in the zone is empty.
+# The pool of this machine type (and provisioning model) in the zone is empty. On the
+# operation as a code; or, when the bulk API refuses the request up front, as HTTP 503
+# with reason insufficientCapacity ("Troubleshooting bulk creation of VMs", Insufficient
+# capacity) -- a 503 that is not a server hiccup and must not be retried as one.
 STOCKOUT = frozenset({
     "ZONE_RESOURCE_POOL_EXHAUSTED",
     "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
     "RESOURCE_POOL_EXHAUSTED",
+    "insufficientCapacity",
 })
 # Project quotas are regional or global: on-demand is blocked across our region.
 QUOTA = frozenset({"QUOTA_EXCEEDED", "quotaExceeded"})
 # The subnetwork has no address left: nothing launches there until someone widens it.
 ADDRESSES = frozenset({"IP_SPACE_EXHAUSTED"})
 # GCE answers CONDITION_NOT_MET when a SPECIFIC_RESERVATION launch does not fit the
-# reservation (full, not READY, properties differ); for other launches it is a policy or
-# precondition failure of the request.
+# reservation (full, not READY, properties differ), but also when an organisation policy
+# refuses the request (CA's GCE provider sees it so). For a reserved launch the adapter
+# reads the reservation again before believing it is full (adapter.GcpAdapter.launch).
 CONDITION = frozenset({"CONDITION_NOT_MET", "conditionNotMet"})
 PERMISSION = frozenset({"PERMISSIONS_ERROR", "forbidden", "accessNotConfigured",
                         "insufficientPermissions"})

@@ -1,5 +1,10 @@
 """One part of an attempt as one ``instances.bulkInsert``: count = minCount = N, so GCE
-creates all N or none (and deletes what it created when it cannot reach N)."""
+creates all N or none (and deletes what it created when it cannot reach N).
+
+``instanceProperties`` are merged over the group's ``sourceInstanceTemplate`` as a JSON
+merge patch (RFC 7396): maps merge, lists replace. So whatever list allset sets (NICs,
+resource policies) starts from the template's list, or the template's entries are lost
+(docs/cloud-behaviour.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from google.cloud import compute_v1
 
 from adapters.base import CapacityType, InvalidRequest, LaunchRequest
 from adapters.gcp import labels
-from adapters.gcp.discovery import reservation_name
+from adapters.gcp.discovery import ReservationFacts
 from adapters.gcp.settings import GroupSpec
 
 # requestId must be a UUID; the same token always gives the same one, so a repeated
@@ -39,32 +44,39 @@ def name_pattern(cluster: str, group: str, token: str) -> str:
     return f"{base}-{digest}-{_NAME_RUN}"
 
 
-def bulk_insert_resource(spec: GroupSpec, request: LaunchRequest, *,
-                         gpu: bool) -> compute_v1.BulkInsertInstanceResource:
+def needs_template(spec: GroupSpec, request: LaunchRequest) -> bool:
+    """Whether the part sets a list the template may hold (so the template must be read)."""
+    return bool(spec.network or spec.subnetwork or _policy(spec, request))
+
+
+def bulk_insert_resource(spec: GroupSpec, request: LaunchRequest, *, gpu: bool,
+                         facts: ReservationFacts | None = None,
+                         template: compute_v1.InstanceProperties | None = None,
+                         ) -> compute_v1.BulkInsertInstanceResource:
+    """``facts``: the reservation of a reserved part; ``template``: the properties of the
+    group's template, needed when :func:`needs_template` says so."""
     if request.count <= 0:
         raise InvalidRequest(f"count must be positive, got {request.count}",
                              cloud_code="invalid")
     source = request.source
+    dense = facts is not None and facts.dense
     props = compute_v1.InstanceProperties(
         machine_type=spec.machine_type,
         labels={**spec.labels, **labels.to_labels(request.tags)},
-        reservation_affinity=_affinity(request),
-        scheduling=_scheduling(source, gpu),
+        reservation_affinity=_affinity(request, facts),
+        scheduling=_scheduling(source, gpu, dense),
     )
     if spec.accelerators:
         props.guest_accelerators = [
             compute_v1.AcceleratorConfig(accelerator_type=kind, accelerator_count=count)
             for kind, count in spec.accelerators
         ]
-    if request.fabric is not None and spec.placement_policy:
-        props.resource_policies = [spec.placement_policy]
+    base = template or compute_v1.InstanceProperties()
+    policy = _policy(spec, request)
+    if policy:
+        props.resource_policies = list(dict.fromkeys([*base.resource_policies, policy]))
     if spec.network or spec.subnetwork:
-        nic = compute_v1.NetworkInterface()
-        if spec.network:
-            nic.network = spec.network
-        if spec.subnetwork:
-            nic.subnetwork = spec.subnetwork
-        props.network_interfaces = [nic]
+        props.network_interfaces = _nics(spec, list(base.network_interfaces))
     return compute_v1.BulkInsertInstanceResource(
         count=request.count,
         min_count=request.count,
@@ -74,29 +86,60 @@ def bulk_insert_resource(spec: GroupSpec, request: LaunchRequest, *,
     )
 
 
-def _affinity(request: LaunchRequest) -> compute_v1.ReservationAffinity:
+def _policy(spec: GroupSpec, request: LaunchRequest) -> str | None:
+    return spec.placement_policy if request.fabric is not None else None
+
+
+def _nics(spec: GroupSpec, template: list[compute_v1.NetworkInterface],
+          ) -> list[compute_v1.NetworkInterface]:
+    """The template's NICs with the first one moved to the configured network: its nic
+    type and access configs stay, and so do the other NICs (A3 machines carry their
+    GPU-to-GPU networks there). A new network without a subnetwork drops the template's
+    subnetwork, which belongs to the old network."""
+    nics = [compute_v1.NetworkInterface.deserialize(compute_v1.NetworkInterface.serialize(n))
+            for n in template] or [compute_v1.NetworkInterface()]
+    first = nics[0]
+    if spec.network:
+        first.network = spec.network
+        if not spec.subnetwork and "subnetwork" in first:
+            del first.subnetwork
+    if spec.subnetwork:
+        first.subnetwork = spec.subnetwork
+    return nics
+
+
+def _affinity(request: LaunchRequest,
+              facts: ReservationFacts | None) -> compute_v1.ReservationAffinity:
     """Always explicit: with no setting GCE uses ANY_RESERVATION and an on-demand part
-    would silently eat a matching open reservation another part (or team) counts on."""
+    would silently eat a matching open reservation another part (or team) counts on.
+
+    A reserved part names its reservation when GCE lets it: only reservations created with
+    specificReservationRequired may be targeted (GCE refuses the others by name). Those
+    are consumed with ANY_RESERVATION, and the adapter checks afterwards which reservation
+    each VM took (docs/design-decisions.md)."""
     if request.source is CapacityType.RESERVED:
-        if not request.reservation:
-            raise InvalidRequest(f"reserved part {request.token} names no reservation",
+        if not request.reservation or facts is None:
+            raise InvalidRequest(f"reserved part {request.token} names no known reservation",
                                  cloud_code="invalid")
+        if not facts.specific:
+            return compute_v1.ReservationAffinity(consume_reservation_type="ANY_RESERVATION")
         return compute_v1.ReservationAffinity(
             consume_reservation_type="SPECIFIC_RESERVATION",
             key=RESERVATION_KEY,
-            values=[reservation_name(request.reservation)],
+            values=[facts.value],
         )
     return compute_v1.ReservationAffinity(consume_reservation_type="NO_RESERVATION")
 
 
-def _scheduling(source: CapacityType, gpu: bool) -> compute_v1.Scheduling:
-    scheduling = compute_v1.Scheduling(
-        provisioning_model="SPOT" if source is CapacityType.SPOT else "STANDARD",
-    )
+def _scheduling(source: CapacityType, gpu: bool, dense: bool) -> compute_v1.Scheduling:
+    model = "SPOT" if source is CapacityType.SPOT else "STANDARD"
+    if dense:  # GCE refuses any other model for VMs consuming a DENSE reservation
+        model = "RESERVATION_BOUND"
+    scheduling = compute_v1.Scheduling(provisioning_model=model)
     if source is CapacityType.SPOT:
         # A preempted spot VM is deleted, not left stopped holding its disks and name.
         scheduling.instance_termination_action = "DELETE"
         scheduling.automatic_restart = False
-    if gpu or source is CapacityType.SPOT:
-        scheduling.on_host_maintenance = "TERMINATE"  # neither can live-migrate
+    if gpu or dense or source is CapacityType.SPOT:
+        scheduling.on_host_maintenance = "TERMINATE"  # none of them can live-migrate
     return scheduling

@@ -24,7 +24,9 @@ class GroupSpec:
     machine_type: str
     instance_template: str
     accelerators: tuple[tuple[str, int], ...] = ()  # (type, count), attached to the VM
-    placement_policy: str | None = None  # resource policy URL (compact placement)
+    # Compact placement resource policy, by name: InstanceProperties.resourcePolicies takes
+    # "names, not URLs" (Compute v1 reference, InstanceProperties).
+    placement_policy: str | None = None
     fabric: str | None = None
     network: str | None = None
     subnetwork: str | None = None
@@ -40,6 +42,8 @@ class GcpSettings:
     api_endpoint: str | None = None
     reservation_names: frozenset[str] = frozenset()
     reservation_prefixes: tuple[str, ...] = ()
+    # Other projects whose reservations, shared with this one, allset may use.
+    shared_projects: tuple[str, ...] = ()
     request_timeout: float = 60.0
     operation_timeout: float = 1200.0
     page_size: int = 500
@@ -61,11 +65,16 @@ class GcpSettings:
 
 
 
-def policy_url(project: str, region: str, name_or_url: str) -> str:
-    """A resource policy by name becomes the partial URL the API takes."""
-    if "/" in name_or_url:
-        return name_or_url
-    return f"projects/{project}/regions/{region}/resourcePolicies/{name_or_url}"
+def policy_name(region: str, name_or_url: str) -> str:
+    """A resource policy as the API takes it in instance properties: its name. A URL is
+    accepted in the config when it names a policy of our region."""
+    parts = name_or_url.rstrip("/").split("/")
+    if len(parts) > 1 and "regions" in parts:
+        where = parts[parts.index("regions") + 1] if parts.index("regions") + 1 < len(
+            parts) else ""
+        if where != region:
+            raise ValueError(f"{name_or_url} is not a policy of region {region}")
+    return parts[-1]
 
 
 def template_url(project: str, name_or_url: str) -> str:
@@ -112,13 +121,18 @@ def settings_from(config: LoadedConfig) -> GcpSettings:
         if len(gcp.labels) > MAX_USER_LABELS:
             problems.append((f"{where}.gcp.labels", f"at most {MAX_USER_LABELS} labels"))
         policy = gcp.placement_policy or group.fabric
+        if policy:
+            try:
+                policy = policy_name(cloud.region, policy)
+            except ValueError as err:
+                problems.append((f"{where}.gcp.placementPolicy", str(err)))
         groups[group.id] = GroupSpec(
             id=group.id,
             zone=group.zone,
             machine_type=group.instance_type,
             instance_template=template_url(cloud.project, gcp.instance_template),
             accelerators=tuple((a.type, a.count) for a in gcp.accelerators),
-            placement_policy=policy_url(cloud.project, cloud.region, policy) if policy else None,
+            placement_policy=policy or None,
             fabric=group.fabric,
             network=gcp.network,
             subnetwork=gcp.subnetwork,
@@ -135,6 +149,7 @@ def settings_from(config: LoadedConfig) -> GcpSettings:
         api_endpoint=cloud.api_endpoint,
         reservation_names=frozenset(selector.names),
         reservation_prefixes=tuple(selector.name_prefixes),
+        shared_projects=tuple(p for p in selector.projects if p != cloud.project),
         request_timeout=duration_seconds(cloud.request_timeout),
         operation_timeout=duration_seconds(cloud.operation_timeout),
     )

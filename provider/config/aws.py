@@ -7,11 +7,12 @@ when ``cloud.provider`` is ``aws``."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from provider.config.base import Model
+from provider.config.units import duration_seconds
 
 if TYPE_CHECKING:
     from provider.config.schema import Config
@@ -21,6 +22,20 @@ RESERVED_TAG_PREFIXES = ("allset.dev/", "aws:")
 _VERSION = re.compile(r"^(\$Default|\$Latest|[1-9][0-9]*)$")
 _RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 _ZONE = re.compile(r"^(?P<region>[a-z]{2}(-[a-z]+)+-\d+)[a-z]$")
+# EC2 begins terminating a Capacity Block's instances 30 minutes before it ends (EC2 user
+# guide, "Capacity Blocks": monitor with EventBridge), so no cut-off may be shorter.
+BLOCK_TERMINATION_SECONDS = 30 * 60
+
+
+def _cutoff(value: str | int | float) -> str | int | float:
+    seconds = duration_seconds(value)
+    if seconds < BLOCK_TERMINATION_SECONDS:
+        raise ValueError(f"{value!r} is less than 30m: EC2 starts terminating a Capacity "
+                         "Block's instances 30 minutes before its end")
+    return value
+
+
+Cutoff = Annotated[str | int | float, AfterValidator(_cutoff)]
 
 
 class LaunchTemplate(Model):
@@ -77,6 +92,9 @@ class AwsCloud(Model):
     reservation_selector: ReservationSelector = Field(
         default_factory=ReservationSelector, description="which capacity reservations "
         "allset may use")
+    capacity_block_cutoff: Cutoff = Field(
+        "40m", description="stop launching into a Capacity Block this long before it ends "
+        "(at least 30m: EC2 terminates its instances from 30 minutes before the end)")
 
 
 class AwsGroup(Model):
@@ -94,6 +112,10 @@ class AwsGroup(Model):
         description="cluster placement group (default: the group's fabric)",
     )
     efa_interfaces: int = Field(0, ge=0, le=64, description="EFA interfaces per instance")
+    efa_secondary_type: Literal["efa-only", "efa"] = Field(
+        "efa-only", description="interface type of the EFA interfaces after the first: "
+        "efa-only takes no subnet address (needs an EFA driver that knows it); efa takes "
+        "one each")
     tags: dict[str, str] = Field(default_factory=dict, description="extra tags on every "
                                  "instance and volume (not allset.dev/ or aws:)")
 
@@ -122,6 +144,7 @@ def aws_problems(schema: Config) -> list[tuple[str, str]]:
     fabric_of_pg: dict[str, tuple[str, str]] = {}  # placement group -> (fabric, group id)
     pg_of_fabric: dict[str, tuple[str, str]] = {}
     zone_of_pg: dict[str, str] = {}
+    fabric_of_reservation: dict[str, tuple[str, str]] = {}  # id -> (fabric, group id)
     for gi, group in enumerate(schema.node_groups):
         aws = group.aws
         if aws is None:
@@ -135,6 +158,14 @@ def aws_problems(schema: Config) -> list[tuple[str, str]]:
             if not _RESERVATION_ID.match(rid):
                 problems.append((f"{where}.reservations[{ri}]",
                                  f"{rid!r} is not a capacity reservation id (cr-...)"))
+            if group.fabric is None:
+                continue
+            # A Capacity Block listed by a fabric group is that fabric: one block, one fabric.
+            seen_fabric = fabric_of_reservation.setdefault(rid, (group.fabric, group.id))
+            if seen_fabric[0] != group.fabric:
+                problems.append((f"{where}.reservations[{ri}]",
+                                 f"{rid} is listed by group {seen_fabric[1]} of fabric "
+                                 f"{seen_fabric[0]}; a reservation serves one fabric"))
         pg = aws.placement_group or group.fabric
         if aws.placement_group is not None and group.fabric is None:
             problems.append((f"{where}.fabric", "required with aws.placementGroup: the fabric "

@@ -30,11 +30,16 @@ class Accelerator(Model):
 
 
 class GcpReservationSelector(Model):
-    """Which specific reservations of the region allset may use (GCE reservations carry
-    no labels, so they are chosen by name). Both empty: every reservation in the region."""
+    """Which reservations of the region allset may use (GCE reservations carry no labels,
+    so they are chosen by name). Names and prefixes both empty: every reservation in the
+    region. ``projects`` adds reservations other projects share with this one."""
 
     names: list[str] = Field(default_factory=list, description="exact reservation names")
     name_prefixes: list[str] = Field(default_factory=list, description="e.g. team-a-")
+    projects: list[str] = Field(
+        default_factory=list, description="owner projects whose reservations shared with "
+        "this project are used too (allset needs compute.reservations.list there); "
+        "names and prefixes apply to them as well")
 
 
 class GcpCloud(Model):
@@ -70,11 +75,14 @@ class GcpGroup(Model):
         "account, bootstrap metadata); required on GCP"
     )
     placement_policy: str | None = Field(
-        None, description="compact placement resource policy (name or URL); default for a "
-        "group with a fabric: the policy named like the fabric"
+        None, description="compact placement resource policy of the region (name or URL); "
+        "default for a group with a fabric: the policy named like the fabric. Added to the "
+        "template's resource policies"
     )
-    network: str | None = Field(None, description="default: the template's")
-    subnetwork: str | None = Field(None, description="default: the template's")
+    network: str | None = Field(None, description="network of the first NIC (default: the "
+                                "template's); the template's other NICs are kept")
+    subnetwork: str | None = Field(None, description="subnetwork of the first NIC (default: "
+                                   "the template's); the template's other NICs are kept")
     labels: dict[str, str] = Field(
         default_factory=dict, description="extra GCE labels on every instance"
     )

@@ -2,6 +2,28 @@
 counts, open vs targeted, capacity blocks and their windows, placement groups), pools that
 stock out, ClientToken idempotency, EC2's eventual consistency, and injected faults.
 
+Sources of the EC2 behaviours modelled here (facts only; the code is ours):
+
+* BLOCK END: EC2 begins terminating a Capacity Block's instances 30 minutes before the
+  block ends (EC2 user guide, "Monitor Capacity Blocks using EventBridge": the warning
+  comes 40 minutes before the end, termination 10 minutes later,
+  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-monitor.html). The
+  layer terminates them then, and refuses launches into a block from then on (the code of
+  that refusal is not documented; ReservationCapacityExceeded here).
+* BLOCK STATES: a block bought for later is ``scheduled`` (``payment-pending`` while paid)
+  until its StartDate and shows no available instances; a launch into it then fails with
+  InvalidCapacityReservationState.PendingActivation (the code named in issue 20; the
+  states are DescribeCapacityReservations' CapacityReservation.State,
+  https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CapacityReservation.html).
+* TOKEN SPENT: repeating a ClientToken whose instances were all terminated fails with
+  IdempotentInstanceTerminated ("Error codes for the Amazon EC2 API",
+  https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html).
+* EFA-ONLY: an EFA-only interface takes no IP address and cannot be the primary interface
+  (card 0, device 0) (EC2 user guide, "Maximize network bandwidth on Amazon EC2 instances
+  with multiple network cards",
+  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html); the layer
+  counts the subnet addresses launches take.
+
 It hooks the botocore event system of one boto3 session, so only the adapter under test sees
 it, and it answers with real error codes and HTTP statuses, which botocore turns into real
 ClientErrors. Everything else (instances, tags, launch templates, instance types) is moto's.
@@ -32,6 +54,7 @@ from botocore.exceptions import ReadTimeoutError
 
 ACCOUNT = "123456789012"
 ON_DEMAND, SPOT, CAPACITY_BLOCK = "on-demand", "spot", "capacity-block"
+BLOCK_CUTOFF = 30 * 60.0  # EC2 terminates a block's instances this long before its end
 _URL = "https://ec2.amazonaws.com/"
 Response = tuple[AWSResponse, dict[str, Any]]
 
@@ -59,7 +82,15 @@ class ModelReservation:
     def free(self) -> int:
         return max(0, self.total - len(self.instances))
 
-    def item(self, region: str) -> dict[str, Any]:
+    def state_at(self, now: float) -> str:
+        """A block is scheduled before its start and expired after its end."""
+        if self.state == "active" and self.starts is not None and now < self.starts:
+            return "scheduled"
+        if self.state == "active" and self.ends is not None and now >= self.ends:
+            return "expired"
+        return self.state
+
+    def item(self, region: str, now: float) -> dict[str, Any]:
         """As DescribeCapacityReservations shows it."""
 
         def when(epoch: float | None) -> dt.datetime | None:
@@ -75,8 +106,8 @@ class ModelReservation:
             "AvailabilityZone": self.zone,
             "Tenancy": "default",
             "TotalInstanceCount": self.total,
-            "AvailableInstanceCount": self.free,
-            "State": self.state,
+            "AvailableInstanceCount": self.free if self.state_at(now) == "active" else 0,
+            "State": self.state_at(now),
             "InstanceMatchCriteria": "targeted" if self.targeted else "open",
             "ReservationType": CAPACITY_BLOCK if self.capacity_block else "default",
             "EndDateType": "limited" if self.ends is not None else "unlimited",
@@ -135,6 +166,7 @@ class Ec2Layer:
         self._hidden: dict[str, int] = {}  # instance id -> calls it stays invisible for
         self._hide_next_launch = 0
         self._backdoor: Any = None
+        self.addresses_taken = 0  # subnet addresses the layer's launches took
 
     # --- set-up -------------------------------------------------------------------------
 
@@ -229,10 +261,13 @@ class Ec2Layer:
             if fault.code is None:
                 raise ReadTimeoutError(endpoint_url=_URL)
             return error(fault.code, fault.status)
+        self._end_blocks()
         if op == "DescribeCapacityReservations":
             return self._describe_reservations(params)
         if op == "RunInstances":
             if "layer.repeat" in context:
+                if self._all_terminated(context["layer.repeat"]):
+                    return error("IdempotentInstanceTerminated", 400)
                 return self._repeat(context["layer.repeat"])
             decided = context.get("layer.launch")
             if isinstance(decided, tuple):
@@ -275,6 +310,20 @@ class Ec2Layer:
             queue.popleft()
         return fault
 
+    def _end_blocks(self) -> None:
+        """EC2 terminates a block's instances from 30 minutes before its end."""
+        now = self._now()
+        for r in self.reservations.values():
+            if r.capacity_block and r.ends is not None and now >= r.ends - BLOCK_CUTOFF \
+                    and r.instances:
+                self.ec2.terminate_instances(InstanceIds=sorted(r.instances))
+                r.instances.clear()
+
+    def _all_terminated(self, ids: list[str]) -> bool:
+        found = self.ec2.describe_instances(InstanceIds=ids)["Reservations"]
+        states = [i["State"]["Name"] for r in found for i in r["Instances"]]
+        return bool(states) and all(s == "terminated" for s in states)
+
     def _invisible(self, instance_id: str) -> bool:
         left = self._hidden.get(instance_id, 0)
         if left <= 0:
@@ -290,11 +339,13 @@ class Ec2Layer:
         items = [r for r in self.reservations.values() if not wanted or r.id in wanted]
         for f in params.get("Filters", []):
             name, values = f["Name"], set(f["Values"])
-            items = [r for r in items if _matches(r, name, values)]
+            items = [r for r in items if _matches(r, name, values, self._now())]
         start = int(params.get("NextToken") or 0)
         size = int(params.get("MaxResults") or 1000)
         page = items[start:start + size]
-        body: dict[str, Any] = {"CapacityReservations": [r.item(self.region) for r in page]}
+        now = self._now()
+        body: dict[str, Any] = {"CapacityReservations": [r.item(self.region, now)
+                                                         for r in page]}
         if start + size < len(items):
             body["NextToken"] = str(start + size)
         return ok(body)
@@ -307,6 +358,10 @@ class Ec2Layer:
         spec = params.get("CapacityReservationSpecification", {})
         target = spec.get("CapacityReservationTarget", {}).get("CapacityReservationId")
         pool = (zone, itype, market)
+        for nic in params.get("NetworkInterfaces", []):
+            if nic.get("InterfaceType") == "efa-only" and (
+                    nic.get("NetworkCardIndex", 0), nic.get("DeviceIndex")) == (0, 0):
+                return error("InvalidParameterCombination", 400)  # not the primary
         if target is not None:
             return self._decide_targeted(target, params, low, high, market, pool)
         if market == CAPACITY_BLOCK:
@@ -346,8 +401,12 @@ class Ec2Layer:
         if r.placement_group is not None and group != r.placement_group:
             return error("InvalidParameterCombination", 400)
         now = self._now()
-        if r.state != "active" or (r.starts is not None and now < r.starts) or (
-                r.ends is not None and now >= r.ends):
+        state = r.state_at(now)
+        if state in ("scheduled", "payment-pending"):
+            return error("InvalidCapacityReservationState.PendingActivation", 400)
+        if state != "active":
+            return error("ReservationCapacityExceeded", 400)
+        if r.capacity_block and r.ends is not None and now >= r.ends - BLOCK_CUTOFF:
             return error("ReservationCapacityExceeded", 400)
         n = min(high, r.free)
         if n < low:
@@ -357,6 +416,9 @@ class Ec2Layer:
     def _record_launch(self, params: dict[str, Any], launch: _Launch,
                        parsed: dict[str, Any]) -> None:
         ids = [i["InstanceId"] for i in parsed.get("Instances", [])]
+        nics = params.get("NetworkInterfaces") or [{}]
+        self.addresses_taken += len(ids) * sum(
+            1 for n in nics if n.get("InterfaceType") != "efa-only")
         token = params.get("ClientToken")
         if token:
             self.tokens[token] = ids
@@ -399,9 +461,9 @@ class Ec2Layer:
         return ok({"ReservationId": "r-repeat", "OwnerId": ACCOUNT, "Instances": instances})
 
 
-def _matches(r: ModelReservation, name: str, values: set[str]) -> bool:
+def _matches(r: ModelReservation, name: str, values: set[str], now: float) -> bool:
     if name == "state":
-        return r.state in values
+        return r.state_at(now) in values
     if name == "instance-type":
         return r.instance_type in values
     if name == "availability-zone":

@@ -36,9 +36,14 @@ def test_the_example_loads_and_leaves_shapes_to_the_cloud() -> None:
     assert cfg.unresolved == ("m7i.2xlarge", "p5.48xlarge")
     settings = settings_from(cfg)
     assert settings.region == "us-east-1"
-    assert settings.selected_ids == {"cr-0a1b2c3d4e5f60718", "cr-0f1e2d3c4b5a69788"}
+    assert settings.selected_ids == {"cr-0a1b2c3d4e5f60718", "cr-0f1e2d3c4b5a69788",
+                                     "cr-0123456789abcdef0"}
     assert dict(settings.selector_tags) == {"allset": "prod-east"}
-    assert dict(settings.fabric_of_placement_group) == {"training-a": "training-a"}
+    assert dict(settings.fabric_of_placement_group) == {"training-a": "training-a",
+                                                        "block-2026-12": "block-2026-12"}
+    # The Capacity Block the block group lists is that group's fabric.
+    assert settings.fabric_of_reservation["cr-0123456789abcdef0"] == "block-2026-12"
+    assert settings.capacity_block_cutoff == 40 * 60
     gpu, cpu = settings.groups["h100-a"], settings.groups["cpu"]
     assert (gpu.template_name, gpu.template_version, gpu.efa_interfaces) == (
         "eks-gpu-al2023", "$Default", 32)
@@ -73,7 +78,7 @@ def group(aws: str, extra: str = "") -> str:
     (group("{launchTemplate: {name: gpu}, tags: {aws:foo: x}}"),
      "nodeGroups[0] (id g).aws.tags", "reserved"),
     (group("{launchTemplate: {name: gpu}, subnet: subnet-1}"), "nodeGroups[0] (id g).aws.subnet",
-     "unknown key; allowed keys: efaInterfaces, launchTemplate, placementGroup"),
+     "unknown key; allowed keys: efaInterfaces, efaSecondaryType, launchTemplate, placementGroup"),
     (BASE.replace("us-east-1a", "us-west-2a"), "nodeGroups[0] (id g).zone",
      "not a zone of cloud.aws.region us-east-1"),
     (group("{launchTemplate: {name: gpu}}", "\n    reservations: [my-reservation]"),

@@ -59,6 +59,27 @@ class ReservationRec:
     specific_required: bool = False
     resource_policies: tuple[str, ...] = ()  # policy names
     status: str = "READY"
+    # "DENSE" for calendar-mode / large GPU blocks: consumers must be RESERVATION_BOUND.
+    deployment_type: str = ""
+    # How many of ``count`` are usable now (Output Only; absent: all of them). Source:
+    # AllocationSpecificSKUReservation.assuredCount, Compute v1 reference.
+    assured_count: int | None = None
+    # Owner project when another project shares it with ours (None: our own), and the
+    # consumer projects it is shared with.
+    project: str | None = None
+    shared_with: tuple[str, ...] = ()
+
+    @property
+    def ref(self) -> str:
+        """How a consumer in our project names it in reservationAffinity.values."""
+        if self.project is None:
+            return self.name
+        return f"projects/{self.project}/reservations/{self.name}"
+
+    @property
+    def usable(self) -> int:
+        return self.count if self.assured_count is None else min(self.count,
+                                                                 self.assured_count)
 
 
 @dataclass(slots=True)
@@ -73,10 +94,11 @@ class InstanceRec:
     created: str
     provisioning_model: str
     affinity: str
-    reservation: str | None  # name of the reservation (same zone) it consumes
+    reservation: str | None  # ReservationRec.ref of the reservation (same zone) it consumes
     accelerators: tuple[tuple[str, int], ...]
     resource_policies: tuple[str, ...]
     template: str | None
+    network_interfaces: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -114,6 +136,19 @@ GPU_METRICS = {
     "nvidia-tesla-t4": "NVIDIA_T4_GPUS",
 }
 
+# What an A3 node template carries: gVNIC on the primary NIC with an external address, and
+# the extra NICs A3 machines use for GPU-to-GPU traffic, each in its own subnetwork.
+GPU_TEMPLATE: dict[str, Any] = {
+    "networkInterfaces": [
+        {"network": "global/networks/default", "nicType": "GVNIC",
+         "accessConfigs": [{"name": "external-nat", "type": "ONE_TO_ONE_NAT"}]},
+        *({"network": f"global/networks/gpu-net-{n}",
+           "subnetwork": f"regions/us-central1/subnetworks/gpu-sub-{n}", "nicType": "GVNIC"}
+          for n in range(1, 5)),
+    ],
+    "resourcePolicies": ["weekday-schedule"],  # an instance schedule policy
+}
+
 DEFAULT_MACHINE_TYPES = (
     MachineType("a3-highgpu-8g", 208, 1_916_928, (("nvidia-h100-80gb", 8),)),
     MachineType("a2-ultragpu-1g", 12, 174_080, (("nvidia-a100-80gb", 1),)),
@@ -130,11 +165,20 @@ class Compute:
     region: str = "us-central1"
     zones: tuple[str, ...] = ("us-central1-a", "us-central1-b", "us-central1-c")
     templates: set[str] = field(default_factory=lambda: {"gpu-node", "cpu-node"})
-    policies: set[str] = field(default_factory=lambda: {"fabric-a", "fabric-b"})
+    # Each template's properties (what instances.bulkInsert merges instanceProperties into).
+    template_properties: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {"gpu-node": dict(GPU_TEMPLATE), "cpu-node": {}})
+    policies: set[str] = field(
+        default_factory=lambda: {"fabric-a", "fabric-b", "weekday-schedule"})
+    # The compact placement policies among them (what a reservation's policies match).
+    placement_policies: set[str] = field(default_factory=lambda: {"fabric-a", "fabric-b"})
     machine_types: dict[str, MachineType] = field(
         default_factory=lambda: {m.name: m for m in DEFAULT_MACHINE_TYPES})
     # (zone, machine type, provisioning model STANDARD|SPOT) with no capacity left
     stockouts: set[tuple[str, str, str]] = field(default_factory=set)
+    # The same, refused when the request arrives (HTTP 503 insufficientCapacity) rather
+    # than on the operation.
+    request_stockouts: set[tuple[str, str, str]] = field(default_factory=set)
     quotas: dict[str, int] = field(default_factory=dict)  # regional metric -> limit
     unreachable: set[str] = field(default_factory=set)  # zones aggregated lists cannot see
     polls_to_done: int = 1  # waits/gets before an operation reports DONE
@@ -161,8 +205,8 @@ class Compute:
     def add_reservation(self, zone: str, name: str, machine_type: str, count: int,
                         **kwargs: object) -> None:
         with self.lock:
-            self.reservations[(zone, name)] = ReservationRec(
-                zone, name, machine_type, count, **kwargs)  # type: ignore[arg-type]
+            r = ReservationRec(zone, name, machine_type, count, **kwargs)  # type: ignore[arg-type]
+            self.reservations[(zone, r.ref)] = r
 
     def inject(self, fault: Fault) -> None:
         with self.lock:
@@ -180,7 +224,22 @@ class Compute:
 
     def in_use(self, r: ReservationRec) -> int:
         return sum(1 for i in self.instances.values()
-                   if i.zone == r.zone and i.reservation == r.name)
+                   if i.zone == r.zone and i.reservation == r.ref)
+
+    def reservation(self, zone: str, value: str) -> ReservationRec | None:
+        """The reservation ``value`` (an affinity value) names in ``zone``: a bare name is
+        one of our project's; another project's is named
+        ``projects/OWNER/reservations/NAME`` and must be shared with ours
+        (https://cloud.google.com/compute/docs/reference/rest/v1/instances, ReservationAffinity
+        ``values``: "a name to a reservation in the same project or
+        projects/different-project/reservations/some-reservation-name")."""
+        r = self.reservations.get((zone, value))
+        if r is None or (r.project is not None and self.project not in r.shared_with):
+            return None
+        return r
+
+    def projects(self) -> set[str]:
+        return {self.project} | {r.project for r in self.reservations.values() if r.project}
 
     def live(self, zone: str | None = None) -> list[InstanceRec]:
         with self.lock:
@@ -275,13 +334,15 @@ class Compute:
     def create(self, zone: str, name: str, machine_type: str, labels: dict[str, str],
                model: str, affinity: str, reservation: str | None,
                accelerators: tuple[tuple[str, int], ...], policies: tuple[str, ...],
-               template: str | None) -> InstanceRec:
+               template: str | None,
+               nics: list[dict[str, Any]] | None = None) -> InstanceRec:
         inst = InstanceRec(
             zone=zone, name=name, id=next(self._ids), machine_type=machine_type,
             labels=dict(labels), fingerprint=fingerprint_of(labels), status="RUNNING",
             created=time.strftime("%Y-%m-%dT%H:%M:%S.000-00:00", time.gmtime(self.now())),
             provisioning_model=model, affinity=affinity, reservation=reservation,
             accelerators=accelerators, resource_policies=policies, template=template,
+            network_interfaces=list(nics or []),
         )
         self.instances[(zone, name)] = inst
         self.created.append(f"{zone}/{name}")

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tests.fakegce import fields, filters
-from tests.fakegce.bulk import bulk_insert
+from tests.fakegce.bulk import bulk_insert, last
 from tests.fakegce.model import (
     ApiError,
     Compute,
@@ -66,14 +66,25 @@ def render_instance(c: Compute, i: InstanceRec) -> Json:
         "scheduling": {"provisioningModel": i.provisioning_model},
         "reservationAffinity": {"consumeReservationType": i.affinity},
     }
+    if i.network_interfaces:
+        out["networkInterfaces"] = [{"name": f"nic{n}", **nic}
+                                    for n, nic in enumerate(i.network_interfaces)]
+    if i.reservation is not None:
+        # Which reservation the VM consumes, by its full resource name (Instance
+        # resourceStatus.reservationConsumptionInfo.consumedReservation, Compute v1).
+        r = c.reservation(i.zone, i.reservation)
+        owner = r.project if r is not None and r.project else c.project
+        out["resourceStatus"] = {"reservationConsumptionInfo": {
+            "consumedReservation": f"projects/{owner}/zones/{i.zone}/reservations/"
+                                   f"{last(i.reservation)}"}}
     if c.metadata_bytes:  # what real instances carry: bootstrap scripts, disks, NICs
         out["metadata"] = {"items": [{"key": "startup-script",
                                       "value": "#" * c.metadata_bytes}]}
         out["disks"] = [{"boot": True, "deviceName": "boot", "diskSizeGb": "200",
                          "source": f"{zone_url(c, i.zone)}/disks/{i.name}"}]
-        out["networkInterfaces"] = [{"name": "nic0", "networkIP": "10.0.0.2",
-                                     "subnetwork": f"{API}/projects/{c.project}/regions/"
-                                     f"{c.region}/subnetworks/default"}]
+        out.setdefault("networkInterfaces", [{
+            "name": "nic0", "networkIP": "10.0.0.2",
+            "subnetwork": f"{API}/projects/{c.project}/regions/{c.region}/subnetworks/default"}])
         out["serviceAccounts"] = [{"email": "nodes@proj.iam.gserviceaccount.com",
                                    "scopes": ["https://www.googleapis.com/auth/cloud-platform"]}]
     if i.accelerators:
@@ -90,17 +101,36 @@ def render_reservation(c: Compute, r: ReservationRec) -> Json:
     if r.accelerators:
         props["guestAccelerators"] = [{"acceleratorType": t, "acceleratorCount": n}
                                       for t, n in r.accelerators]
+    owner = r.project or c.project
+    sku: Json = {"count": str(r.count), "inUseCount": str(c.in_use(r)),
+                 "instanceProperties": props}
+    if r.assured_count is not None:
+        sku["assuredCount"] = str(r.assured_count)
     out: Json = {
-        "kind": "compute#reservation", "name": r.name, "zone": zone_url(c, r.zone),
+        "kind": "compute#reservation", "name": r.name,
+        "zone": f"{API}/projects/{owner}/zones/{r.zone}",
         "status": r.status, "specificReservationRequired": r.specific_required,
-        "specificReservation": {"count": str(r.count), "inUseCount": str(c.in_use(r)),
-                                "instanceProperties": props},
+        "specificReservation": sku,
     }
+    if r.deployment_type:
+        out["deploymentType"] = r.deployment_type
+    if r.shared_with:
+        out["shareSettings"] = {"shareType": "SPECIFIC_PROJECTS", "projectMap": {
+            p: {"projectId": p} for p in r.shared_with}}
     if r.resource_policies:
         out["resourcePolicies"] = {
-            f"policy-{n}": f"{API}/projects/{c.project}/regions/{c.region}/resourcePolicies/{p}"
+            f"policy-{n}": f"{API}/projects/{owner}/regions/{c.region}/resourcePolicies/{p}"
             for n, p in enumerate(r.resource_policies)}
     return out
+
+
+def owned_by(req: Request, r: ReservationRec) -> bool:
+    return (r.project or req.compute.project) == req.params["project"]
+
+
+def reservation_ref(req: Request, name: str) -> str:
+    project = req.params["project"]
+    return name if project == req.compute.project else f"projects/{project}/reservations/{name}"
 
 
 def render_operation(c: Compute, op: OperationRec) -> Json:
@@ -229,7 +259,8 @@ def bulk(req: Request) -> Json:
 def list_reservations(req: Request) -> Json:
     c, zone = req.compute, req.zone
     with c.lock:
-        items = [render_reservation(c, r) for r in c.reservations.values() if r.zone == zone]
+        items = [render_reservation(c, r) for r in c.reservations.values()
+                 if r.zone == zone and owned_by(req, r)]
     return listing(req, "compute#reservationList", items)
 
 
@@ -237,17 +268,27 @@ def aggregated_reservations(req: Request) -> Json:
     c = req.compute
     with c.lock:
         items = [(r.zone, render_reservation(c, r))
-                 for r in sorted(c.reservations.values(), key=lambda r: (r.zone, r.name))]
+                 for r in sorted(c.reservations.values(), key=lambda r: (r.zone, r.name))
+                 if owned_by(req, r)]
     return aggregated(req, "compute#reservationAggregatedList", "reservations", items)
 
 
 def get_reservation(req: Request) -> Json:
     c = req.compute
     with c.lock:
-        r = c.reservations.get((req.zone, req.params["name"]))
+        r = c.reservations.get((req.zone, reservation_ref(req, req.params["name"])))
         if r is None:
             raise ApiError(404, "notFound", f"reservation {req.params['name']} not found")
         return render_reservation(c, r)
+
+
+def get_template(req: Request) -> Json:
+    c, name = req.compute, req.params["name"]
+    if name not in c.templates:
+        raise ApiError(404, "notFound", f"instance template {name} not found")
+    return {"kind": "compute#instanceTemplate", "name": name,
+            "selfLink": f"{API}/projects/{c.project}/global/instanceTemplates/{name}",
+            "properties": c.template_properties.get(name, {})}
 
 
 def render_machine_type(zone: str, mt: MachineType) -> Json:
@@ -308,6 +349,8 @@ ROUTES: list[tuple[str, str, re.Pattern[str], Handler]] = [
         ("GET", "zoneOperations.get", _Z + "/operations/(?P<op>[^/]+)", poll_operation),
         ("POST", "zoneOperations.wait", _Z + "/operations/(?P<op>[^/]+)/wait", poll_operation),
         ("GET", "regions.get", _P + "/regions/(?P<region>[^/]+)", get_region),
+        ("GET", "instanceTemplates.get", _P + "/global/instanceTemplates/(?P<name>[^/]+)",
+         get_template),
     ]
 ]
 
@@ -327,7 +370,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.compute.calls[name] += 1
             fault = self.compute.take_fault(name)
             try:
-                if match.group("project") != self.compute.project:
+                # Another project answers only for the reservations it owns.
+                project = match.group("project")
+                if project != self.compute.project and not (
+                        name.startswith("reservations.") and project in self.compute.projects()):
                     raise ApiError(404, "notFound", f"project {match.group('project')}")
                 if fault is not None and not fault.drop:
                     raise ApiError(fault.status, fault.reason, "injected fault")

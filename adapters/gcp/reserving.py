@@ -1,0 +1,160 @@
+"""Reservations on GCE: listing them (ours and those other projects share with us), and
+what a launch into one must know and check.
+
+* A reservation's facts (targetable by name or not, DENSE or not, owner project) are kept
+  from the last listing; a launch into one no listing has shown yet reads it first.
+* A reservation created without ``specificReservationRequired`` cannot be targeted by name,
+  so a part consumes it with ANY_RESERVATION. GCE then puts each VM into any matching open
+  reservation, or on demand when none has room; the part is checked VM by VM afterwards
+  (``consumedReservation``) and given back whole when a VM landed elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from google.cloud import compute_v1
+
+from adapters.base import (
+    CloudError,
+    InsufficientCapacity,
+    InvalidRequest,
+    Reservation,
+    Scope,
+)
+from adapters.gcp import discovery
+from adapters.gcp.calls import call
+from adapters.gcp.clients import Clients
+from adapters.gcp.discovery import ReservationContext, ReservationFacts
+from adapters.gcp.listing import walk
+from adapters.gcp.settings import GcpSettings
+
+log = logging.getLogger(__name__)
+
+
+class Reservations:
+    def __init__(self, settings: GcpSettings, clients: Clients) -> None:
+        self._s = settings
+        self._c = clients
+        self._lock = threading.Lock()
+        self._facts: dict[str, ReservationFacts] = {}
+
+    def listed(self, ctx: ReservationContext) -> tuple[list[Reservation], int]:
+        """READY reservations of the region the selector picks: one aggregated listing of
+        our project, and one per configured owner project (only what it shares with us)."""
+        found: list[tuple[compute_v1.Reservation, str]] = []
+        calls = 0
+        for project in (self._s.project, *self._s.shared_projects):
+            try:
+                listed, pages = self._aggregated(project)
+            except CloudError as err:
+                if project == self._s.project:
+                    raise
+                # Another project's listing is best effort: without it the refresh still
+                # stands, and its reservations are just not offered this time.
+                log.warning("reservations shared by project %s not read: %s", project, err)
+                calls += 1
+                continue
+            calls += pages
+            found += [(r, project) for r in listed
+                      if project == self._s.project or discovery.shared_with(r, self._s.project)]
+        mine = [(r, owner) for r, owner in found
+                if self._s.in_region(discovery.last(r.zone)) and self._s.selects(r.name)]
+        names = [(discovery.last(r.zone), self._name(r.name, owner)) for r, owner in mine]
+        ids = discovery.reservation_ids(names)
+        out: list[Reservation] = []
+        facts: dict[str, ReservationFacts] = {}
+        for (r, owner), key in zip(mine, names, strict=True):
+            rid = ids[key]
+            facts[rid] = discovery.facts_of(r, rid, owner)
+            converted = discovery.reservation_of(r, ctx, rid)
+            if converted is not None:
+                out.append(converted)
+        with self._lock:
+            self._facts = facts
+        return out, calls
+
+    def _name(self, name: str, owner: str) -> str:
+        return name if owner == self._s.project else discovery.shared_name(owner, name)
+
+    def _aggregated(self, project: str) -> tuple[list[compute_v1.Reservation], int]:
+        request = compute_v1.AggregatedListReservationsRequest(
+            project=project, max_results=self._s.page_size)
+        what = f"reservations.aggregatedList {project}"
+        pager = call(lambda: self._c.reservations.aggregated_list(
+            request=request, retry=None, timeout=self._s.request_timeout),
+            what=what, mutating=False)
+        raw, pages = walk(pager.pages, "reservations", self._s.in_region, what)
+        return [compute_v1.Reservation.wrap(r) for r in raw], pages
+
+    # --- launching into one ----------------------------------------------------------------
+
+    def facts(self, rid: str, zone: str) -> ReservationFacts:
+        with self._lock:
+            known = self._facts.get(rid)
+        if known is not None:
+            return known
+        r = self.get(rid, zone)
+        owner = discovery.reservation_owner(rid, self._s.project)
+        known = discovery.facts_of(r, rid, owner)
+        with self._lock:
+            self._facts[rid] = known
+        return known
+
+    def get(self, rid: str, zone: str) -> compute_v1.Reservation:
+        owner = discovery.reservation_owner(rid, self._s.project)
+        name = discovery.reservation_name(rid)
+        return call(lambda: self._c.reservations.get(
+            project=owner, zone=zone, reservation=name, retry=None,
+            timeout=self._s.request_timeout),
+            what=f"reservations.get {rid}", mutating=False)
+
+    def room(self, rid: str, zone: str) -> int:
+        """Free slots now (0 when not READY)."""
+        r = self.get(rid, zone)
+        if r.status != "READY" or "specific_reservation" not in r:
+            return 0
+        return discovery.free_slots(r.specific_reservation)
+
+    def check_room(self, rid: str, zone: str, count: int) -> None:
+        """Before an ANY_RESERVATION launch, which would go on demand rather than fail when
+        the reservation is full: refuse the part while it plainly cannot fit."""
+        free = self.room(rid, zone)
+        if free < count:
+            raise InsufficientCapacity(
+                f"reservation {rid} has {free} free slots, the part needs {count}",
+                scope=Scope.OFFERING, cloud_code="RESERVATION_FULL")
+
+    def explain_condition(self, rid: str, zone: str, count: int,
+                          err: InsufficientCapacity) -> InvalidRequest | None:
+        """CONDITION_NOT_MET on a reserved launch means "full" only if the reservation is:
+        with room for the part, the refusal was a policy or precondition (an organisation
+        policy, a property mismatch) that waiting will not fix."""
+        try:
+            free = self.room(rid, zone)
+        except (InvalidRequest, InsufficientCapacity):
+            return None
+        except Exception:  # a failed re-read leaves the first answer standing
+            log.warning("could not read reservation %s again", rid, exc_info=True)
+            return None
+        if free < count:
+            return None
+        typed = InvalidRequest(f"{err} (reservation {rid} has {free} free slots, so this is "
+                               "a policy or property mismatch, not a full reservation)",
+                               scope=Scope.OFFERING, cloud_code=err.cloud_code)
+        typed.__cause__ = err.__cause__
+        return typed
+
+    @staticmethod
+    def strays(facts: ReservationFacts, consumed: Sequence[tuple[str, str]],
+               warn: Callable[[str], None] = log.warning) -> list[str]:
+        """Ids of the part's VMs that did not land in the reservation, from (id,
+        consumedReservation) pairs. When no VM reports what it consumes at all, nothing can
+        be told apart, and the part is kept (said once in the log)."""
+        if consumed and not any(c for _, c in consumed):
+            warn(f"no VM reports the reservation it consumes; cannot check "
+                 f"{facts.value}")
+            return []
+        return [iid for iid, c in consumed if not facts.consumed_by(c)]
