@@ -68,7 +68,7 @@ def pod_spec(selector: dict[str, str], requests: dict[str, str], *,
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "nodeSelector": dict(selector),
-        "containers": [{"name": "work", "image": "registry.invalid/e2e:never-pulled",
+        "containers": [{"name": "work", "image": "e2e.invalid/never-pulled:0",
                         "resources": {"requests": dict(requests), "limits": dict(requests)}}],
         "terminationGracePeriodSeconds": 0,
     }
