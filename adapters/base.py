@@ -61,6 +61,9 @@ class OwnerTags:
     source: CapacityType
     reservation: str | None = None
     request: str | None = None
+    # The ProvisioningRequest's metadata.uid: a request recreated under the same name is
+    # another request and never takes over these instances.
+    request_uid: str | None = None
     # Set by CloudAdapter.commit once every part of the attempt is up. An instance of an
     # uncommitted attempt that is no longer in flight is rolled back by reconcile.
     committed: bool = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from pathlib import Path
 
 from adapters.base import CapacityType, CloudAdapter, Quota, Reservation, Shape
 from provider.clock import Clock
@@ -65,10 +66,18 @@ def _fake(config: LoadedConfig, clock: Clock) -> CloudAdapter:
             launch_latency_seconds=cfg.launch_latency_seconds,
             boot_seconds=cfg.boot_seconds,
             terminate_seconds=cfg.terminate_seconds,
-            state_path=cfg.state_path,
+            state_path=_beside(config.source, cfg.state_path),
         ),
         clock,
     )
+
+
+def _beside(source: str, path: str | None) -> str | None:
+    """A relative statePath is relative to the config file, not to wherever allset was
+    started: `serve` and `plan` run from different directories still share one cloud."""
+    if path is None or Path(path).is_absolute() or not Path(source).is_file():
+        return path
+    return str(Path(source).resolve().parent / path)
 
 
 def _epoch(value: dt.datetime | None) -> float | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -31,11 +32,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(logging, args.log_level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.log_level != "debug":
+        # urllib3 warns about each of its own retries and botocore chats about where it
+        # found credentials; our own line says what failed.
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+        logging.getLogger("botocore").setLevel(logging.WARNING)
+    from adapters.base import CloudError
+    from provider.console.errors import cloud_error_line
+
     try:
         code: int = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
         return code
+    except BrokenPipeError:
+        # The reader went away (`allset instances --output json | head`): not an error to
+        # report. Point stdout at /dev/null so the interpreter's last flush stays quiet,
+        # and exit as a process killed by SIGPIPE would.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except (ConfigError, UsageError) as err:
         print(f"allset: {err}", file=sys.stderr)
+        return 1
+    except CloudError as err:
+        print(f"allset: {cloud_error_line(err)}", file=sys.stderr)
         return 1
 
 
@@ -44,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="allset",
         description="All-or-nothing, reservation-first Cluster Autoscaler provider for GPU fleets",
     )
+    parser.add_argument("--version", action="version", version=f"allset {_version()}")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
     sub = parser.add_subparsers(required=True, metavar="command")
@@ -57,7 +77,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-client-ca", type=Path,
                        help="CA that signs client certificates (mTLS: clients must present one)")
     serve.add_argument("--insecure", action="store_true",
-                       help="serve plaintext without TLS (local use only)")
+                       help="serve plaintext without TLS, on a loopback address only")
+    serve.add_argument("--insecure-bind-any", action="store_true",
+                       help="with --insecure, allow a non-loopback --address: anyone who "
+                       "can reach it may scale your cloud (not for production)")
     serve.add_argument("--grace", type=float, default=10.0,
                        help="seconds RPCs in progress get to finish on SIGTERM")
     serve.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
@@ -93,7 +116,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="DNS name or IP the server certificate is valid for (repeatable)")
     certs.add_argument("--address", help="address for the printed cloud-config "
                        "(default: first server name, port 8086)")
-    certs.add_argument("--days", type=int, default=365)
+    certs.add_argument("--days", type=int, default=365,
+                       help="validity of every certificate (1 to 36500, default 365)")
     certs.set_defaults(run=_certs)
 
     plan = sub.add_parser("plan", help="plan a ProvisioningRequest against the cloud now")
@@ -121,6 +145,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("allset")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
 def _load(path: Path | None) -> LoadedConfig:
     if path is None:
         from provider.demo import demo_config
@@ -130,26 +163,49 @@ def _load(path: Path | None) -> LoadedConfig:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import sqlite3
+
     import grpc
     from prometheus_client import start_http_server
 
     from adapters.registry import connect
     from provider.app import Provider
     from provider.clock import SystemClock
+    from provider.service.address import bind_problem, is_loopback, problem
     from provider.service.server import Server
     from provider.store.journal import SqliteJournal
-    from provider.tls import server_credentials
+    from provider.tls import check_server_files, server_credentials
 
+    addresses = {"--address": args.address, "--health-address": args.health_address,
+                 "--metrics-address": args.metrics_address}
+    for flag, address in addresses.items():
+        wrong = problem(flag, address) if address else None
+        if wrong:
+            raise UsageError(wrong)
     tls = (args.tls_cert, args.tls_key, args.tls_client_ca)
     credentials: grpc.ServerCredentials | None
+    if args.insecure_bind_any and not args.insecure:
+        raise UsageError("--insecure-bind-any only applies with --insecure")
     if args.insecure:
         if any(tls):
             raise UsageError("--insecure cannot be combined with --tls-* flags")
+        if not args.insecure_bind_any and not is_loopback(args.address):
+            raise UsageError(
+                f"--insecure serves plaintext, unauthenticated: --address {args.address} is "
+                "not loopback (127.0.0.0/8, ::1, localhost); use mTLS, or add "
+                "--insecure-bind-any if you really mean it")
+        if args.insecure_bind_any and not is_loopback(args.address):
+            log.warning("serving plaintext, unauthenticated gRPC on %s (--insecure-bind-any): "
+                        "anyone who can reach it can launch and terminate instances",
+                        args.address)
         credentials = None
     elif all(tls):
         for flag, path in zip(("--tls-cert", "--tls-key", "--tls-client-ca"), tls, strict=True):
             if not path.is_file():
                 raise UsageError(f"{flag}: {path} is not a readable file")
+        wrong = check_server_files(*tls)
+        if wrong:
+            raise UsageError(wrong)
         credentials = server_credentials(*tls)
     else:
         raise UsageError(
@@ -159,14 +215,45 @@ def _serve(args: argparse.Namespace) -> int:
     config = _load(args.config)
     clock = SystemClock()
     adapter, config = connect(config, clock)
-    journal = SqliteJournal(args.state_dir / config.cluster / "attempts.db")
-    provider = Provider(config, adapter, clock, journal=journal)
-    server = Server(provider, args.address, credentials, health_address=args.health_address)
+    # Two processes must not act on one cloud's instances. A simulated cloud held in
+    # memory belongs to its own process, so only a shared one (a real cloud, or a
+    # simulated one persisted to a file) takes the lock, before anything is written.
+    fake = config.schema.cloud.fake
+    own_cloud = config.schema.cloud.provider == "fake" and (fake is None or not fake.state_path)
+    lock = None if own_cloud else _lock_state(args.state_dir / config.cluster)
+    journal_path = args.state_dir / config.cluster / "attempts.db"
+    try:
+        journal = SqliteJournal(journal_path,
+                                retention_seconds=config.journal_retention_seconds,
+                                max_finished=config.schema.attempts.journal_max_finished)
+    except (OSError, sqlite3.Error) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise UsageError(f"--state-dir: cannot open the journal {journal_path}: {reason}") \
+            from err
+    election = _election(args, config, clock)
+    provider = Provider(config, adapter, clock, journal=journal,
+                        leadership=election.elector if election is not None else None)
+    if election is not None:
+        election.bind(provider)
+        election.start()
+    # Found before gRPC tries: it says only "Failed to bind" (and logs a line of its own).
+    for flag, address in addresses.items():
+        wrong = bind_problem(address) if address else None
+        if wrong:
+            raise UsageError(f"{flag}: cannot listen on {address}: {wrong}")
+    try:
+        server = Server(provider, args.address, credentials,
+                        health_address=args.health_address)
+    except (RuntimeError, OSError) as err:  # lost a race for the port since the check
+        raise UsageError(f"--address or --health-address: cannot listen: {err}") from err
     if args.metrics_address:
-        host, _, port = args.metrics_address.rpartition(":")
-        if not port.isdigit():
-            raise UsageError(f"--metrics-address: {args.metrics_address!r} is not host:port")
-        start_http_server(int(port), host or "0.0.0.0", registry=provider.metrics.registry)
+        host, port = args.metrics_address.rsplit(":", 1)
+        try:
+            start_http_server(int(port), host.strip("[]") or "0.0.0.0",
+                              registry=provider.metrics.registry)
+        except OSError as err:
+            raise UsageError(f"--metrics-address: cannot listen on {args.metrics_address}: "
+                             f"{err.strerror}") from err
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -186,18 +273,75 @@ def _serve(args: argparse.Namespace) -> int:
     if controller is not None:
         controller.stop()
     server.stop(args.grace)
+    if election is not None:
+        election.stop()  # after the drain: hand the lease over, the standby takes it now
+    if lock is not None:
+        lock.release()
     return 0
 
 
+def _lock_state(directory: Path) -> Any:
+    """One process per state directory: a second `allset serve` on it is refused."""
+    from provider.leadership.statelock import StateDirLock, StateLocked
+
+    lock = StateDirLock(directory)
+    try:
+        lock.acquire()
+    except StateLocked as err:
+        raise UsageError(f"--state-dir: {err}") from None
+    except OSError as err:
+        raise UsageError(f"--state-dir: cannot lock {directory}: {err.strerror}") from err
+    return lock
+
+
+def _election(args: argparse.Namespace, config: LoadedConfig, clock: Any) -> Any:
+    """Leader election on a Lease, when replicas may run: in a cluster (mode auto), or
+    wherever a kubeconfig is given with mode on. In a cluster the leader also routes the
+    allset Service to itself."""
+    settings = config.schema.leader_election
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    if settings.mode == "off" or (settings.mode == "auto" and not in_cluster):
+        return None
+    if args.kubeconfig is None and not in_cluster:
+        raise UsageError("leaderElection.mode on needs --kubeconfig outside a cluster")
+    from kubernetes import client
+    from kubernetes import config as kubeconfig
+
+    from provider.leadership.election import Election
+    from provider.leadership.endpoint import LeaderEndpoint
+
+    configuration = client.Configuration()
+    try:
+        if args.kubeconfig is not None:
+            kubeconfig.load_kube_config(config_file=str(args.kubeconfig),
+                                        client_configuration=configuration)
+        else:
+            kubeconfig.load_incluster_config(client_configuration=configuration)
+    except Exception as err:  # the client raises its own ConfigException, or OSError
+        raise UsageError(f"leader election needs the API server, and its client config "
+                         f"could not be loaded: {err}") from err
+    api = client.ApiClient(configuration)
+    endpoint = None
+    pod, ip = os.environ.get("POD_NAME"), os.environ.get("POD_IP")
+    if in_cluster and pod and ip:
+        namespace = settings.namespace or os.environ.get("POD_NAMESPACE") or "kube-system"
+        port = int(args.address.rsplit(":", 1)[1])
+        endpoint = LeaderEndpoint(api, namespace, settings.service, pod, ip, {"grpc": port})
+    return Election(config, api, clock, endpoint)
+
+
 def _controller(args: argparse.Namespace, provider: Any) -> Any:
-    """The ProvisioningRequest controller, when it can and should reach a cluster."""
-    import os
+    """The ProvisioningRequest controller, when it should reach a cluster: started in the
+    background and retried until the API server answers, so that neither a missing
+    kubeconfig nor an API server that is down takes CA's provider down with it."""
 
     in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     wanted = args.controller == "on" or (
         args.controller == "auto" and (in_cluster or args.kubeconfig is not None))
     if not wanted:
         return None
+    if args.kubeconfig is None and not in_cluster:
+        raise UsageError("--controller on needs --kubeconfig outside a cluster")
     from kubernetes import client
     from kubernetes import config as kubeconfig
 
@@ -205,24 +349,28 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
     from provider.controller.controller import Controller
     from provider.controller.kube import KubeApi
     from provider.controller.requests import Backoff
+    from provider.controller.startup import RetryingStart, StartFailed, explain
 
-    configuration = client.Configuration()
-    if args.kubeconfig is not None:
-        kubeconfig.load_kube_config(config_file=str(args.kubeconfig),
-                                    client_configuration=configuration)
-    elif in_cluster:
-        kubeconfig.load_incluster_config(client_configuration=configuration)
-    else:
-        raise UsageError("--controller on needs --kubeconfig outside a cluster")
-    settings = provider.config.schema.provisioning_requests
-    return Controller(
-        provider,
-        KubeApi(client.ApiClient(configuration)),
-        workers=settings.workers,
-        backoff=Backoff(duration_seconds(settings.initial_backoff),
-                        duration_seconds(settings.max_backoff)),
-        resync_seconds=duration_seconds(settings.resync),
-    )
+    def build() -> Controller:
+        configuration = client.Configuration()
+        if args.kubeconfig is not None:
+            if not args.kubeconfig.is_file():
+                raise StartFailed(f"--kubeconfig {args.kubeconfig}: no such file")
+            kubeconfig.load_kube_config(config_file=str(args.kubeconfig),
+                                        client_configuration=configuration)
+        else:
+            kubeconfig.load_incluster_config(client_configuration=configuration)
+        settings = provider.config.schema.provisioning_requests
+        return Controller(
+            provider,
+            KubeApi(client.ApiClient(configuration)),
+            workers=settings.workers,
+            backoff=Backoff(duration_seconds(settings.initial_backoff),
+                            duration_seconds(settings.max_backoff)),
+            resync_seconds=duration_seconds(settings.resync),
+        )
+
+    return RetryingStart(build, explain=explain)
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -233,6 +381,7 @@ def _plan(args: argparse.Namespace) -> int:
 
     from adapters.registry import connect
     from provider.clock import SystemClock
+    from provider.config.files import read_text
     from provider.ledger import Ledger
     from provider.plan import Infeasible
     from provider.planner.gang import plan
@@ -243,11 +392,13 @@ def _plan(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     try:
-        docs = list(yaml.safe_load_all(args.request.read_text(encoding="utf-8")))
+        text = read_text(args.request, "request")
+    except ConfigError as err:
+        raise UsageError(f"--request: {err}") from err
+    try:
+        docs = list(yaml.safe_load_all(text))
         request, templates = split_documents(docs, str(args.request))
         demand, _ = demand_from(request, templates)
-    except OSError as err:
-        raise UsageError(f"--request: cannot read {args.request}: {err.strerror}") from err
     except yaml.YAMLError as err:
         raise UsageError(f"{args.request}: not valid YAML: {err}") from err
     except BadRequest as err:
@@ -291,12 +442,13 @@ def _simulate(args: argparse.Namespace) -> int:
         trace = generate(args.generate, args.jobs, args.days)
         name = f"generated (seed {args.generate}, {args.jobs} jobs, {args.days:g} days)"
     if args.plot is not None:
-        try:
-            import matplotlib  # noqa: F401
-        except ModuleNotFoundError as err:
-            raise UsageError("--plot needs matplotlib: pip install 'allset[sim]'") from err
+        _check_plot(args.plot)
     names = list(STRATEGIES) if args.strategy == "all" else [args.strategy]
-    results = [simulate(trace, n, args.seed) for n in names]
+    results = []
+    for i, n in enumerate(names, 1):
+        progress = _Progress(f"simulating {n} ({i}/{len(names)})") \
+            if sys.stderr.isatty() else None
+        results.append(simulate(trace, n, args.seed, progress))
     if args.plot is not None:
         from provider.sim.plot import plot
 
@@ -306,6 +458,41 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         print(text(results, title=f"{name}: {len(trace.jobs)} jobs"))
     return 0
+
+
+class _Progress:
+    """A line on the terminal that says how far a run is, redrawn at most twice a second
+    and erased when done (only used when stderr is a terminal)."""
+
+    def __init__(self, what: str) -> None:
+        import time
+
+        self._what, self._clock, self._shown = what, time.monotonic, float("-inf")
+
+    def __call__(self, done: float) -> None:
+        if done >= 1.0:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+        elif self._clock() - self._shown >= 0.5:
+            self._shown = self._clock()
+            print(f"\rallset: {self._what}: {done:.0%} of simulated time", end="",
+                  file=sys.stderr, flush=True)
+
+
+def _check_plot(path: Path) -> None:
+    """Before a run that may take a while, not after it: can the plot be written there?"""
+    try:
+        from matplotlib.figure import Figure
+    except ModuleNotFoundError as err:
+        raise UsageError("--plot needs matplotlib: pip install 'allset[sim]'") from err
+    formats = Figure().canvas.get_supported_filetypes()
+    if path.suffix.lstrip(".").lower() not in formats:
+        raise UsageError(f"--plot: {path}: the name must end in one of "
+                         f"{', '.join('.' + f for f in sorted(formats))}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise UsageError(f"--plot: {parent} is not a directory")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"--plot: cannot write to {parent}")
 
 
 def _instances(args: argparse.Namespace) -> int:
@@ -361,7 +548,16 @@ def _instances(args: argparse.Namespace) -> int:
 def _certs(args: argparse.Namespace) -> int:
     from provider.tls import write_dev_pki
 
-    issued = write_dev_pki(args.out, args.server_name, days=args.days)
+    if not 1 <= args.days <= 36500:
+        raise UsageError(f"--days: {args.days} is not between 1 and 36500")
+    try:
+        issued = write_dev_pki(args.out, args.server_name, days=args.days)
+    except FileExistsError as err:
+        raise UsageError(f"--out: {err.filename} already exists; remove it or choose "
+                         "another directory (certs never overwrites a key)") from err
+    except OSError as err:
+        raise UsageError(f"--out: cannot write {err.filename or args.out}: "
+                         f"{err.strerror}") from err
     address = args.address or f"{args.server_name[0]}:8086"
     print(f"# Wrote {args.out}/ca.crt, server.crt/.key and client.crt/.key")
     print("# Serve with:")

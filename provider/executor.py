@@ -85,6 +85,7 @@ class AttemptSpec:
     id: str
     cluster: str
     request: str | None = None  # "namespace/name" of a ProvisioningRequest
+    request_uid: str | None = None  # its metadata.uid
     partial: bool = False
     # Whether the attempt must hold its nodes against the groups' maxSize while it runs.
     # A CA scale-up already holds them as placeholders (Fleet.increase); a request does not.
@@ -522,6 +523,7 @@ class Executor:
                 source=part.capacity_type,
                 reservation=part.reservation,
                 request=spec.request,
+                request_uid=spec.request_uid,
             ),
         )
         try:

@@ -140,11 +140,11 @@ class Reconciler:
         (its journal says so): their instances are rolled back without a grace period."""
         self._abandoned.update(attempts)
 
-    def suspects(self, request: str | None = None) -> list[str]:
+    def suspects(self, request_uid: str | None = None) -> list[str]:
         """Uncommitted instances waiting out their grace period (of one request's
-        attempts, if given): a new attempt for that request should wait for them."""
-        return [i for i, (_, req) in self._suspect_owner.items()
-                if request is None or req == request]
+        attempts, by its UID, if given): a new attempt for that request waits for them."""
+        return [i for i, (_, uid) in self._suspect_owner.items()
+                if request_uid is None or uid == request_uid]
 
     def run_once(self) -> Classified | None:
         """List the cloud once and act on it. Never raises on a cloud error: the previous
@@ -220,7 +220,7 @@ class Reconciler:
                     taken_at - launched >= self._orphan_grace):
                 due.append(inst)
         doomed = {i.id for i in due}
-        self._suspect_owner = {i.id: (i.tags.attempt, i.tags.request) for i in orphans
+        self._suspect_owner = {i.id: (i.tags.attempt, i.tags.request_uid) for i in orphans
                                if i.id not in doomed}
         if due:
             log.warning("rolling back %d instances of attempts that never committed: %s",

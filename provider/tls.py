@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import ipaddress
 import threading
 from dataclasses import dataclass
@@ -13,6 +14,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from provider.store.files import create_private, private_dir
 
 
 def server_credentials(cert: Path, key: Path, client_ca: Path) -> grpc.ServerCredentials:
@@ -53,6 +56,9 @@ class _CertFiles:
             return config
 
 
+PKI_FILES = ("ca.crt", "ca.key", "server.crt", "server.key", "client.crt", "client.key")
+
+
 @dataclass(frozen=True, slots=True)
 class Issued:
     cert: Path
@@ -64,9 +70,10 @@ def _key() -> ec.EllipticCurvePrivateKey:
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:
-    path.write_bytes(data)
     if private:
-        path.chmod(0o600)
+        create_private(path, data)  # 0600 from creation: never readable, even for a moment
+    else:
+        path.write_bytes(data)
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -79,8 +86,13 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 def write_dev_pki(out: Path, server_names: list[str], days: int = 365) -> dict[str, Issued]:
     """A CA, a server certificate for ``server_names`` and a client certificate for CA's
-    externalgrpc client, all written as PEM files under ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
+    externalgrpc client, all written as PEM files under ``out`` (created 0700 if missing).
+    Existing files are never overwritten: FileExistsError names the first one, and
+    nothing is written."""
+    for name in PKI_FILES:
+        if (out / name).exists() or (out / name).is_symlink():
+            raise FileExistsError(errno.EEXIST, "already exists", str(out / name))
+    private_dir(out)
     now = dt.datetime.now(dt.UTC)
     ca_key = _key()
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "allset dev CA")])
@@ -139,3 +151,31 @@ def write_dev_pki(out: Path, server_names: list[str], days: int = 365) -> dict[s
         "server": leaf("server", server_names[0], ExtendedKeyUsageOID.SERVER_AUTH, sans),
         "client": leaf("client", "cluster-autoscaler", ExtendedKeyUsageOID.CLIENT_AUTH, []),
     }
+
+
+def check_server_files(cert: Path, key: Path, client_ca: Path) -> str | None:
+    """Why these files cannot serve mTLS, naming the flag, or None. gRPC itself only says
+    "Failed to bind" when, say, the certificate and the key are swapped."""
+    try:
+        chain = x509.load_pem_x509_certificates(cert.read_bytes())
+    except ValueError:
+        swapped = b"PRIVATE KEY" in cert.read_bytes()
+        return f"--tls-cert: {cert} holds no PEM certificate" + (
+            " but a private key (swapped with --tls-key?)" if swapped else "")
+    try:
+        private = serialization.load_pem_private_key(key.read_bytes(), password=None)
+    except (ValueError, TypeError):
+        swapped = b"CERTIFICATE" in key.read_bytes()
+        return f"--tls-key: {key} holds no unencrypted PEM private key" + (
+            " but a certificate (swapped with --tls-cert?)" if swapped else "")
+    try:
+        x509.load_pem_x509_certificates(client_ca.read_bytes())
+    except ValueError:
+        return f"--tls-client-ca: {client_ca} holds no PEM certificate"
+    public = private.public_key().public_bytes(serialization.Encoding.DER,
+                                               serialization.PublicFormat.SubjectPublicKeyInfo)
+    ours = chain[0].public_key().public_bytes(serialization.Encoding.DER,
+                                              serialization.PublicFormat.SubjectPublicKeyInfo)
+    if public != ours:
+        return f"--tls-key: {key} is not the key of the certificate in {cert}"
+    return None

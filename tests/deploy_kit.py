@@ -38,6 +38,29 @@ def kustomize_command() -> tuple[str, ...] | None:
     return None
 
 
+def every_renderer() -> list[tuple[str, ...]]:
+    """Every kustomize on this machine: the standalone one (.ci/bin or the PATH) and
+    kubectl's built-in one, which lags behind and has bugs of its own."""
+    found: list[tuple[str, ...]] = []
+    local = ROOT / ".ci" / "bin" / "kustomize"
+    if local.is_file() and os.access(local, os.X_OK):
+        found.append((str(local), "build"))
+    elif shutil.which("kustomize"):
+        found.append((str(shutil.which("kustomize")), "build"))
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        found.append((kubectl, "kustomize"))
+    return found
+
+
+def render_with(command: Sequence[str], directory: Path) -> list[Doc]:
+    done = subprocess.run([*command, str(directory)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    if done.returncode != 0:
+        raise AssertionError(f"{' '.join(command)} {directory} failed:\n{done.stderr[:2000]}")
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
 def require_kustomize() -> tuple[str, ...]:
     command = kustomize_command()
     if command is None:

@@ -76,8 +76,9 @@ def test_serve_refuses_to_guess_about_tls() -> None:
 
 def test_serve_with_bad_config_names_file_and_field(tmp_path: Path) -> None:
     cfg = tmp_path / "allset.yaml"
-    cfg.write_text("cluster: c\nnodeGroups:\n  - {id: g, zone: z, instanceType: t, cpu: 1,"
-                   " memory: 1Gi, maxSize: 2, minSize: 3}\n")
+    cfg.write_text("cluster: c\ncloud: {provider: fake}\nnodeGroups:\n"
+                   "  - {id: g, zone: z, instanceType: t, cpu: 1, memory: 1Gi, maxSize: 2,"
+                   " minSize: 3}\n")
     result = allset("serve", "--insecure", "--config", str(cfg))
     assert result.returncode == 1
     assert f"{cfg}: nodeGroups[0] (id g): minSize (3) must be <= maxSize (2)" in result.stderr
@@ -97,3 +98,30 @@ def test_certs_writes_pki_and_cloud_config(tmp_path: Path) -> None:
 def test_console_script_is_installed() -> None:
     bindir = Path(sys.executable).parent
     assert (bindir / "allset").exists()
+
+
+def test_insecure_refuses_a_non_loopback_address() -> None:
+    # Plaintext gRPC on every interface would let anyone reach IncreaseSize (issue 12,
+    # finding 12): refused before anything starts, naming the way out.
+    from tests.cli_kit import one_line, run_allset
+
+    for address in ("0.0.0.0:8086", "[::]:8086", ":8086", "10.1.2.3:8086", "allset.example:1"):
+        result = run_allset("serve", "--insecure", "--address", address)
+        assert result.returncode == 1, (address, result.stderr)
+        line = one_line(result.stderr)
+        assert f"--address {address} is not loopback" in line
+        assert "--insecure-bind-any" in line
+    result = run_allset("serve", "--insecure-bind-any")
+    assert result.returncode == 1
+    assert one_line(result.stderr) == "allset: --insecure-bind-any only applies with --insecure"
+
+
+def test_loopback_addresses() -> None:
+    from provider.service.address import is_loopback
+
+    for ok in ("127.0.0.1:8086", "127.3.4.5:1", "[::1]:8086", "localhost:8086",
+               "LOCALHOST:1", "unix:/run/allset.sock"):
+        assert is_loopback(ok), ok
+    for bad in ("0.0.0.0:8086", "[::]:8086", ":8086", "8086", "192.168.0.1:80",
+                "localhost.evil.example:80", "127.0.0.1:http", "[::ffff:10.0.0.1]:1"):
+        assert not is_loopback(bad), bad

@@ -63,9 +63,10 @@ def test_plan_bad_input_exits_1(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "spec.parameters.topology: 'rack' is not one of fabric, zone, none" in result.stderr
     missing = allset_plan("--config", str(config(tmp_path)), "--request", "nope.yaml")
-    assert missing.returncode == 1 and "cannot read nope.yaml" in missing.stderr
+    assert missing.returncode == 1
+    assert "--request: nope.yaml: cannot read request: No such file" in missing.stderr
     bad_config = tmp_path / "bad.yaml"
-    bad_config.write_text("cluster: x\n")
+    bad_config.write_text("cluster: x\ncloud: {provider: fake}\n")
     result = allset_plan("--config", str(bad_config), "--request", str(GANG))
     assert result.returncode == 1 and "nodeGroups: required key is missing" in result.stderr
 

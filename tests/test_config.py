@@ -11,8 +11,10 @@ from provider.config import ConfigError, load_config, load_config_text
 from provider.model import GPU_RESOURCE, ScaleUpMode
 from tests.helpers import BASE_CONFIG, config
 
+FAKE = "cloud: {provider: fake}\n"
 MINIMAL = """\
 cluster: c1
+cloud: {provider: fake}
 nodeGroups:
   - {id: g, zone: us-central1-a, instanceType: a3-highgpu-8g, cpu: 208, memory: 1800Gi,
      maxSize: 4, gpu: {type: nvidia-h100-80gb, count: 8}}
@@ -41,10 +43,25 @@ def test_base_config_translates_to_domain() -> None:
     assert cfg.refresh_interval_seconds == 30 and cfg.unavailable_ttl_seconds == 180
 
 
-def test_minimal_config_defaults_to_the_simulated_cloud() -> None:
+def test_minimal_config_runs_on_the_simulated_cloud() -> None:
     cfg = load_config_text(MINIMAL)
     assert cfg.schema.cloud.provider == "fake"
     assert cfg.groups[0].region == "us-central1"
+
+
+def test_the_cloud_is_never_chosen_by_omission() -> None:
+    """A config without `cloud:` used to run on the simulated cloud, quietly (issue 15,
+    item 7): a production config missing its cloud must not pretend to launch nodes."""
+    hint = ("set cloud.provider to aws or gcp, or to fake for the simulated cloud (nothing "
+            "real is launched)")
+    assert problems(MINIMAL.replace(FAKE, "")) == [("", f"cloud: required key is missing; "
+                                                        f"{hint}")]
+    assert problems(MINIMAL.replace(FAKE, "cloud: {}\n")) == [(
+        "cloud", "provider: required key is missing; set it to aws or gcp, or to fake for "
+        "the simulated cloud (nothing real is launched)")]
+    # One section says which cloud as well as provider would.
+    with_section = MINIMAL.replace(FAKE, "cloud: {fake: {launchLatencySeconds: 1}}\n")
+    assert load_config_text(with_section).schema.cloud.provider == "fake"
 
 
 @pytest.mark.parametrize(
@@ -83,7 +100,7 @@ def test_top_level_errors(patch: str, field: str, words: str) -> None:
 )
 def test_group_field_errors(group: str, field: str, words: str) -> None:
     text = (
-        "cluster: c1\nnodeGroups:\n  - id: g\n    zone: z\n    instanceType: t\n"
+        "cluster: c1\n" + FAKE + "nodeGroups:\n  - id: g\n    zone: z\n    instanceType: t\n"
         "    cpu: 4\n    memory: 16Gi\n    maxSize: 3\n    " + group + "\n"
     )
     got = problems(text)
@@ -100,7 +117,7 @@ def test_group_field_errors(group: str, field: str, words: str) -> None:
 )
 def test_group_cross_field_errors(extra: str, words: str) -> None:
     text = (
-        "cluster: c1\nnodeGroups:\n  - id: g\n    zone: z\n    instanceType: t\n"
+        "cluster: c1\n" + FAKE + "nodeGroups:\n  - id: g\n    zone: z\n    instanceType: t\n"
         "    cpu: 4\n    memory: 16Gi\n    maxSize: 3\n    " + extra + "\n"
     )
     got = problems(text)
@@ -111,7 +128,8 @@ def test_cross_section_errors() -> None:
     text = MINIMAL + "  - {id: g, zone: z, instanceType: t, cpu: 1, memory: 1Gi, maxSize: 1}\n"
     assert problems(text) == [("", "nodeGroups ids must be unique; repeated: g")]
     text = MINIMAL.replace("maxSize: 4,", "maxSize: 4, reservations: [r-x],")
-    text += "cloud:\n  fake:\n    reservations: [{id: r-y, zone: z, instanceType: t, count: 1}]\n"
+    text = text.replace(FAKE, "cloud:\n  fake:\n    reservations: "
+                        "[{id: r-y, zone: z, instanceType: t, count: 1}]\n")
     assert problems(text) == [
         ("nodeGroups[0].reservations[0]",
          "unknown reservation 'r-x'; cloud.fake.reservations has: r-y"),
@@ -119,12 +137,12 @@ def test_cross_section_errors() -> None:
 
 
 def test_fake_cloud_errors() -> None:
-    text = MINIMAL + (
+    text = MINIMAL.replace(FAKE, (
         "cloud:\n  fake:\n    reservations:\n"
         "      - {id: cb, zone: z, instanceType: t, count: 1, kind: capacity-block}\n"
         "      - {id: cb, zone: z, instanceType: t, count: 0}\n"
         "    stockouts: [{zone: z, instanceType: t, capacityType: cheap}]\n"
-    )
+    ))
     got = dict(problems(text))
     assert "greater than 0" in got["cloud.fake.reservations[1] (id cb).count"]
     assert "capacityType" in " ".join(got)
@@ -141,15 +159,15 @@ def test_file_level_errors(tmp_path: Path) -> None:
     bad.write_text("- a list\n")
     with pytest.raises(ConfigError, match="mapping at the top level"):
         load_config(bad)
-    bad.write_text("cluster: c\n")
+    bad.write_text("cluster: c\n" + FAKE)
     with pytest.raises(ConfigError, match="nodeGroups: required key is missing"):
         load_config(bad)
 
 
 def test_cloud_sections_must_match_the_provider() -> None:
-    text = MINIMAL + "cloud:\n  provider: aws\n"
+    text = MINIMAL.replace(FAKE, "cloud:\n  provider: aws\n")
     assert problems(text) == [("", "cloud.provider is aws but cloud.aws is missing")]
-    text = MINIMAL + "cloud:\n  provider: aws\n  aws: {region: us-east-1}\n"
+    text = MINIMAL.replace(FAKE, "cloud:\n  provider: aws\n  aws: {region: us-east-1}\n")
     assert problems(text) == [(
         "nodeGroups[0] (id g).aws", "required when cloud.provider is aws (at least launchTemplate)"
     )]
@@ -158,7 +176,8 @@ def test_cloud_sections_must_match_the_provider() -> None:
 
 
 def test_the_simulated_cloud_needs_cpu_and_memory() -> None:
-    text = "cluster: c\nnodeGroups:\n  - {id: g, zone: z, instanceType: t, maxSize: 1}\n"
+    text = ("cluster: c\n" + FAKE +
+            "nodeGroups:\n  - {id: g, zone: z, instanceType: t, maxSize: 1}\n")
     assert problems(text) == [
         ("nodeGroups[0] (id g).cpu", "required for the simulated cloud (it describes no types)"),
         ("nodeGroups[0] (id g).memory", "required for the simulated cloud (it describes no types)"),

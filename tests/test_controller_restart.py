@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,22 @@ current-context: fake
 """
 
 
+def join(kube: FakeKube, cloud_db: Path) -> None:
+    """What kubelets do: a Ready Node for each running instance of the simulated cloud
+    (Provisioned waits for the gang's Nodes)."""
+    try:
+        store = FakeStore(cloud_db)
+        try:
+            instances, _ = store.load()
+        finally:
+            store.close()
+    except sqlite3.OperationalError:
+        return  # the service is writing; the next poll reads it
+    for inst in instances:
+        if inst.state is InstanceState.RUNNING and kube.get("nodes", inst.name) is None:
+            kube.create(objects.node(inst.name, provider_id=inst.provider_id))
+
+
 def serve(tmp: Path, failpoint: str = "") -> subprocess.Popen[bytes]:
     env = {**os.environ, "ALLSET_FAILPOINTS": failpoint}
     env.pop("KUBERNETES_SERVICE_HOST", None)
@@ -92,6 +109,7 @@ def test_restart_mid_attempt(tmp_path: Path, failpoint: str) -> None:
         try:
             def provisioned() -> bool:
                 assert second.poll() is None, (tmp_path / "serve.log").read_text()
+                join(kube, tmp_path / "cloud.db")
                 request = kube.get("provisioningrequests", "job", "ml") or {}
                 conds = c.read((request.get("status") or {}).get("conditions"))
                 return conds.get(c.PROVISIONED) is not None and conds[c.PROVISIONED].true

@@ -59,3 +59,25 @@ def test_work_queue_semantics() -> None:
     q.add("c", delay=1)  # an earlier time wins
     clock.advance(1)
     assert q.get_nowait() == "c"
+
+
+def test_node_cache_wakes_requests_only_for_what_they_read() -> None:
+    from typing import Any, cast
+
+    from provider.controller.kube import KubeApi
+    from provider.controller.nodes import NodeCache
+    from tests.fakekube import objects
+
+    woken: list[str] = []
+    cache = NodeCache(cast(KubeApi, None), lambda n: woken.append(n["metadata"]["name"]))
+    node: dict[str, Any] = objects.node("n1", provider_id="fake://a/n1", ready=False)
+    cache.apply("ADDED", node)
+    assert cache.get("fake://a/n1") == node and woken == ["n1"]
+    heartbeat = {**node, "status": {**node["status"], "allocatable": {"cpu": "8"}}}
+    cache.apply("MODIFIED", heartbeat)
+    assert woken == ["n1"]  # a kubelet heartbeat: nothing a request reads changed
+    cache.apply("MODIFIED", objects.node("n1", provider_id="fake://a/n1"))  # Ready now
+    labelled = objects.node("n1", {"allset.dev/booking": "ml.job"}, provider_id="fake://a/n1")
+    cache.apply("MODIFIED", labelled)
+    cache.apply("DELETED", labelled)
+    assert woken == ["n1"] * 4 and cache.get("fake://a/n1") is None

@@ -28,12 +28,15 @@ from tests.deploy_kit import (
     Doc,
     args_of,
     containers,
+    every_renderer,
     find,
     kustomization,
     mount_of,
     one,
     pod_spec,
     render,
+    render_with,
+    require_kustomize,
 )
 
 NAMESPACE = "kube-system"
@@ -157,34 +160,44 @@ def test_images_are_the_placeholder(directory: Path) -> None:
 # --- RBAC: exactly provider/controller/kube.py CALLS ------------------------------------------
 
 
-def _granted(docs: list[Doc]) -> set[tuple[str, str, str]]:
-    """(group, resource, verb) of every rule bound to allset's service account."""
+Grant = tuple[str, str, str, bool, tuple[str, ...]]
+
+
+def _granted(docs: list[Doc]) -> set[Grant]:
+    """(group, resource, verb, namespaced, resource names) of every rule bound to
+    allset's service account; namespaced rules must be in allset's own namespace."""
     roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d
              for d in docs if d["kind"] in ("Role", "ClusterRole")}
-    granted: set[tuple[str, str, str]] = set()
+    granted: set[Grant] = set()
     for binding in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
         subjects = {(s["kind"], s.get("namespace"), s["name"]) for s in binding["subjects"]}
         if SA not in subjects:
             continue
         ref = binding["roleRef"]
         ns = binding["metadata"].get("namespace") if ref["kind"] == "Role" else None
+        assert ns in (None, SA[1]), binding
         role = roles[(ref["kind"], ns, ref["name"])]
         for rule in role["rules"]:
-            assert not rule.get("resourceNames") and not rule.get("nonResourceURLs"), rule
+            assert not rule.get("nonResourceURLs"), rule
+            names = tuple(sorted(rule.get("resourceNames") or ()))
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     for verb in rule["verbs"]:
                         assert "*" not in (group, resource, verb), rule
-                        granted.add((group, resource, verb))
+                        granted.add((group, resource, verb, ns is not None, names))
     return granted
 
 
 @pytest.mark.parametrize("directory", OVERLAYS, ids=_id)
 def test_rbac_grants_exactly_the_calls_the_code_makes(directory: Path) -> None:
-    needed = {(c.group, c.resource, v) for c in CALLS for v in c.verbs}
+    needed = {(c.group, c.resource, v, c.namespaced, tuple(sorted(c.names)))
+              for c in CALLS for v in c.verbs}
     granted = _granted(render(directory))
     rules = yaml.safe_dump([{"apiGroups": [c.group], "resources": [c.resource],
-                             "verbs": list(c.verbs)} for c in CALLS], sort_keys=False)
+                             "verbs": list(c.verbs),
+                             **({"resourceNames": list(c.names)} if c.names else {}),
+                             **({"namespaced": True} if c.namespaced else {})}
+                            for c in CALLS], sort_keys=False)
     assert granted == needed, (
         f"missing: {sorted(needed - granted)}; not needed: {sorted(granted - needed)}. "
         f"deploy/kubernetes/base/rbac.yaml should hold these rules:\n{rules}")
@@ -390,7 +403,7 @@ def test_in_cluster_config_is_the_example_and_loads(directory: Path, example: st
     if example == "simulated.yaml":
         # The only difference: the simulated cloud's state goes to the writable state dir.
         assert in_cluster["cloud"]["fake"].pop("statePath") == "/var/lib/allset/cloud.db"
-        expected["cloud"]["fake"].pop("statePath")
+        expected["cloud"]["fake"].pop("statePath", None)
     assert in_cluster == expected
     path = tmp_path / "config.yaml"
     path.write_text(text, encoding="utf-8")
@@ -495,6 +508,42 @@ def test_without_kueue_only_the_kueue_objects_go(tmp_path: Path) -> None:
     with_kueue = sorted(d["kind"] for d in render(DEPLOY / "base"))
     assert "AdmissionCheck" not in kinds and "ProvisioningRequestConfig" not in kinds
     assert len(with_kueue) - len(kinds) == 2
+
+
+COMPONENTS = [DEPLOY / "components" / "without-kueue",
+              DEPLOY / "components" / "without-cert-manager"]
+
+
+@pytest.mark.parametrize("command", every_renderer() or [None], ids=lambda c: " ".join(
+    Path(c[0]).name if i == 0 else a for i, a in enumerate(c)) if c else "none")
+@pytest.mark.parametrize("components", [[c] for c in COMPONENTS] + [COMPONENTS],
+                         ids=lambda cs: "+".join(c.name for c in cs))
+def test_components_render_with_every_kustomize(tmp_path: Path, command: tuple[str, ...] | None,
+                                                components: list[Path]) -> None:
+    """kubectl's built-in kustomize (5.5 in kubectl 1.32) panicked on the components
+    (issue 15, item 3): the guide promises both it and the standalone one work."""
+    if command is None:
+        require_kustomize()
+        pytest.skip("no kustomize")
+    where = kustomization(tmp_path, resources=[DEPLOY / "base"], components=components)
+    kinds = {d["kind"] for d in render_with(command, where)}
+    assert "Deployment" in kinds
+    if DEPLOY / "components" / "without-kueue" in components:
+        assert not kinds & {"AdmissionCheck", "ProvisioningRequestConfig"}
+    if DEPLOY / "components" / "without-cert-manager" in components:
+        assert not kinds & {"Issuer", "Certificate"}
+
+
+def test_no_patch_deletes_more_than_one_object() -> None:
+    """A patch holding several `$patch: delete` documents panics kustomize <= 5.5
+    (kubernetes-sigs/kustomize#5471); a static check for machines without kubectl."""
+    for path in DEPLOY.rglob("kustomization.yaml"):
+        body = yaml.safe_load(path.read_text())
+        for entry in body.get("patches") or []:
+            text = entry.get("patch") or (path.parent / entry["path"]).read_text()
+            deletes = [d for d in yaml.safe_load_all(text)
+                       if isinstance(d, dict) and d.get("$patch") == "delete"]
+            assert len(deletes) <= 1, f"{path}: a patch deletes {len(deletes)} objects"
 
 
 def test_the_guides_own_overlay_renders(tmp_path: Path) -> None:

@@ -416,11 +416,10 @@ def test_finalizers_hold_a_deletion_until_the_last_is_patched_away(kube: FakeKub
     assert still["metadata"]["finalizers"] == ["allset.dev/attempt"]
 
     with pytest.raises(ApiException) as caught:
-        KubeApi(api).patch_request(NS, "r1", {"metadata": {"finalizers": [
-            "allset.dev/attempt", "other/late"]}})
+        KubeApi(api).set_finalizers(still, ["allset.dev/attempt", "other/late"])
     assert caught.value.status == 422
 
-    KubeApi(api).patch_request(NS, "r1", {"metadata": {"finalizers": None}})
+    KubeApi(api).set_finalizers(still, [])
     assert kube.get("provisioningrequests", "r1", NS) is None
     with pytest.raises(ApiException) as gone:
         custom(api).get_namespaced_custom_object(GROUP, "v1", NS, PLURAL, "r1")
@@ -447,6 +446,23 @@ def test_json_patch_removes_a_finalizer_and_a_failed_test_op_is_422(kube: FakeKu
             GROUP, "v1", NS, PLURAL, "r1", [{"op": "remove", "path": "/metadata/finalizers/0"}],
             _content_type="application/json-patch+json")
     assert kube.get("provisioningrequests", "r1", NS) is None
+
+
+def test_a_merge_patch_naming_a_stale_resource_version_is_a_409(kube: FakeKube, api: Any
+                                                                ) -> None:
+    """What KubeApi.set_finalizers relies on: the resourceVersion in a merge patch is a
+    precondition; without it the patch replaces the list whole, whatever is stored."""
+    read = create_request(api, "r1", finalizers=("a/one",))
+    kube.race("provisioningrequests", "r1",
+              lambda o: o["metadata"]["finalizers"].append("b/other"), NS)
+    with pytest.raises(Conflict):  # KubeApi's name for a 409
+        KubeApi(api).set_finalizers(read, ["a/one", "allset.dev/provisioning"])
+    assert kube.get("provisioningrequests", "r1", NS)["metadata"]["finalizers"] == [  # type: ignore[index]
+        "a/one", "b/other"]
+    custom(api).patch_namespaced_custom_object(GROUP, "v1", NS, PLURAL, "r1", {
+        "metadata": {"finalizers": ["a/one"]}})  # no resourceVersion: b/other is lost
+    assert kube.get("provisioningrequests", "r1", NS)["metadata"]["finalizers"] == [  # type: ignore[index]
+        "a/one"]
 
 
 def test_delete_preconditions_and_deleting_nodes(kube: FakeKube, api: Any) -> None:
@@ -593,18 +609,23 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     assert [i["metadata"]["name"] for i in items] == ["r1"]
     assert [t for t, _ in k.watch_requests(rv, timeout_seconds=1)] == ["BOOKMARK"]
     request = k.get_request(NS, "r1")
-    request = k.patch_request(NS, "r1", {"metadata": {"finalizers": ["allset.dev/attempt"]}})
+    request = k.set_finalizers(request, ["allset.dev/attempt"])
     request["status"] = {"conditions": [condition("Accepted", "True", "Accepted")]}
     k.replace_status(request)
     template = k.get_pod_template(NS, "gpu")
     assert template["template"]["spec"]["containers"][0]["resources"]["requests"] == {
         "nvidia.com/gpu": "8"}
-    assert [n["metadata"]["name"] for n in k.list_nodes()] == ["n1"]
+    nodes, node_rv = k.list_nodes()
+    assert [n["metadata"]["name"] for n in nodes] == ["n1"]
+    assert [t for t, _ in k.watch_nodes(node_rv, timeout_seconds=1)] == ["BOOKMARK"]
     k.patch_node("n1", {"allset.dev/request": "r1"}, {})
     assert [p["metadata"]["name"] for p in k.list_pods(NS)] == ["p1"]
     k.create_event(NS, objects.event(NS, request, "Accepted", "planning"))
 
-    granted = {(verb, f"{c.resource}") for c in CALLS for verb in c.verbs}
+    # The controller's part of CALLS; the Lease and EndpointSlice calls are
+    # provider/leadership's, which this fake does not serve.
+    granted = {(verb, f"{c.resource}") for c in CALLS for verb in c.verbs
+               if c.group in ("", GROUP)}
     assert set(kube.requests) == granted
 
 

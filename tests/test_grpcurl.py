@@ -67,3 +67,12 @@ def test_grpcurl_sees_error_codes(server: Server) -> None:
     )
     assert result.returncode != 0
     assert "NotFound" in result.stderr and "nope" in result.stderr
+
+
+def test_gpu_types_render_in_json_clients(server: Server) -> None:
+    """Values used to be Any with no type, which grpcurl renders as "@error" (issue 15,
+    item 10); CA reads only the keys."""
+    out = run(server, f"{SVC}/GetAvailableGPUTypes")
+    assert "@error" not in out
+    assert json.loads(out) == {"gpuTypes": {"nvidia-h100-80gb": {
+        "@type": "type.googleapis.com/google.protobuf.Empty", "value": {}}}}

@@ -74,3 +74,53 @@ def test_executor_records_before_the_first_cloud_call(tmp_path: Path) -> None:
     ex: Executor = provider.executor
     ex.execute(AttemptSpec("a1", "x"), build_for(provider, 2))
     assert seen and all(ids == ["a1"] for ids in seen)
+
+
+DAY = 24 * 3600.0
+
+
+def _finish(journal: SqliteJournal, attempt: str, started: float) -> None:
+    journal.begin(AttemptSpec(attempt, "c"), started)
+    journal.planned(attempt, 0, Plan((Part("g", CapacityType.ON_DEMAND, 1, 1.0),)))
+    journal.finished(Outcome(attempt, Result.SUCCEEDED, seconds=1.0))
+
+
+def _parts(path: Path) -> set[str]:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        return {r[0] for r in db.execute("SELECT DISTINCT attempt FROM parts")}
+
+
+def test_finished_attempts_are_pruned_after_the_retention(tmp_path: Path) -> None:
+    # The journal lives on a size-limited emptyDir: it must not grow forever (issue 12,
+    # finding 12). Time is what the caller passes in; nothing sleeps.
+    path = tmp_path / "j.db"
+    journal = SqliteJournal(path, retention_seconds=7 * DAY)
+    journal.begin(AttemptSpec("open-old", "c"), 0.0)  # still open: recovery needs it
+    journal.owe(["i-owed"], 0.0)
+    _finish(journal, "old", 10.0)
+    journal.begin(AttemptSpec("interrupted", "c"), 20.0)
+    journal.close_interrupted(["interrupted"])
+    _finish(journal, "recent", 6 * DAY)
+    assert journal.prune(7 * DAY + 30.0) == 2
+    assert journal.attempts() == ["open-old", "recent"]
+    assert _parts(path) == {"recent"}
+    assert [a.id for a in journal.open_attempts()] == ["open-old"]
+    assert journal.owed() == ["i-owed"]
+
+
+def test_the_journal_keeps_at_most_max_finished(tmp_path: Path) -> None:
+    journal = SqliteJournal(tmp_path / "j.db", retention_seconds=7 * DAY, max_finished=3)
+    journal.begin(AttemptSpec("open", "c"), 0.0)
+    for n in range(6):
+        _finish(journal, f"a{n}", 100.0 + n)
+    journal.prune(200.0)
+    assert journal.attempts() == ["open", "a3", "a4", "a5"]
+
+
+def test_begin_prunes_now_and_then_without_being_asked(tmp_path: Path) -> None:
+    journal = SqliteJournal(tmp_path / "j.db", retention_seconds=DAY)
+    _finish(journal, "old", 0.0)
+    _finish(journal, "new", 2 * DAY)  # its begin prunes: "old" finished a day before
+    assert journal.attempts() == ["new"]

@@ -115,7 +115,10 @@ def test_rotated_certificates_are_served_without_a_restart(tmp_path: Path) -> No
         import shutil
 
         shutil.copytree(first, old)
-        write_dev_pki(first, ["localhost"])  # a new CA and certificates, written in place
+        # A new CA and certificates moved in place (allset certs never overwrites files).
+        write_dev_pki(tmp_path / "next", ["localhost"])
+        for new in (tmp_path / "next").iterdir():
+            new.replace(first / new.name)
         assert ask(first) is None  # the new client certificate is accepted
         assert ask(old) == grpc.StatusCode.UNAVAILABLE  # one from the old CA no longer is
     finally:

@@ -14,7 +14,7 @@ from adapters.aws.client import make_clients
 from adapters.aws.settings import settings_from
 from adapters.base import CloudAdapter
 from provider.clock import Clock
-from provider.config import LoadedConfig
+from provider.config import ConfigError, LoadedConfig
 
 
 def create(
@@ -23,6 +23,14 @@ def create(
     """The adapter for ``config``. ``session`` lets a caller choose credentials or hook the
     clients' events (tests do); by default the standard credential chain is used."""
     settings = settings_from(config)
+    session = session or boto3.session.Session()
+    # Found now, not at the first call deep in a listing: the chain is lazy for IRSA and
+    # pod identity (nothing is fetched here), an instance profile is asked once.
+    if session.get_credentials() is None:
+        raise ConfigError(config.source, [(
+            "cloud.aws", "no AWS credentials found; run with IRSA or EKS pod identity, an "
+            "instance profile, or set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY",
+        )])
     clients = make_clients(settings.region, settings.endpoint_url, session)
     return AwsAdapter(settings, clients, clock)
 

@@ -17,6 +17,7 @@ PART = PREFIX + "part"
 SOURCE = PREFIX + "source"
 RESERVATION = PREFIX + "reservation"
 REQUEST = PREFIX + "request"
+REQUEST_UID = PREFIX + "request-uid"
 # Written by commit. Its value is the attempt id, so a commit tag only counts on instances
 # of that attempt (a stray tag copied onto another instance does not adopt it).
 COMMITTED = PREFIX + "committed"
@@ -37,6 +38,8 @@ def owner_tags(tags: OwnerTags) -> dict[str, str]:
         out[RESERVATION] = tags.reservation
     if tags.request is not None:
         out[REQUEST] = tags.request
+    if tags.request_uid is not None:
+        out[REQUEST_UID] = tags.request_uid
     return out
 
 
@@ -61,6 +64,7 @@ def parse_owner(tags: Mapping[str, str]) -> OwnerTags | None:
             source=source,
             reservation=tags.get(RESERVATION) or None,
             request=tags.get(REQUEST) or None,
+            request_uid=tags.get(REQUEST_UID) or None,
         )
     except (KeyError, ValueError):
         return None

@@ -26,6 +26,7 @@ PART = "allset-part"
 SOURCE = "allset-source"
 RESERVATION = "allset-reservation"
 REQUEST = "allset-request"
+REQUEST_UID = "allset-request-uid"
 COMMITTED = "allset-committed"
 
 _PLAIN = frozenset(string.ascii_lowercase + string.digits + "-")
@@ -112,6 +113,8 @@ def to_labels(tags: OwnerTags) -> dict[str, str]:
         _put(labels, RESERVATION, tags.reservation)
     if tags.request is not None:
         _put(labels, REQUEST, tags.request)
+    if tags.request_uid is not None:
+        _put(labels, REQUEST_UID, tags.request_uid)
     if tags.committed:
         labels[COMMITTED] = "true"
     return labels
@@ -137,6 +140,7 @@ def from_labels(labels: Mapping[str, str]) -> OwnerTags | None:
             source=CapacityType(source),
             reservation=_get(labels, RESERVATION),
             request=_get(labels, REQUEST),
+            request_uid=_get(labels, REQUEST_UID),
             committed=labels.get(COMMITTED) == "true",
         )
     except ValueError:  # a bad escape, or an unknown source

@@ -93,14 +93,15 @@ class LoadedConfig:
     def attempt_deadline_seconds(self) -> float:
         return duration_seconds(self.schema.attempts.deadline)
 
+    @property
+    def journal_retention_seconds(self) -> float:
+        return duration_seconds(self.schema.attempts.journal_retention)
+
 
 def load_config(path: str | Path) -> LoadedConfig:
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(source, [("", f"cannot read config file: {err.strerror}")]) from err
-    return load_config_text(text, source)
+    from provider.config.files import read_text
+
+    return load_config_text(read_text(path, "config file"), str(path))
 
 
 def load_config_text(text: str, source: str = "<config>") -> LoadedConfig:

@@ -198,7 +198,8 @@ class FakeQuota(Model):
 class FakeCloud(Model):
     """The simulated cloud: its reservations, stockouts, quotas and timing."""
 
-    state_path: str | None = Field(None, description="SQLite file; state survives restarts")
+    state_path: str | None = Field(None, description="SQLite file; state survives restarts "
+                                   "(a relative path is relative to the config file)")
     launch_latency_seconds: float = Field(0.0, ge=0, description="how long a launch call takes")
     boot_seconds: float = Field(0.0, ge=0, description="pending -> running after launch")
     terminate_seconds: float = Field(0.0, ge=0, description="shutting-down -> terminated; "
@@ -221,11 +222,25 @@ class FakeCloud(Model):
 class Cloud(Model):
     """Which cloud allset launches in; only the section of that cloud may be set."""
 
-    provider: Literal["fake", "aws", "gcp"] = Field("fake", description="fake is the "
-                                                     "simulated cloud")
+    provider: Literal["fake", "aws", "gcp"] = Field(
+        description="aws, gcp, or fake: the simulated cloud (nothing real is launched); "
+        "may be left out when exactly one of the sections below is given, never "
+        "defaulted, so a config never runs on the simulated cloud by omission")
     fake: FakeCloud | None = Field(None, description="the simulated cloud")
     aws: AwsCloud | None = Field(None, description="AWS: region and reservations")
     gcp: GcpCloud | None = Field(None, description="GCP: project, region and reservations")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _provider_from_section(cls, data: object) -> object:
+        if isinstance(data, dict) and "provider" not in data:
+            given = [name for name in ("fake", "aws", "gcp") if data.get(name) is not None]
+            if len(given) != 1:
+                raise ValueError("provider: required key is missing; set it to aws or gcp, "
+                                 "or to fake for the simulated cloud (nothing real is "
+                                 "launched)")
+            data = {**data, "provider": given[0]}
+        return data
 
 
 class Attempts(Model):
@@ -233,6 +248,12 @@ class Attempts(Model):
 
     max_plans: int = Field(3, ge=1, le=20, description="plans tried per scale-up before failing")
     deadline: Duration = Field("10m", description="give up on a scale-up after this long")
+    journal_retention: Duration = Field(
+        "168h", description="finished attempts stay in the local journal (--state-dir) this "
+        "long; open attempts and terminations still owed are always kept")
+    journal_max_finished: int = Field(
+        10_000, ge=100, description="finished attempts the local journal keeps at most "
+        "(the oldest go first)")
 
 
 class Reconcile(Model):
@@ -249,11 +270,15 @@ class Reconcile(Model):
 class LeaderElection(Model):
     """Active/standby replicas on a coordination.k8s.io Lease (only with Kubernetes)."""
 
-    enabled: bool = Field(True, description="elect a leader when allset runs against a "
-                          "cluster; only the leader launches, terminates and reconciles")
+    mode: Literal["auto", "on", "off"] = Field(
+        "auto", description="auto: elect a leader when running in a cluster (replicas); on: "
+        "also with --kubeconfig outside one; off: one process, guarded by the state-dir lock")
     namespace: str = Field("", description="namespace of the Lease; empty: the pod's own "
                            "(POD_NAMESPACE), else kube-system")
-    name: str = Field("allset", description="name of the Lease")
+    name: str = Field("allset", description="name of the Lease (deploy/ grants RBAC on "
+                      "allset)")
+    service: str = Field("allset", description="the Service whose EndpointSlice the "
+                         "leader points at itself (in a cluster)")
     lease_duration: Duration = Field("15s", description="how long a standby waits after the "
                                      "last renewal it saw before it takes over")
     renew_deadline: Duration = Field("10s", description="the leader stops acting when it "
@@ -276,7 +301,7 @@ class Config(Model):
 
     cluster: Name = Field(description="cluster name; every instance is tagged with it")
     gpu_label: str = Field("allset.dev/accelerator", description="node label naming the GPU")
-    cloud: Cloud = Field(Cloud(), description="the cloud and its settings")
+    cloud: Cloud = Field(description="the cloud and its settings")
     refresh_interval: Duration = Field("30s", description="how often the cloud is listed")
     unavailable_offering_ttl: Duration = Field(
         "3m", description="how long a pool that just failed is left out of plans"
@@ -287,6 +312,16 @@ class Config(Model):
     provisioning_requests: ProvisioningRequests = ProvisioningRequests()
     node_groups: list[NodeGroupConfig] = Field(min_length=1, description="the node "
                                                "groups CA sees")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cloud_is_chosen(cls, data: object) -> object:
+        # Said before anything else: without it the rest of the errors hardly matter.
+        if isinstance(data, dict) and "cloud" not in data:
+            raise ValueError("cloud: required key is missing; set cloud.provider to aws or "
+                             "gcp, or to fake for the simulated cloud (nothing real is "
+                             "launched)")
+        return data
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Config:

@@ -1,6 +1,7 @@
 """The controller loop: list and watch ProvisioningRequests of our class in every
-namespace, and hand each changed request to a worker (one worker per request at a time,
-many requests at once)."""
+namespace, and Nodes into a local cache, and hand each changed request (or the request
+whose Node changed) to a worker (one worker per request at a time, many requests at
+once)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from prometheus_client import Gauge
 from provider.app import Provider
 from provider.controller import conditions as c
 from provider.controller.kube import KubeApi
+from provider.controller.nodes import Node, NodeCache, provider_id
 from provider.controller.queue import WorkQueue
-from provider.controller.requests import Backoff, RequestHandler, key_of, ours
+from provider.controller.requests import Backoff, RequestHandler, ours
+from provider.controller.writes import key_of, uid_of
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +39,9 @@ class Controller:
         self._workers = workers
         self._resync = resync_seconds
         self._watch_seconds = watch_seconds
-        self.handler = RequestHandler(provider, kube, backoff or Backoff())
         self.queue = WorkQueue(provider.clock)
+        self.nodes = NodeCache(kube, self._node_changed, watch_seconds=watch_seconds)
+        self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes)
         self._cache: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -50,7 +54,8 @@ class Controller:
     def start(self) -> None:
         self._choose_version()
         self._relist()
-        targets = [self._watch_loop, self._resync_loop] + [self._work] * self._workers
+        targets = [self._watch_loop, self._node_loop, self._resync_loop] + \
+            [self._work] * self._workers
         for i, target in enumerate(targets):
             thread = threading.Thread(target=target, name=f"provreq-{i}", daemon=True)
             thread.start()
@@ -67,6 +72,7 @@ class Controller:
 
     def sync_once(self, limit: int = 1000) -> int:
         """List, then handle every key that is due, in this thread (tests, simulation)."""
+        self.nodes.relist()
         self._relist()
         handled = 0
         while handled < limit:
@@ -92,19 +98,22 @@ class Controller:
     def _relist(self) -> str:
         items, version = self._kube.list_requests()
         seen = set()
+        vanished: list[tuple[str, dict[str, Any]]] = []
         with self._lock:
             for obj in items:
                 if not ours(obj):
                     continue
                 key = key_of(obj)
                 seen.add(key)
+                old = self._cache.get(key)
+                if old is not None and uid_of(old) != uid_of(obj):
+                    vanished.append((key, old))  # deleted and recreated between lists
                 self._cache[key] = obj
                 self.queue.add(key)
-            vanished = [k for k in self._cache if k not in seen]
-            for key in vanished:
-                del self._cache[key]
-        for key in vanished:
-            self.handler.gone(key)
+            gone = [k for k in self._cache if k not in seen]
+            vanished += [(k, self._cache.pop(k)) for k in gone]
+        for key, last in vanished:
+            self.handler.gone(key, last)
         return version
 
     def _watch_loop(self) -> None:
@@ -124,8 +133,9 @@ class Controller:
                         self.queue.add(key_of(obj))
                     elif kind == "DELETED" and ours(obj):
                         with self._lock:
-                            self._cache.pop(key_of(obj), None)
-                        self.handler.gone(key_of(obj))
+                            if uid_of(self._cache.get(key_of(obj)) or obj) == uid_of(obj):
+                                self._cache.pop(key_of(obj), None)
+                        self.handler.gone(key_of(obj), obj)
             except Exception as err:
                 if self._stop.is_set():
                     return  # stop() closed the watch under us
@@ -137,6 +147,15 @@ class Controller:
                 else:
                     log.warning("watching ProvisioningRequests failed: %s", err)
                     self._stop.wait(5.0)
+
+    def _node_loop(self) -> None:
+        self.nodes.run(self._stop)
+
+    def _node_changed(self, node: Node) -> None:
+        """A Node of a request's gang registered, changed or went: look at the request."""
+        inst = self._p.fleet.instance(provider_id(node)) if provider_id(node) else None
+        if inst is not None and inst.tags.request is not None:
+            self.queue.add(inst.tags.request)
 
     def _resync_loop(self) -> None:
         """Time moves even when nothing changes: bookings end, retries come due."""

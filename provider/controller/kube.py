@@ -5,6 +5,7 @@ that the two agree."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,15 +23,28 @@ class Call:
     group: str  # "" is the core API group
     resource: str
     verbs: tuple[str, ...]
+    # Only in allset's own namespace (a Role), and only on these objects when named.
+    namespaced: bool = False
+    names: tuple[str, ...] = ()
 
+
+LEASE = "allset"  # leaderElection.name's default; RBAC names it
+LEADER_SLICE = "allset-leader"  # provider.leadership.endpoint: the Service's EndpointSlice
 
 CALLS: tuple[Call, ...] = (
     Call(GROUP, "provisioningrequests", ("get", "list", "watch", "patch")),
     Call(GROUP, "provisioningrequests/status", ("update",)),
     Call("", "podtemplates", ("get",)),
-    Call("", "nodes", ("list", "patch")),
+    Call("", "nodes", ("list", "watch", "patch")),
     Call("", "pods", ("list",)),
     Call("", "events", ("create",)),
+    # Leader election (provider/leadership): the Lease, and routing CA to the leader.
+    # RBAC cannot name an object on create, so create is granted on the kind.
+    Call("coordination.k8s.io", "leases", ("create",), namespaced=True),
+    Call("coordination.k8s.io", "leases", ("get", "update"), namespaced=True, names=(LEASE,)),
+    Call("discovery.k8s.io", "endpointslices", ("create",), namespaced=True),
+    Call("discovery.k8s.io", "endpointslices", ("get", "update"), namespaced=True,
+         names=(LEADER_SLICE,)),
 )
 
 
@@ -49,7 +63,8 @@ class KubeApi:
         self.version = version
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
-        self._watch: Any = None
+        self._watches: list[Any] = []  # open watches, closed by stop_watching
+        self._watches_lock = threading.Lock()
 
     # --- ProvisioningRequests --------------------------------------------------------------
 
@@ -62,33 +77,52 @@ class KubeApi:
                        ) -> Iterator[tuple[str, dict[str, Any]]]:
         """(event type, object) until the server ends the watch. Raises ApiException 410
         when ``resource_version`` is too old: list again."""
-        w = self._watch = watch.Watch()
-        for event in w.stream(self._custom.list_cluster_custom_object, GROUP, self.version,
-                              PLURAL, resource_version=resource_version,
-                              timeout_seconds=timeout_seconds, allow_watch_bookmarks=True):
-            yield str(event["type"]), event["raw_object"]
+        yield from self._stream(self._custom.list_cluster_custom_object, GROUP, self.version,
+                                PLURAL, resource_version=resource_version,
+                                timeout_seconds=timeout_seconds)
+
+    def _stream(self, fn: Any, *args: Any, resource_version: str, timeout_seconds: int
+                ) -> Iterator[tuple[str, dict[str, Any]]]:
+        w = watch.Watch()
+        with self._watches_lock:
+            self._watches.append(w)
+        try:
+            for event in w.stream(fn, *args, resource_version=resource_version,
+                                  timeout_seconds=timeout_seconds, allow_watch_bookmarks=True):
+                yield str(event["type"]), event["raw_object"]
+        finally:
+            with self._watches_lock:
+                if w in self._watches:
+                    self._watches.remove(w)
 
     def stop_watching(self) -> None:
-        """End a watch blocked in another thread (on shutdown): stop it and close its
+        """End the watches blocked in other threads (on shutdown): stop each and close its
         connection, which the blocked read sees at once."""
-        w = self._watch
-        if w is None:
-            return
-        w.stop()
-        response = getattr(w, "_resp", None)  # the client keeps the open response here
-        if response is not None:
-            response.close()
+        with self._watches_lock:
+            watches = list(self._watches)
+        for w in watches:
+            w.stop()
+            response = getattr(w, "_resp", None)  # the client keeps the open response here
+            if response is not None:
+                response.close()
 
     def get_request(self, namespace: str, name: str) -> dict[str, Any]:
         found: dict[str, Any] = _call(self._custom.get_namespaced_custom_object, GROUP,
                                       self.version, namespace, PLURAL, name)
         return found
 
-    def patch_request(self, namespace: str, name: str, patch: Mapping[str, Any]
-                      ) -> dict[str, Any]:
-        """A JSON merge patch of metadata (finalizers)."""
+    def set_finalizers(self, request: Mapping[str, Any], finalizers: list[str]
+                       ) -> dict[str, Any]:
+        """Replace the request's finalizers, guarded by the resourceVersion it was read at:
+        a JSON merge patch that carries metadata.resourceVersion is refused with 409
+        (Conflict) when the object changed since, so another writer's finalizer is never
+        lost. Read again and retry on Conflict."""
+        meta = request["metadata"]
+        patch = {"metadata": {"finalizers": finalizers,
+                              "resourceVersion": meta["resourceVersion"]}}
         patched: dict[str, Any] = _call(self._custom.patch_namespaced_custom_object, GROUP,
-                                        self.version, namespace, PLURAL, name, patch)
+                                        self.version, meta["namespace"], PLURAL, meta["name"],
+                                        patch)
         return patched
 
     def replace_status(self, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -107,9 +141,16 @@ class KubeApi:
                                          namespace, _preload_content=False)
         return template
 
-    def list_nodes(self) -> list[dict[str, Any]]:
+    def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
+        """Every Node and the resourceVersion to watch from (the node cache's list)."""
         body: dict[str, Any] = _call(self._core.list_node, _preload_content=False)
-        return list(body.get("items", []))
+        return list(body.get("items", [])), str(body["metadata"]["resourceVersion"])
+
+    def watch_nodes(self, resource_version: str, timeout_seconds: int
+                    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Node events after ``resource_version``; ApiException 410 when it is too old."""
+        yield from self._stream(self._core.list_node, resource_version=resource_version,
+                                timeout_seconds=timeout_seconds)
 
     def patch_node(self, name: str, labels: Mapping[str, str | None],
                    annotations: Mapping[str, str | None]) -> None:

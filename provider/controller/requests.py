@@ -1,13 +1,13 @@
 """One ProvisioningRequest's life: accepted, planned and launched as one all-or-nothing
-attempt, provisioned when every node runs (or is Ready, with waitForNodes), booked until
-its pods land or the booking ends; failed with a reason a person can act on."""
+attempt, provisioned once every Node of the gang is registered, Ready and labelled, booked
+until its pods land or the booking ends; failed with a reason a person can act on. A gang
+that loses a node is rolled back whole before it is provisioned, and revoked after."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import threading
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,8 +15,12 @@ from typing import Any
 from adapters.base import CloudInstance, InstanceState
 from provider.app import Provider
 from provider.controller import conditions as c
-from provider.controller.kube import Conflict, Gone, KubeApi
+from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, Gang, owned, planned
+from provider.controller.kube import Gone, KubeApi
+from provider.controller.nodes import NodeCache, is_ready
+from provider.controller.writes import Writer, key_of, uid_of
 from provider.demand import CLASS_NAME, Demand
+from provider.errors import DomainError
 from provider.executor import AttemptSpec, Result
 from provider.ledger import CapacityView
 from provider.plan import Infeasible, Part, Plan, ReasonCode
@@ -26,6 +30,15 @@ from provider.provreq import BadRequest, Parameters, demand_from
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+
+NODES_LOST = "NodesLost"  # reason of Provisioned=False and CapacityRevoked=True
+NOT_READY_DELAY = 2.0  # seconds: the fleet or the Node cache is not known yet
+RETRY_TERMINATE = 10.0  # a rollback the cloud refused: the finalizer waits for it
+SUSPECTS_DELAY = 10.0  # an earlier attempt's uncommitted instances are being settled
+# Node events requeue a waiting request at once; this looks again for instances the
+# refresh loop's listings show lost (no listing of our own: many waiting requests would
+# each start one).
+WAITING_RECHECK = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +62,8 @@ class Tracked:
     cancel: threading.Event = field(default_factory=threading.Event)
     failures: int = 0
     retry_at: float = 0.0
-
-
-def key_of(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
+    gang_attempt: str | None = None  # the attempt whose nodes ``known`` holds
+    known: set[str] = field(default_factory=set)  # its provider ids seen live
 
 
 def ours(obj: Mapping[str, Any]) -> bool:
@@ -64,28 +74,39 @@ class RequestHandler:
     """Brings one request a step closer to where it should be; returns when to look
     again (seconds, or None for "when it changes")."""
 
-    def __init__(self, provider: Provider, kube: KubeApi, backoff: Backoff) -> None:
+    def __init__(self, provider: Provider, kube: KubeApi, backoff: Backoff,
+                 nodes: NodeCache) -> None:
         self._p = provider
         self._kube = kube
         self._backoff = backoff
+        self._nodes = nodes
+        self._w = Writer(kube, provider.clock)
         self._tracked: dict[str, Tracked] = {}
-        self._latest: dict[str, Obj] = {}  # what our own writes returned
         self._lock = threading.Lock()
 
     def latest(self, key: str) -> Obj | None:
-        with self._lock:
-            return self._latest.get(key)
+        return self._w.latest(key)
 
     # --- entry points ------------------------------------------------------------------
 
-    def gone(self, key: str) -> None:
-        """The request was deleted: stop its attempt, end its booking."""
+    def gone(self, key: str, last: Obj | None = None) -> None:
+        """The request was deleted (``last``: as last seen): stop its attempt, end its
+        booking. Gone without our finalizer's pass (someone removed the finalizer) before
+        it was provisioned: its gang is rolled back here instead."""
         with self._lock:
             tracked = self._tracked.pop(key, None)
-            self._latest.pop(key, None)
+        self._w.forget(key)
         if tracked is not None:
-            tracked.cancel.set()
-        self._release(key)
+            tracked.cancel.set()  # an attempt in flight rolls itself back
+        uid = uid_of(last) if last is not None else (tracked.uid if tracked else None)
+        if last is not None and uid and self._p.acting() and \
+                not _handed_over(last) and (tracked is None or tracked.attempt is None):
+            live, _ = owned(self._p.fleet, uid)
+            if live:
+                log.warning("%s was deleted before it was provisioned and without allset's "
+                            "finalizer; terminating its %d nodes", key, len(live))
+                self._terminate(live)
+        self._release(key, uid)
 
     def cancel(self, key: str) -> None:
         """Stop the request's attempt now (it is being deleted): the executor rolls back
@@ -107,24 +128,28 @@ class RequestHandler:
             tracked = self._tracked.get(key)
             if tracked is None or tracked.uid != meta.get("uid"):
                 tracked = self._tracked[key] = Tracked(str(meta.get("uid")))
+        if not (self._p.acting() and self._nodes.synced.is_set()):
+            # Until the first complete cloud listing (and Node list) the fleet is unknown,
+            # and a standby acts on nothing: nothing may be planned, launched, booked or
+            # judged lost.
+            return NOT_READY_DELAY
         if meta.get("deletionTimestamp"):
             return self._deleting(obj, tracked)
         conds = c.read((obj.get("status") or {}).get("conditions"))
         if any(conds.get(t, _FALSE).true for t in (c.FAILED, c.BOOKING_EXPIRED,
                                                   c.CAPACITY_REVOKED)):
-            self._release(key)
+            self._release(key, tracked.uid)
             return None
         if c.FINALIZER not in (meta.get("finalizers") or []):
-            self._remember(self._kube.patch_request(meta["namespace"], meta["name"], {
-                "metadata": {"finalizers": [*(meta.get("finalizers") or []), c.FINALIZER]}}))
+            self._w.finalizers(obj, lambda have: [*have, c.FINALIZER])
             return 0.0
         if tracked.demand is None:
             try:
                 tracked.demand, tracked.params = self._demand(obj)
             except BadRequest as err:
                 message = "; ".join(f"{f}: {m}" if f else m for f, m in err.problems)
-                self._update(obj, [(c.FAILED, True, c.INVALID_REQUEST, message)],
-                             warning=True)
+                self._w.update(obj, [(c.FAILED, True, c.INVALID_REQUEST, message)],
+                               warning=True)
                 return None
         if conds.get(c.PROVISIONED, _FALSE).true:
             return self._booked(obj, tracked, conds)
@@ -134,28 +159,37 @@ class RequestHandler:
 
     def _provisioning(self, obj: Obj, t: Tracked, conds: dict[str, c.Condition]
                       ) -> float | None:
-        key, now = key_of(obj), self._p.clock.now()
+        now = self._p.clock.now()
         assert t.demand is not None and t.params is not None
         if not conds.get(c.ACCEPTED, _FALSE).true:
-            self._update(obj, [(c.ACCEPTED, True, "Accepted",
-                                f"allset plans {t.demand.pods} pods in "
-                                f"{len(t.demand.pod_sets)} pod sets all-or-nothing")])
+            self._w.update(obj, [(c.ACCEPTED, True, "Accepted",
+                                  f"allset plans {t.demand.pods} pods in "
+                                  f"{len(t.demand.pod_sets)} pod sets all-or-nothing")])
             return 0.0
         created = c.epoch((obj.get("metadata") or {}).get("creationTimestamp")) or now
         if t.params.valid_until_seconds is not None and \
                 now > created + t.params.valid_until_seconds:
             t.cancel.set()
-            self._update(obj, [(c.FAILED, True, c.EXPIRED,
-                                f"not provisioned within validUntilSeconds "
-                                f"({t.params.valid_until_seconds:.0f}s)")], warning=True)
+            if t.attempt is not None:
+                return 1.0  # its worker rolls it back first
+            if not self._terminate_all(t.uid):
+                return RETRY_TERMINATE
+            self._w.update(obj, [(c.FAILED, True, c.EXPIRED,
+                                  f"not provisioned within validUntilSeconds "
+                                  f"({t.params.valid_until_seconds:.0f}s)")], warning=True)
             return None
         if t.attempt is not None:
             return None  # the worker running it will look again when it is done
-        mine = self._instances(key)
-        if mine:
-            return self._waiting(obj, t, mine)
+        found = self._gang(obj, t)
+        if found is not None:
+            return self._waiting(obj, t, found)
         if now < t.retry_at:
             return t.retry_at - now
+        if self._p.reconciler.suspects(t.uid):
+            # An earlier attempt of this request left uncommitted instances (a crash): a
+            # new gang now would pay twice and find their reservation slots taken. Reconcile
+            # settles them within its grace period; then the gang is planned afresh.
+            return SUSPECTS_DELAY
         return self._attempt(obj, t)
 
     def _attempt(self, obj: Obj, t: Tracked) -> float | None:
@@ -163,10 +197,16 @@ class RequestHandler:
         key = key_of(obj)
         demand = t.demand
         assert demand is not None
-        t.attempt = "r-" + uuid.uuid4().hex[:16]
+        attempt = self._p.new_attempt_id("r")
+        # The attempt is named in the request before its first cloud call, so a restart
+        # knows which instances are this request's gang.
+        recorded = self._w.update(obj, [], details={ATTEMPT_DETAIL: attempt,
+                                                    PLANNED_DETAIL: None})
+        if recorded is None:
+            return NOT_READY_DELAY
+        obj = recorded
+        t.attempt = attempt
         t.cancel.clear()
-
-        attempt = t.attempt
 
         def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
             # What every group holds against maxSize: nodes, CA's scale-ups and other
@@ -175,15 +215,20 @@ class RequestHandler:
 
         try:
             outcome = self._p.executor.execute(
-                AttemptSpec(t.attempt, self._p.config.cluster, request=key), build,
+                AttemptSpec(t.attempt, self._p.config.cluster, request=key,
+                            request_uid=t.uid), build,
                 cancelled=t.cancel.is_set)
         finally:
             t.attempt = None
         if outcome.instances:
             self._p.fleet.adopt(outcome.instances, self._p.clock.now())
+            self._p.book(key, {i.provider_id for i in outcome.instances})
             t.failures = 0
-            self._event(obj, "Launched", f"{len(outcome.instances)} nodes launched by attempt "
-                        f"{outcome.attempt}; waiting for them to run")
+            n = len(outcome.instances)
+            # Its event (reason WaitingForNodes) says what launched.
+            self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_NODES,
+                                  _waiting_text(n, outcome.attempt))],
+                           details={PLANNED_DETAIL: str(n)})
             return 0.0
         if outcome.result is Result.CANCELLED:
             return None
@@ -192,70 +237,201 @@ class RequestHandler:
         changes = [(c.PROVISIONED, False, code, message)]
         if demand.no_retry:
             changes.append((c.FAILED, True, code, f"noRetry: {message}"))
-            self._update(obj, changes, warning=True)
+            self._w.update(obj, changes, warning=True)
             return None
         delay = self._backoff.delay(t.failures)
         t.retry_at = self._p.clock.now() + delay
-        self._update(obj, changes, warning=True, note=f"retrying in {delay:.0f}s")
+        self._w.update(obj, changes, warning=True, note=f"retrying in {delay:.0f}s")
         return delay
 
-    def _waiting(self, obj: Obj, t: Tracked, mine: list[CloudInstance]) -> float | None:
-        """Launched and committed: provisioned once every node runs (and is Ready)."""
-        self._p.refresh_if_older(5.0)
-        mine = self._instances(key_of(obj)) or mine
-        pending = [i for i in mine if i.state is not InstanceState.RUNNING]
-        if not pending and t.params is not None and t.params.wait_for_nodes:
-            ready = self._ready_nodes()
-            pending = [i for i in mine if i.provider_id not in ready]
-        if pending:
-            self._update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_NODES,
-                                f"{len(mine) - len(pending)} of {len(mine)} nodes ready")])
-            return 5.0
-        meta = obj["metadata"]
-        value = c.booking_value(meta["namespace"], meta["name"])
-        self._book(key_of(obj), mine, value)
-        self._update(obj, [(c.PROVISIONED, True, c.CAPACITY_IS_PROVISIONED,
-                            f"{len(mine)} nodes provisioned; pods select them with "
-                            f"{c.BOOKING_LABEL}={value}")],
-                     details={c.BOOKING_DETAIL: value})
+    def _waiting(self, obj: Obj, t: Tracked, found: Gang) -> float | None:
+        """Committed: Provisioned once every planned Node is registered, Ready and carries
+        the booking label. A gang that loses a node first is rolled back whole."""
+        key = key_of(obj)
+        if found.short:
+            return self._lost_before_provisioned(obj, t, found)
+        value = c.booking_value(obj["metadata"]["namespace"], obj["metadata"]["name"])
+        # Protected from scale-down from commit on, and labelled as each Node registers.
+        self._p.book(key, {i.provider_id for i in found.instances})
+        done = self._label(found.instances, value)
+        n = len(found.instances)
+        if done < n:
+            # One message for the whole wait: a status write (and an event) per Node
+            # that registers would cost more than it tells.
+            self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_NODES,
+                                  _waiting_text(n, found.attempt))])
+            return WAITING_RECHECK
+        self._w.update(obj, [(c.PROVISIONED, True, c.CAPACITY_IS_PROVISIONED,
+                              f"{n} nodes registered, Ready and labelled; pods select "
+                              f"them with {c.BOOKING_LABEL}={value}")],
+                       details={c.BOOKING_DETAIL: value})
         return 0.0
+
+    def _lost_before_provisioned(self, obj: Obj, t: Tracked, found: Gang) -> float | None:
+        """All or nothing: a gang short of its plan is never Provisioned. Its remaining
+        nodes are terminated (no half gang bills) and the whole gang is tried again."""
+        key = key_of(obj)
+        if not self._terminate(list(found.instances)):
+            return RETRY_TERMINATE
+        self._release(key, t.uid)
+        t.failures += 1
+        delay = self._backoff.delay(t.failures)
+        t.retry_at = self._p.clock.now() + delay
+        self._w.update(obj, [(c.PROVISIONED, False, NODES_LOST,
+                              f"{_lost_text(found)} before the gang was provisioned; its "
+                              f"other {len(found.instances)} nodes were terminated")],
+                       warning=True, details={ATTEMPT_DETAIL: None, PLANNED_DETAIL: None},
+                       note=f"the whole gang is retried in {delay:.0f}s")
+        return delay
 
     def _booked(self, obj: Obj, t: Tracked, conds: dict[str, c.Condition]) -> float | None:
         key, now = key_of(obj), self._p.clock.now()
         assert t.demand is not None
         meta = obj["metadata"]
-        mine = self._instances(key)
-        self._book(key, mine, c.booking_value(meta["namespace"], meta["name"]))
+        found = self._gang(obj, t)
+        if found is not None and found.short:
+            # Kueue evicts the workload on CapacityRevoked. The remaining nodes may run
+            # its pods until then: they are not terminated, only unbooked (CA's again).
+            self._release(key, t.uid)
+            self._w.update(obj, [(c.CAPACITY_REVOKED, True, NODES_LOST,
+                                  f"{_lost_text(found)} after the request was "
+                                  f"provisioned")], warning=True)
+            return None
+        if found is not None:  # None: provisioned before plans were recorded (upgrade)
+            value = c.booking_value(meta["namespace"], meta["name"])
+            self._p.book(key, {i.provider_id for i in found.instances})
+            self._label(found.instances, value)
         if self._consumed(meta["namespace"], meta["name"], t.demand.pods):
-            self._release(key)
-            self._update(obj, [(c.BOOKING_EXPIRED, True, c.BOOKING_CONSUMED,
-                                "every pod of the request is scheduled")])
+            self._release(key, t.uid)
+            self._w.update(obj, [(c.BOOKING_EXPIRED, True, c.BOOKING_CONSUMED,
+                                  "every pod of the request is scheduled")])
             return None
         since = c.epoch(conds[c.PROVISIONED].last_transition) or now
         ends = since + t.demand.booking_seconds
         if now >= ends:
-            self._release(key)
-            self._update(obj, [(c.BOOKING_EXPIRED, True, c.BOOKING_TIME_EXPIRED,
-                                f"booking of {t.demand.booking_seconds:.0f}s ended")])
+            self._release(key, t.uid)
+            self._w.update(obj, [(c.BOOKING_EXPIRED, True, c.BOOKING_TIME_EXPIRED,
+                                  f"booking of {t.demand.booking_seconds:.0f}s ended")])
             return None
         return min(15.0, ends - now)
 
     def _deleting(self, obj: Obj, t: Tracked) -> float | None:
+        """Deleted before it was provisioned: its gang is terminated before the finalizer
+        goes. Deleted once provisioned (Kueue deletes a request after admission): its
+        nodes run the workload, so only the booking ends and CA owns them again."""
         key = key_of(obj)
         t.cancel.set()
         if t.attempt is not None:
             return 1.0  # its worker rolls it back; then the finalizer can go
-        self._release(key)
-        meta = obj["metadata"]
-        finalizers = [f for f in meta.get("finalizers") or [] if f != c.FINALIZER]
-        if len(finalizers) != len(meta.get("finalizers") or []):
-            with contextlib.suppress(Gone):
-                self._kube.patch_request(meta["namespace"], meta["name"],
-                                         {"metadata": {"finalizers": finalizers}})
+        if not _handed_over(obj) and not self._terminate_all(t.uid):
+            return RETRY_TERMINATE
+        self._release(key, t.uid)
+        self._w.finalizers(obj, lambda have: [f for f in have if f != c.FINALIZER])
         with self._lock:
-            self._tracked.pop(key, None)
-            self._latest.pop(key, None)
+            if self._tracked.get(key) is t:
+                del self._tracked[key]
+        self._w.forget(key)
         return None
+
+    # --- the gang ------------------------------------------------------------------------
+
+    def _gang(self, obj: Obj, t: Tracked) -> Gang | None:
+        """The request's committed gang, or None when it has none. Instances of this
+        request from any other attempt are strays (an earlier gang whose termination
+        failed) and are terminated, never counted."""
+        attempt, count = planned(obj)
+        live, going = owned(self._p.fleet, t.uid)
+        if attempt is None:
+            attempts = {i.tags.attempt for i in live}
+            if len(attempts) != 1:
+                return None  # no gang (several would be strays of lost records)
+            attempt = attempts.pop()
+        mine = [i for i in live if i.tags.attempt == attempt]
+        strays = [i for i in live if i.tags.attempt != attempt]
+        if strays:
+            log.warning("%s: terminating %d instances of earlier attempts %s", key_of(obj),
+                        len(strays), sorted({i.tags.attempt for i in strays}))
+            self._terminate(strays)
+        if count is None:
+            if not mine:
+                return None  # recorded but never committed: a new attempt comes next
+            # A crash between commit and recording the count: what committed is the plan.
+            count = len(mine)
+            log.warning("%s: planned node count of attempt %s not recorded; taking the %d "
+                        "committed nodes", key_of(obj), attempt, count)
+            self._w.update(obj, [], details={ATTEMPT_DETAIL: attempt,
+                                             PLANNED_DETAIL: str(count)})
+        if t.gang_attempt != attempt:
+            t.gang_attempt, t.known = attempt, set()
+        t.known |= {i.provider_id for i in mine}
+        now_ids = {i.provider_id for i in mine}
+        lost = sorted((t.known - now_ids) | {i.provider_id for i in going
+                                             if i.tags.attempt == attempt})
+        return Gang(attempt, count, tuple(mine), tuple(lost))
+
+    def _terminate_all(self, uid: str) -> bool:
+        """Every instance of the request, those already leaving the fleet included until
+        the cloud reports them terminating (a termination that failed is tried again)."""
+        live, going = owned(self._p.fleet, uid)
+        return self._terminate([*live, *(i for i in going
+                                         if i.state is not InstanceState.TERMINATING)])
+
+    def _terminate(self, instances: list[CloudInstance]) -> bool:
+        """Roll back committed instances: out of CA's view first, then through the
+        terminator, which journals each termination before it is tried."""
+        if not instances:
+            return True
+        by_group: dict[str, list[str]] = {}
+        for inst in instances:
+            by_group.setdefault(inst.tags.node_group, []).append(inst.provider_id)
+        for group, ids in by_group.items():
+            try:
+                self._p.fleet.delete_nodes(group, ids)
+            except DomainError as err:  # e.g. minSize: the gang goes all the same
+                log.info("group %s keeps showing %d nodes until the next listing: %s",
+                         group, len(ids), err)
+        return self._p.executor.terminator.terminate([i.id for i in instances],
+                                                     self._p.executor.retrying())
+
+    # --- Nodes ---------------------------------------------------------------------------
+
+    def _label(self, instances: Sequence[CloudInstance], value: str) -> int:
+        """Label each registered Node of the gang for its pods and protect it from
+        scale-down; returns how many are registered, Ready and carry the label."""
+        done = 0
+        for inst in instances:
+            node = self._nodes.get(inst.provider_id)
+            if node is None:
+                continue
+            meta = node.get("metadata") or {}
+            labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+            if labels.get(c.BOOKING_LABEL) != value or \
+                    notes.get(c.SCALE_DOWN_DISABLED) != "true":
+                with contextlib.suppress(Gone):  # the next Node event says what became of it
+                    self._kube.patch_node(meta["name"], {c.BOOKING_LABEL: value},
+                                          {c.SCALE_DOWN_DISABLED: "true"})
+                continue  # counted once its watch event shows the label
+            if is_ready(node):
+                done += 1
+        return done
+
+    def _release(self, key: str, uid: str | None) -> None:
+        """End a booking: CA may scale the nodes down again, and pods no longer select
+        them."""
+        ids = self._p.unbook(key)
+        if uid is not None:
+            live, going = owned(self._p.fleet, uid)
+            ids |= {i.provider_id for i in (*live, *going)}
+        for pid in ids:
+            node = self._nodes.get(pid)
+            if node is None:
+                continue
+            meta = node.get("metadata") or {}
+            if c.BOOKING_LABEL in (meta.get("labels") or {}) or \
+                    c.SCALE_DOWN_DISABLED in (meta.get("annotations") or {}):
+                with contextlib.suppress(Gone):
+                    self._kube.patch_node(meta["name"], {c.BOOKING_LABEL: None},
+                                          {c.SCALE_DOWN_DISABLED: None})
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -276,26 +452,6 @@ class RequestHandler:
                 )]) from None
         return demand_from(obj, templates)
 
-    def _instances(self, key: str) -> list[CloudInstance]:
-        """This request's committed nodes, as the fleet (and so CA) sees them."""
-        out = []
-        for group in self._p.fleet.groups():
-            for node in self._p.fleet.view(group.id).nodes:
-                inst = node.instance
-                if inst is not None and inst.tags.request == key and \
-                        inst.state is not InstanceState.TERMINATED:
-                    out.append(inst)
-        return out
-
-    def _ready_nodes(self) -> set[str]:
-        ready = set()
-        for node in self._kube.list_nodes():
-            status = node.get("status") or {}
-            if any(cond.get("type") == "Ready" and cond.get("status") == "True"
-                   for cond in status.get("conditions") or []):
-                ready.add((node.get("spec") or {}).get("providerID", ""))
-        return ready
-
     def _consumed(self, namespace: str, name: str, pods: int) -> bool:
         scheduled = 0
         for pod in self._kube.list_pods(namespace):
@@ -305,89 +461,24 @@ class RequestHandler:
                 scheduled += 1
         return scheduled >= pods
 
-    def _book(self, key: str, instances: list[CloudInstance], value: str) -> None:
-        """Protect the request's nodes from scale-down and label them for its pods."""
-        ids = {i.provider_id for i in instances}
-        self._p.book(key, ids)
-        for node in self._kube.list_nodes():
-            spec, meta = node.get("spec") or {}, node.get("metadata") or {}
-            if spec.get("providerID") not in ids:
-                continue
-            labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
-            if labels.get(c.BOOKING_LABEL) != value or notes.get(c.SCALE_DOWN_DISABLED) != "true":
-                self._kube.patch_node(meta["name"], {c.BOOKING_LABEL: value},
-                                      {c.SCALE_DOWN_DISABLED: "true"})
 
-    def _release(self, key: str) -> None:
-        """End a booking: CA may scale the nodes down again."""
-        ids = self._p.unbook(key)
-        if not ids:
-            return
-        for node in self._kube.list_nodes():
-            spec, meta = node.get("spec") or {}, node.get("metadata") or {}
-            if spec.get("providerID") in ids:
-                self._kube.patch_node(meta["name"], {c.BOOKING_LABEL: None},
-                                      {c.SCALE_DOWN_DISABLED: None})
+def _handed_over(obj: Obj) -> bool:
+    """Whether the request was ever provisioned: its nodes may run its workload, so its
+    deletion ends the booking and leaves the nodes to CA."""
+    conds = c.read((obj.get("status") or {}).get("conditions"))
+    return any(conds.get(k, _FALSE).true for k in (c.PROVISIONED, c.BOOKING_EXPIRED,
+                                                   c.CAPACITY_REVOKED))
 
-    def _update(self, obj: Obj, changes: list[tuple[str, bool, str, str]], *,
-                warning: bool = False, details: Mapping[str, str] | None = None,
-                note: str = "") -> None:
-        """Apply condition changes (re-reading the request on a conflict) and record an
-        event for each transition."""
-        now = self._p.clock.now()
-        for _ in range(5):
-            status = dict(obj.get("status") or {})
-            conds = c.read(status.get("conditions"))
-            generation = int((obj.get("metadata") or {}).get("generation") or 0)
-            changed = [ch for ch in changes
-                       if c.put(conds, ch[0], ch[1], ch[2], ch[3], now, generation)]
-            merged = dict(status.get("provisioningClassDetails") or {})
-            if details:
-                merged.update(details)
-            if not changed and merged == (status.get("provisioningClassDetails") or {}):
-                return
-            status["conditions"] = [x.as_dict() for x in conds.values()]
-            if merged:
-                status["provisioningClassDetails"] = merged
-            try:
-                self._remember(self._kube.replace_status({**obj, "status": status}))
-            except Conflict:
-                meta = obj["metadata"]
-                obj = self._kube.get_request(meta["namespace"], meta["name"])
-                continue
-            except Gone:
-                return
-            for ctype, value, reason, message in changed:
-                text = f"{ctype}={value}: {message}" + (f" ({note})" if note else "")
-                self._event(obj, reason, text,
-                            warning=warning and (ctype == c.FAILED or not value))
-            return
 
-    def _remember(self, obj: Obj) -> None:
-        with self._lock:
-            self._latest[key_of(obj)] = obj
+def _waiting_text(n: int, attempt: str) -> str:
+    return (f"{n} nodes launched by attempt {attempt}; Provisioned once each Node is "
+            f"registered, Ready and labelled")
 
-    def _event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
-        meta = obj["metadata"]
-        stamp = c.rfc3339(self._p.clock.now())
-        try:
-            self._kube.create_event(meta["namespace"], {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-                "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
-                                   "name": meta["name"], "namespace": meta["namespace"],
-                                   "uid": meta.get("uid")},
-                "reason": reason,
-                "message": message[:1024],
-                "type": "Warning" if warning else "Normal",
-                "source": {"component": "allset"},
-                "firstTimestamp": stamp,
-                "lastTimestamp": stamp,
-                "count": 1,
-            })
-        except Exception as err:  # events are best effort; the status is the record
-            log.warning("event for %s not recorded: %s", key_of(obj), err)
+
+def _lost_text(found: Gang) -> str:
+    named = f": {', '.join(found.lost)}" if found.lost else ""
+    return (f"{found.short} of the {found.planned} planned nodes of attempt {found.attempt} "
+            f"were lost{named}")
 
 
 _FALSE = c.Condition("", "False", "", "", "")

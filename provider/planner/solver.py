@@ -383,18 +383,21 @@ _started = False
 
 def _new_highs() -> highspy.Highs:
     """A silent HiGHS instance. Its first construction prints a banner on stdout, which
-    would corrupt `allset plan --output json`: send that one to stderr."""
+    would corrupt `allset plan --output json` and, on stderr, reads as noise in a CLI's
+    output: it goes to /dev/null."""
     global _started
     with _quiet:
         if not _started:
             sys.stdout.flush()
             saved = os.dup(1)
+            devnull = os.open(os.devnull, os.O_WRONLY)
             try:
-                os.dup2(2, 1)
+                os.dup2(devnull, 1)
                 h = highspy.Highs()  # type: ignore[no-untyped-call]
             finally:
                 os.dup2(saved, 1)
                 os.close(saved)
+                os.close(devnull)
             _started = True
         else:
             h = highspy.Highs()  # type: ignore[no-untyped-call]

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, empty_pb2
 from google.protobuf.message import DecodeError
 
 from provider.app import Provider
@@ -31,6 +31,12 @@ from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 from provider.wire import k8s_core_v1_pb2 as core
 
 log = logging.getLogger(__name__)
+
+# CA reads only the keys of GetAvailableGPUTypes. The values are Empty packed in Any: an
+# Any with no type (what CA's own providers send) renders as "@error" in JSON clients
+# such as grpcurl, which cannot resolve an empty type URL.
+_EMPTY = any_pb2.Any()
+_EMPTY.Pack(empty_pb2.Empty())
 
 _CODES = {
     NotFound: grpc.StatusCode.NOT_FOUND,
@@ -78,7 +84,7 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
             g.id: template_node_bytes(g, provider.config.schema.gpu_label) for g in groups
         }
         self._gpu_types = pb.GetAvailableGPUTypesResponse(
-            gpuTypes={g.gpu_type: any_pb2.Any() for g in groups if g.gpu_type}
+            gpuTypes={g.gpu_type: _EMPTY for g in groups if g.gpu_type}
         )
         self._gpu_label = pb.GPULabelResponse(label=provider.config.schema.gpu_label)
         self._nodes_cache: dict[str, tuple[int, pb.NodeGroupNodesResponse]] = {}

@@ -38,17 +38,19 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
-def simulate(trace: TraceModel, strategy: str, seed: int = 0) -> Result:
-    return summary(*run_world(trace, strategy, seed))
+def simulate(trace: TraceModel, strategy: str, seed: int = 0,
+             progress: Callable[[float], None] | None = None) -> Result:
+    return summary(*run_world(trace, strategy, seed, progress))
 
 
-def run_world(trace: TraceModel, strategy: str, seed: int = 0
+def run_world(trace: TraceModel, strategy: str, seed: int = 0,
+              progress: Callable[[float], None] | None = None,
               ) -> tuple[World, Strategy, float]:
     """The world after the run (its jobs, nodes and cloud), the strategy, wall seconds."""
     started = time.perf_counter()
     world = World(trace)
     chosen = STRATEGIES[strategy](seed)
-    world.run(chosen)
+    world.run(chosen, progress)
     return world, chosen, time.perf_counter() - started
 
 

@@ -17,6 +17,7 @@ from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
 from adapters.base import ReservationKind
 from provider.config.base import Model
+from provider.config.files import TRACE_LIMIT, read_text
 from provider.config.load import ConfigError
 from provider.config.paths import field_path, plain_message
 from provider.config.units import duration_seconds
@@ -232,10 +233,7 @@ def parse_trace(raw: Any, source: str) -> TraceModel:
 def load_trace(path: str | Path) -> TraceModel:
     """Read a trace file (JSON if it ends in .json, else YAML)."""
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(source, [("", f"cannot read trace: {err.strerror}")]) from err
+    text = read_text(path, "trace", TRACE_LIMIT)
     try:
         raw = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as err:

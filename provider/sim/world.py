@@ -127,17 +127,25 @@ class World:
     def after(self, delay: float, fn: Callable[[], None]) -> None:
         self.at(self.now + delay, fn)
 
-    def run(self, strategy: Strategy) -> None:
+    def run(self, strategy: Strategy,
+            progress: Callable[[float], None] | None = None) -> None:
+        """Run to the end; ``progress`` hears the share of virtual time done, now and then."""
         self.strategy = strategy
         self._schedule_trace()
         strategy.attach(self)
+        events = 0
         while self._events:
             t, _, fn = heapq.heappop(self._events)
             if t > self.end:
                 break
             self._move_to(t)
             fn()
+            events += 1
+            if progress is not None and events % 500 == 0:
+                progress(min(1.0, self.now / self.end) if self.end > 0 else 1.0)
         self._move_to(self.end)
+        if progress is not None:
+            progress(1.0)
 
     def _move_to(self, t: float) -> None:
         # A strategy's cloud calls may have slept on the clock (retries); never go back.

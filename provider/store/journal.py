@@ -39,11 +39,23 @@ CREATE TABLE IF NOT EXISTS terminations (
 """
 
 
+# Finished attempts are a record, not state: reconcile works from the cloud's tags. They are
+# pruned so the journal fits the size-limited volume it lives on (deploy/kubernetes/base).
+DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
+DEFAULT_MAX_FINISHED = 10_000
+PRUNE_EVERY_SECONDS = 600.0
+
+
 class SqliteJournal:
     """Implements provider.executor.Journal and the terminator's durable backlog."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *,
+                 retention_seconds: float = DEFAULT_RETENTION_SECONDS,
+                 max_finished: int = DEFAULT_MAX_FINISHED) -> None:
         self._db = Database(path, _SCHEMA)  # fsynced: an attempt is recorded before launch
+        self._retention = retention_seconds
+        self._max_finished = max_finished
+        self._pruned_at = float("-inf")
 
     # --- executor.Journal ------------------------------------------------------------------
 
@@ -51,6 +63,8 @@ class SqliteJournal:
         with self._db.transaction() as db:
             db.execute("INSERT OR REPLACE INTO attempts VALUES (?, ?, ?, ?, 'open', ?, NULL, NULL)",
                        (spec.id, spec.cluster, spec.request, int(spec.partial), now))
+        if now - self._pruned_at >= PRUNE_EVERY_SECONDS:
+            self.prune(now)
 
     def planned(self, attempt: str, plan_index: int, plan: Plan) -> None:
         with self._db.transaction() as db:
@@ -107,6 +121,31 @@ class SqliteJournal:
             row = db.execute("SELECT state FROM attempts WHERE id = ?",
                                    (attempt,)).fetchone()
         return None if row is None else str(row[0])
+
+    def prune(self, now: float) -> int:
+        """Delete finished attempts (and their parts) older than the retention, then the
+        oldest finished ones beyond the cap. Open attempts are never pruned (recovery
+        needs them) and neither are terminations owed (another table). Returns how many
+        attempts went."""
+        finished = "state != 'open'"
+        at = "COALESCE(finished_at, started_at)"  # an interrupted attempt has no finish
+        with self._db.transaction() as db:
+            doomed = [r[0] for r in db.execute(
+                f"SELECT id FROM attempts WHERE {finished} AND {at} < ?",
+                (now - self._retention,))]
+            doomed += [r[0] for r in db.execute(
+                f"SELECT id FROM attempts WHERE {finished} AND {at} >= ? "
+                f"ORDER BY {at} DESC, id LIMIT -1 OFFSET ?",
+                (now - self._retention, self._max_finished))]
+            db.executemany("DELETE FROM parts WHERE attempt = ?", [(a,) for a in doomed])
+            db.executemany("DELETE FROM attempts WHERE id = ?", [(a,) for a in doomed])
+        self._pruned_at = now
+        return len(doomed)
+
+    def attempts(self) -> list[str]:
+        """Every attempt recorded, oldest first."""
+        with self._db.reading() as db:
+            return [r[0] for r in db.execute("SELECT id FROM attempts ORDER BY started_at, id")]
 
     # --- terminations owed ---------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""The one way allset opens a SQLite file: WAL, full fsync, one writer at a time."""
+"""The one way allset opens a SQLite file: WAL, full fsync, one writer at a time, readable
+by this user only (mode 0600 in a 0700 directory when we create it)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from provider.store.files import private_sqlite
+
 
 class Database:
     def __init__(self, path: str | Path, schema: str) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite(Path(path))
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")  # a committed write survives power loss

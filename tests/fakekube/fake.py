@@ -137,6 +137,20 @@ class FakeKube:
         answer 409 Conflict, as if someone else wrote in between."""
         self.store.inject_conflicts(resources.by_plural(plural), namespace, name, times)
 
+    def race(self, plural: str, name: str, change: Callable[[Json], None],
+             namespace: str = "") -> None:
+        """Another client writes first: just before the next API update or patch of the
+        object is applied, ``change`` is written as ``modify`` would. The API server then
+        holds the later write to the resourceVersion it names (409 when it is stale) and,
+        without one, applies a patch to what is stored: a merge patch replaces a list
+        whole (RFC 7386), so the racing write's list entries are lost."""
+        res = resources.by_plural(plural)
+
+        def write() -> None:
+            self.store.modify(res, namespace, name, change)
+
+        self.store.race(res, namespace, name, write)
+
     def bookmark(self) -> None:
         """Every open watch that allows bookmarks receives one at the current version."""
         self.store.bookmark()

@@ -80,6 +80,7 @@ class Store:
         self.stopped = False
         self._objects: dict[Key, Json] = {}
         self._conflicts: Counter[Key] = Counter()
+        self._races: dict[Key, list[Callable[[], None]]] = {}
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -118,6 +119,17 @@ class Store:
     def inject_conflicts(self, res: Resource, namespace: str, name: str, times: int) -> None:
         with self.cond:
             self._conflicts[(res.plural, namespace, name)] += times
+
+    def race(self, res: Resource, namespace: str, name: str, write: Callable[[], None]
+             ) -> None:
+        """``write`` runs just before the next API write to the object is applied: another
+        client's write landing between this client's read and its write."""
+        with self.cond:
+            self._races.setdefault((res.plural, namespace, name), []).append(write)
+
+    def _run_races(self, res: Resource, namespace: str, name: str) -> None:
+        for write in self._races.pop((res.plural, namespace, name), []):
+            write()  # cond is re-entrant: the racing write takes it again
 
     def bookmark(self) -> None:
         with self.cond:
@@ -175,6 +187,7 @@ class Store:
             raise errors.bad_request(f"the name of the object ({meta.get('name')}) does not "
                                      f"match the name on the URL ({name})")
         with self.cond:
+            self._run_races(res, namespace, name)
             existing = self._existing(res, namespace, name)
             self._take_conflict(res, namespace, name)
             sent = str(meta.get("resourceVersion") or "")
@@ -189,10 +202,17 @@ class Store:
     def patch(self, res: Resource, version: str, namespace: str, name: str,
               content_type: str, raw: bytes, *, status: bool) -> Json:
         with self.cond:
+            self._run_races(res, namespace, name)
             existing = self._existing(res, namespace, name)
             self._take_conflict(res, namespace, name)
             patched = patch.apply(content_type, raw, render(existing, res, version),
                                   custom=res.custom)
+            # A patch that carries metadata.resourceVersion is a precondition on it: 409
+            # when the object changed since (API conventions, "Concurrency Control and
+            # Consistency": https://github.com/kubernetes/community/blob/master/
+            # contributors/devel/sig-architecture/api-conventions.md#concurrency-control-
+            # and-consistency; kubernetes/kubernetes#63104). Without it a patch applies to
+            # whatever is stored, and a merge patch replaces lists whole (RFC 7386).
             sent = str((patched.get("metadata") or {}).get("resourceVersion") or "")
             if sent and sent != existing["metadata"]["resourceVersion"]:
                 raise errors.conflict(res.qualified, name)

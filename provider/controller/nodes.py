@@ -1,0 +1,113 @@
+"""A local cache of the cluster's Nodes, kept by list and watch (as client-go's informers
+do): one list, then a watch from its resourceVersion; a watch that ends resumes from the
+last version seen, and a 410 (that version is too old) lists again. Requests read Nodes
+from here by providerID, so no request ever lists every Node, and each change is handed
+to ``on_change`` so the request that owns the Node is looked at again at once."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from provider.controller.kube import KubeApi
+
+log = logging.getLogger(__name__)
+
+Node = dict[str, Any]
+
+
+def provider_id(node: Node) -> str:
+    return str((node.get("spec") or {}).get("providerID") or "")
+
+
+def is_ready(node: Node) -> bool:
+    return any(cond.get("type") == "Ready" and cond.get("status") == "True"
+               for cond in (node.get("status") or {}).get("conditions") or [])
+
+
+def _what_matters(node: Node | None) -> tuple[Any, ...] | None:
+    """What a request's handling reads of a Node: kubelets rewrite the rest (heartbeats,
+    resource usage) all the time, and those changes wake no request."""
+    if node is None:
+        return None
+    meta = node.get("metadata") or {}
+    return (provider_id(node), is_ready(node), meta.get("labels"), meta.get("annotations"))
+
+
+class NodeCache:
+    def __init__(self, kube: KubeApi, on_change: Callable[[Node], None] | None = None,
+                 *, watch_seconds: int = 300) -> None:
+        self._kube = kube
+        self._on_change = on_change or (lambda _node: None)
+        self._watch_seconds = watch_seconds
+        self._lock = threading.Lock()
+        self._by_name: dict[str, Node] = {}
+        self._by_provider: dict[str, str] = {}  # providerID -> node name
+        self.synced = threading.Event()  # set once the first list is in
+
+    # --- reads -------------------------------------------------------------------------
+
+    def get(self, pid: str) -> Node | None:
+        """The Node registered for this providerID, as last seen."""
+        with self._lock:
+            name = self._by_provider.get(pid)
+            return self._by_name.get(name) if name is not None else None
+
+    # --- keeping it current ------------------------------------------------------------
+
+    def relist(self) -> str:
+        """Replace the cache with a fresh list; returns the version to watch from."""
+        items, version = self._kube.list_nodes()
+        fresh = {str(n["metadata"]["name"]): n for n in items}
+        with self._lock:
+            changed = [n for name, n in fresh.items()
+                       if _what_matters(self._by_name.get(name)) != _what_matters(n)]
+            changed += [n for name, n in self._by_name.items() if name not in fresh]
+            self._by_name = fresh
+            self._by_provider = {provider_id(n): name for name, n in fresh.items()
+                                 if provider_id(n)}
+        self.synced.set()
+        for node in changed:
+            self._on_change(node)
+        return version
+
+    def apply(self, kind: str, node: Node) -> None:
+        """One watch event."""
+        name = str((node.get("metadata") or {}).get("name") or "")
+        if not name or kind not in ("ADDED", "MODIFIED", "DELETED"):
+            return
+        with self._lock:
+            old = self._by_name.pop(name, None)
+            if old is not None and self._by_provider.get(provider_id(old)) == name:
+                del self._by_provider[provider_id(old)]
+            if kind != "DELETED":
+                self._by_name[name] = node
+                if provider_id(node):
+                    self._by_provider[provider_id(node)] = name
+        if kind == "DELETED" or _what_matters(old) != _what_matters(node):
+            self._on_change(node)
+
+    def run(self, stop: threading.Event) -> None:
+        """List and watch until ``stop`` is set (a thread of the controller)."""
+        version = ""
+        while not stop.is_set():
+            try:
+                version = version or self.relist()
+                for kind, obj in self._kube.watch_nodes(version, self._watch_seconds):
+                    if stop.is_set():
+                        return
+                    version = str((obj.get("metadata") or {}).get("resourceVersion")
+                                  or version)
+                    self.apply(kind, obj)  # a BOOKMARK only moves the version
+            except Exception as err:
+                if stop.is_set():
+                    return
+                version = ""
+                if not (isinstance(err, ApiException) and err.status == 410):
+                    log.warning("watching Nodes failed: %s", err)
+                    stop.wait(5.0)
+                # a 410: our resourceVersion is too old; list again at once

@@ -1,0 +1,114 @@
+"""What the controller tests share: a World of the simulated cloud, our fake Kubernetes API
+(the real client over HTTP on 127.0.0.1) and a Controller, and request builders."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from provider.controller import conditions as c
+from provider.controller.controller import Controller
+from provider.controller.kube import KubeApi
+from provider.controller.requests import Backoff
+from tests.fakekube import FakeKube, objects
+from tests.helpers import Harness, harness
+
+NS = "ml"
+GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+@dataclass
+class World:
+    h: Harness
+    kube: FakeKube
+    api: client.ApiClient
+    controller: Controller
+
+    def sync(self, rounds: int = 12) -> None:
+        """Let the controller act, as time passes a second at a time."""
+        for _ in range(rounds):
+            self.controller.sync_once()
+            self.h.clock.advance(1)
+
+    def request(self, name: str = "job") -> dict[str, Any] | None:
+        got: dict[str, Any] | None = self.kube.get("provisioningrequests", name, NS)
+        return got
+
+    def node(self, name: str) -> dict[str, Any]:
+        got = self.kube.get("nodes", name)
+        assert got is not None
+        return got
+
+    def condition(self, ctype: str, name: str = "job") -> c.Condition | None:
+        request = self.request(name) or {}
+        return c.read((request.get("status") or {}).get("conditions")).get(ctype)
+
+    def register_nodes(self, ready: bool = True) -> None:
+        """What kubelets do once the instances boot: a Node per instance."""
+        for inst in self.h.cloud.live_instances():
+            if self.kube.get("nodes", inst.name) is None:
+                self.kube.create(objects.node(inst.name, provider_id=inst.provider_id,
+                                              ready=ready))
+
+    def provision(self) -> None:
+        """Launch, let the Nodes register, and let the controller label them."""
+        self.sync()
+        self.register_nodes()
+        self.sync(3)
+
+    def run_until(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+        """With the controller's own threads running: let simulated time pass (a second
+        per step) until ``predicate`` holds."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, "condition not reached in time"
+            self.h.clock.advance(1)
+            time.sleep(0.02)
+
+    def events(self, name: str = "job") -> list[tuple[str, str]]:
+        return [(e["reason"], e["type"]) for e in self.kube.list("events", NS)
+                if e["involvedObject"]["name"] == name]
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    h = harness()
+    def now() -> dt.datetime:  # the API server's clock is the simulated one
+        return dt.datetime.fromtimestamp(h.clock.now(), dt.UTC)
+
+    with FakeKube(clock=now) as kube, kube.client() as api:
+        controller = Controller(h.provider, KubeApi(api), workers=4,
+                                backoff=Backoff(60, 600))
+        yield World(h, kube, api, controller)
+        controller.stop()
+        h.provider.stop()
+
+
+def templates(kube: FakeKube) -> None:
+    gpu = objects.pod_template(NS, "workers", {"cpu": "8", "memory": "64Gi",
+                                               "nvidia.com/gpu": "1"},
+                               {"example.com/gpu": "nvidia-h100-80gb"})
+    gpu["template"]["spec"]["tolerations"] = GPU_TOLERATION
+    kube.create(gpu)
+    kube.create(objects.pod_template(NS, "ps", {"cpu": "1500m", "memory": "2Gi"}))
+
+
+def create(w: World, name: str = "job", pod_sets: dict[str, int] | None = None,
+           **parameters: str) -> None:
+    templates_present = w.kube.get("podtemplates", "workers", NS) is not None
+    if not templates_present:
+        templates(w.kube)
+    body = objects.provisioning_request(NS, name, pod_sets or {"ps": 2, "workers": 16},
+                                        parameters=parameters or None)
+    client.CustomObjectsApi(w.api).create_namespaced_custom_object(
+        "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", body)
+
+
+def live(w: World, request: str = "ml/job") -> list[Any]:
+    return [i for i in w.h.cloud.live_instances() if i.tags.request == request]
