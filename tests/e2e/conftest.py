@@ -31,8 +31,8 @@ def rbac_documents() -> list[dict[str, Any]]:
     text = (ROOT / "deploy" / "kubernetes" / "base" / "rbac.yaml").read_text()
     docs = [d for d in yaml.safe_load_all(text) if d]
     subjects = [s for d in docs for s in d.get("subjects") or []]
-    assert [f"system:serviceaccount:{s['namespace']}:{s['name']}" for s in subjects] == \
-        [ALLSET_USER], subjects
+    assert {f"system:serviceaccount:{s['namespace']}:{s['name']}" for s in subjects} == \
+        {ALLSET_USER}, subjects
     return docs
 
 

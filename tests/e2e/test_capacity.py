@@ -4,8 +4,6 @@ leaves nothing running."""
 
 from __future__ import annotations
 
-import pytest
-
 from provider.plan import ReasonCode
 from provider.wire import externalgrpc_pb2 as pb
 from tests.e2e import kueue
@@ -86,15 +84,6 @@ def first_node(world: World, request: Obj) -> str:
     return inst.id
 
 
-class NotRolledBack(AssertionError):
-    """Instances of a deleted request still run (the allset bug the xfail names); other
-    failures of the scenario stay failures."""
-
-
-@pytest.mark.xfail(strict=True, raises=NotRolledBack, reason=(
-    "allset bug (issue 12, 'deletion rollback', being fixed on main): a request deleted "
-    "after its attempt committed but before it is provisioned keeps its instances; "
-    "tests/test_controller_deletion.py shows it on the fake API server"))
 def test_deleted_while_provisioning_rolls_back(world: World) -> None:
     """The nodes of group `nojoin` never register, so the request cannot be provisioned;
     the user deletes the Job meanwhile: what allset launched for it is terminated."""
@@ -117,10 +106,7 @@ def test_deleted_while_provisioning_rolls_back(world: World) -> None:
     wait_for("the request to be deleted", lambda: rest.find(
         "autoscaling.x-k8s.io/v1", "ProvisioningRequest", meta["name"], meta["namespace"])
         is None, 60, explain=world.logs)
-    try:
-        wait_for("doomed's instances to be terminated", lambda: live(of_request(
-            world.kubelet.instances(), meta["namespace"], meta["name"])) == [], 60,
-            explain=lambda: str(live(of_group(world.kubelet.instances(), "nojoin"))))
-    except AssertionError as err:
-        raise NotRolledBack(str(err)) from None
+    wait_for("doomed's instances to be terminated", lambda: live(of_request(
+        world.kubelet.instances(), meta["namespace"], meta["name"])) == [], 60,
+        explain=lambda: str(live(of_group(world.kubelet.instances(), "nojoin"))))
     assert live(of_group(world.kubelet.instances(), "nojoin")) == []
