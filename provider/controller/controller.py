@@ -140,10 +140,13 @@ class Controller:
                 if self._stop.is_set():
                     return  # stop() closed the watch under us
                 version = ""
-                if not (isinstance(err, ApiException) and err.status == 410):
+                if isinstance(err, ApiException) and err.status == 410:
+                    # Our resourceVersion is too old (compacted, or a new API server):
+                    # list again at once. Logged so an operator can tell this from an outage.
+                    log.info("ProvisioningRequest watch expired (410 Gone); listing again")
+                else:
                     log.warning("watching ProvisioningRequests failed: %s", err)
                     self._stop.wait(5.0)
-                # a 410: our resourceVersion is too old; list again at once
 
     def _node_loop(self) -> None:
         self.nodes.run(self._stop)

@@ -1,0 +1,116 @@
+"""`allset serve` as a subprocess on the simulated cloud, with its ProvisioningRequest
+controller pointed at the e2e API server. The cloud's statePath outlives restarts of allset,
+as a real cloud does."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import grpc
+
+from provider.config.load import LoadedConfig, load_config
+from provider.wire import externalgrpc_pb2 as pb
+from provider.wire import externalgrpc_pb2_grpc as pb_grpc
+from tests.e2e.procs import Proc, free_port
+from tests.e2e.rest import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+BOOT_SECONDS = 1.0
+
+# One node group (or pair) per scenario, so scenarios sharing the session's cloud do not
+# take each other's capacity. Zones and instance types keep them apart in the planner too.
+CONFIG = """\
+cluster: e2e
+refreshInterval: 1s
+reconcile: {{orphanGrace: 1s}}
+provisioningRequests: {{workers: 4, initialBackoff: 2s, maxBackoff: 4s, resync: 2s}}
+cloud:
+  provider: fake
+  fake:
+    statePath: {state}
+    launchLatencySeconds: 0.1
+    bootSeconds: {boot}
+    reservations:
+      - {{id: r-job, zone: us-east-1a, instanceType: p5.48xlarge, count: 2}}
+      - {{id: r-scarce, zone: us-east-1c, instanceType: p4d.24xlarge, count: 1}}
+      - {{id: r-crash, zone: us-east-1d, instanceType: p5.48xlarge, count: 1}}
+    stockouts:
+      - {{zone: us-east-1c, instanceType: p4d.24xlarge, capacityType: on-demand}}
+nodeGroups:
+  - {{id: job, zone: us-east-1a, instanceType: p5.48xlarge, maxSize: 4,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
+     price: {{onDemand: 98.32}},
+     taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
+  - {{id: gang-gpu-a, zone: us-east-1a, instanceType: g6.12xlarge, maxSize: 4,
+     gpu: {{type: nvidia-l4, count: 4}}, cpu: 47, memory: 180Gi, price: {{onDemand: 4.6}}}}
+  - {{id: gang-gpu-b, zone: us-east-1b, instanceType: g6.12xlarge, maxSize: 4,
+     gpu: {{type: nvidia-l4, count: 4}}, cpu: 47, memory: 180Gi, price: {{onDemand: 4.6}}}}
+  - {{id: gang-cpu-a, zone: us-east-1a, instanceType: c7i.4xlarge, maxSize: 4, cpu: 15,
+     memory: 30Gi, labels: {{e2e.allset.dev/role: gang-cpu}}, price: {{onDemand: 0.71}}}}
+  - {{id: gang-cpu-b, zone: us-east-1b, instanceType: c7i.4xlarge, maxSize: 4, cpu: 15,
+     memory: 30Gi, labels: {{e2e.allset.dev/role: gang-cpu}}, price: {{onDemand: 0.71}}}}
+  - {{id: scarce, zone: us-east-1c, instanceType: p4d.24xlarge, maxSize: 4,
+     gpu: {{type: nvidia-a100-40gb, count: 8}}, cpu: 95, memory: 1100Gi,
+     price: {{onDemand: 32.77}}}}
+  - {{id: nojoin, zone: us-east-1a, instanceType: m7i.2xlarge, maxSize: 4, cpu: 7,
+     memory: 30Gi, price: {{onDemand: 0.4}}}}
+  - {{id: crash, zone: us-east-1d, instanceType: p5.48xlarge, maxSize: 4,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
+     price: {{onDemand: 98.32}}}}
+  - {{id: direct, zone: us-east-1a, instanceType: m7i.8xlarge, maxSize: 8, cpu: 31,
+     memory: 120Gi, price: {{onDemand: 1.61}}}}
+"""
+
+
+class Allset:
+    def __init__(self, directory: Path, kubeconfig: Path) -> None:
+        self.dir = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.state = directory / "cloud.db"
+        self.config_path = directory / "allset.yaml"
+        self.config_path.write_text(CONFIG.format(state=self.state, boot=BOOT_SECONDS))
+        self.kubeconfig = kubeconfig
+        self.proc: Proc | None = None
+        self.address = ""
+
+    def config(self) -> LoadedConfig:
+        return load_config(self.config_path)
+
+    def start(self, failpoints: str = "") -> None:
+        self.address = f"127.0.0.1:{free_port()}"
+        env = {**os.environ, "ALLSET_FAILPOINTS": failpoints,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                            os.environ.get("PYTHONPATH")]))}
+        self.proc = Proc("allset", [
+            sys.executable, "-m", "provider.cli", "serve", "--insecure",
+            "--address", self.address, "--config", str(self.config_path),
+            "--state-dir", str(self.dir / "state"), "--kubeconfig", str(self.kubeconfig),
+        ], self.dir / "allset.log", env).start()
+        stub = self.stub()
+
+        def up() -> bool:
+            assert self.proc is not None
+            self.proc.check_alive()
+            try:
+                stub.GPULabel(pb.GPULabelRequest(), timeout=1)
+                return True
+            except grpc.RpcError:
+                return False
+
+        wait_for("allset serve to answer gRPC", up, 60)
+
+    def stub(self) -> pb_grpc.CloudProviderStub:
+        return pb_grpc.CloudProviderStub(grpc.insecure_channel(self.address))
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop(30)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+
+    def log(self) -> str:
+        return self.proc.tail(200) if self.proc is not None else ""

@@ -1,0 +1,106 @@
+"""Session fixtures of the e2e suite: the real control plane and Kueue start once (10-20 s),
+allset serve and the kubelet join run for the whole module. The suite is opt-in
+(ALLSET_E2E=1; scripts/check then builds the parts, and a missing part fails the run);
+otherwise, and without built parts, it is skipped."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e import kueue
+from tests.e2e.allset import BOOT_SECONDS, ROOT, Allset
+from tests.e2e.cluster import ControlPlane, Parts
+from tests.e2e.kubelet import Kubelet
+from tests.e2e.proxy import Relay
+
+ALLSET_USER = "system:serviceaccount:kube-system:allset"
+
+
+def rbac_documents() -> list[dict[str, Any]]:
+    """deploy/kubernetes/base/rbac.yaml: the ClusterRole allset needs and its binding."""
+    text = (ROOT / "deploy" / "kubernetes" / "base" / "rbac.yaml").read_text()
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    subjects = [s for d in docs for s in d.get("subjects") or []]
+    assert {f"system:serviceaccount:{s['namespace']}:{s['name']}" for s in subjects} == \
+        {ALLSET_USER}, subjects
+    return docs
+
+
+def _parts() -> Parts:
+    if not os.environ.get("ALLSET_E2E"):
+        pytest.skip("the e2e suite is opt-in: set ALLSET_E2E=1 (docs/e2e.md)")
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "build-kube"), "--check"],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        message = ("the e2e parts are not built (run scripts/build-kube; ./scripts/check "
+                   "does when Go is installed): " + done.stderr.strip())
+        pytest.fail(message)
+    return Parts.from_manifest(json.loads(done.stdout))
+
+
+@dataclass
+class World:
+    cluster: ControlPlane
+    allset: Allset
+    kubelet: Kubelet
+    relay: Relay
+
+    def logs(self) -> str:
+        return (f"{self.cluster.logs_tail()}\n--- allset\n{self.allset.log()}\n"
+                f"--- kubelet errors\n{self.kubelet.errors[-5:]}")
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    parts = _parts()
+    directory = tmp_path_factory.mktemp("e2e")
+    cluster = ControlPlane(parts, directory)
+    allset: Allset | None = None
+    kubelet: Kubelet | None = None
+    try:
+        cluster.start()
+        kueue.install(cluster.rest)
+        relay = Relay(cluster.api_port)
+        # allset runs as the ServiceAccount deploy/ binds, with only deploy's RBAC.
+        for doc in rbac_documents():
+            cluster.rest.apply(doc)
+        allset = Allset(directory / "allset", cluster.client_kubeconfig(
+            "allset", f"https://127.0.0.1:{relay.port}", ALLSET_USER))
+        kubelet = Kubelet(cluster.rest, allset.state, allset.config(),
+                          boot_seconds=BOOT_SECONDS, never_join={"nojoin": True})
+        kubelet.start()
+        allset.start()
+        yield World(cluster, allset, kubelet, relay)
+    except BaseException:
+        print(cluster.logs_tail(), file=sys.stderr)
+        raise
+    finally:
+        if allset is not None:
+            allset.stop()
+        if kubelet is not None:
+            kubelet.stop()
+        cluster.stop()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How many e2e scenarios ran (CI prints it; a skipped suite shows as 0 ran)."""
+    counts: dict[str, int] = {}
+    for outcome in ("passed", "failed", "error", "xfailed", "xpassed", "skipped"):
+        reports = [r for r in terminalreporter.stats.get(outcome, [])
+                   if getattr(r, "nodeid", "").startswith("tests/e2e/")
+                   and getattr(r, "when", "call") in ("call", "setup")]
+        counts[outcome] = len({r.nodeid for r in reports})
+    if not any(counts.values()):
+        return
+    ran = sum(n for k, n in counts.items() if k != "skipped")
+    detail = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+    terminalreporter.write_line(f"e2e: {ran} scenarios ran on a real control plane ({detail})")

@@ -1,0 +1,76 @@
+"""What a user sees through the API, and what the simulated cloud holds: the reads the
+scenarios assert on."""
+
+from __future__ import annotations
+
+from adapters.base import CloudInstance, InstanceState
+from tests.e2e.kueue import CHECK, KUEUE
+from tests.e2e.rest import Obj, Rest, condition, is_true
+
+PROVREQ = "autoscaling.x-k8s.io"
+BOOKING_LABEL = "allset.dev/booking"
+
+
+def workload_of(rest: Rest, owner: str, namespace: str = "default") -> Obj | None:
+    """The Workload Kueue made for a Job (owner reference) or a pod group (its name)."""
+    for wl in rest.list(KUEUE, "Workload", namespace):
+        owners = {o.get("name") for o in wl["metadata"].get("ownerReferences") or []}
+        labels = wl["metadata"].get("labels") or {}
+        if owner in owners or wl["metadata"]["name"] == owner or \
+                labels.get("kueue.x-k8s.io/pod-group-name") == owner:
+            return wl
+    return None
+
+
+def provreqs_of(rest: Rest, workload: str, namespace: str = "default",
+                version: str = "v1") -> list[Obj]:
+    prefix = f"{workload}-{CHECK}-"
+    return sorted((r for r in rest.list(f"{PROVREQ}/{version}", "ProvisioningRequest",
+                                        namespace)
+                   if r["metadata"]["name"].startswith(prefix)),
+                  key=lambda r: r["metadata"]["name"])
+
+
+def last_provreq(rest: Rest, workload: str, namespace: str = "default") -> Obj | None:
+    found = provreqs_of(rest, workload, namespace)
+    return found[-1] if found else None
+
+
+def not_true(obj: Obj | None, ctype: str) -> bool:
+    return not is_true(obj, ctype)
+
+
+def admitted(workload: Obj | None) -> bool:
+    return is_true(workload, "Admitted")
+
+
+def reason(obj: Obj | None, ctype: str) -> str:
+    cond = condition(obj, ctype)
+    return f"{cond.get('status')}/{cond.get('reason')}: {cond.get('message')}" if cond else "-"
+
+
+def pods_of(rest: Rest, job: str, namespace: str = "default") -> list[Obj]:
+    return rest.list("v1", "Pod", namespace, selector=f"e2e.allset.dev/job={job}")
+
+
+def running(pods: list[Obj], count: int) -> bool:
+    return len(pods) == count and all(
+        (p.get("status") or {}).get("phase") == "Running" for p in pods)
+
+
+def nodes_booked(rest: Rest, value: str) -> list[Obj]:
+    return rest.list("v1", "Node", selector=f"{BOOKING_LABEL}={value}")
+
+
+def live(instances: list[CloudInstance]) -> list[CloudInstance]:
+    return [i for i in instances
+            if i.state not in (InstanceState.TERMINATED, InstanceState.TERMINATING)]
+
+
+def of_request(instances: list[CloudInstance], namespace: str, name: str
+               ) -> list[CloudInstance]:
+    return [i for i in instances if i.tags.request == f"{namespace}/{name}"]
+
+
+def of_group(instances: list[CloudInstance], group: str) -> list[CloudInstance]:
+    return [i for i in instances if i.tags.node_group == group]

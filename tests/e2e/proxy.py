@@ -1,0 +1,59 @@
+"""A TCP relay between allset and the API server. While the API server is down it holds new
+connections (retrying the upstream) instead of refusing them, so the first request allset
+sends after a restart reaches the new server: a watch that resumes from a compacted
+resourceVersion then gets 410 Gone from the real server, deterministically."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+
+
+class Relay:
+    def __init__(self, target_port: int, hold_seconds: float = 90.0) -> None:
+        self._target = ("127.0.0.1", target_port)
+        self._hold = hold_seconds
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, name="e2e-relay", daemon=True).start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        deadline = time.monotonic() + self._hold
+        upstream = None
+        while upstream is None and time.monotonic() < deadline and not self._stop.is_set():
+            try:
+                upstream = socket.create_connection(self._target, timeout=2)
+            except OSError:
+                time.sleep(0.2)
+        if upstream is None:
+            client.close()
+            return
+        upstream.settimeout(None)
+        threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
+        _pipe(client, upstream)
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)
+    for sock in (source, sink):
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            sock.close()

@@ -1,0 +1,111 @@
+"""The path a user takes: a Kueue-managed Job (or a plain pod group) → Workload →
+ProvisioningRequest of allset's class → allset plans and launches → Provisioned → Kueue
+admits with the booking nodeSelector → the pods run on exactly the booked nodes."""
+
+from __future__ import annotations
+
+from tests.e2e import kueue
+from tests.e2e.conftest import World
+from tests.e2e.look import (
+    BOOKING_LABEL,
+    admitted,
+    last_provreq,
+    live,
+    of_request,
+    pods_of,
+    provreqs_of,
+    reason,
+    running,
+    workload_of,
+)
+from tests.e2e.rest import Obj, is_true, wait_for
+
+CLASS = "atomic-reserved.allset.dev"
+
+
+def _provisioned(world: World, owner: str) -> tuple[Obj, Obj]:
+    rest = world.cluster.rest
+    workload = wait_for(f"the Workload of {owner}", lambda: workload_of(rest, owner), 60,
+                        explain=world.logs)
+    name = workload["metadata"]["name"]
+    request = wait_for(f"a ProvisioningRequest for {name}",
+                       lambda: last_provreq(rest, name), 60, explain=world.logs)
+    assert request["spec"]["provisioningClassName"] == CLASS
+
+    def provisioned() -> Obj | None:
+        found = provreqs_of(rest, name)
+        return found[-1] if found and is_true(found[-1], "Provisioned") else None
+
+    request = wait_for(f"{request['metadata']['name']} to be Provisioned", provisioned, 120,
+                       explain=lambda: reason(last_provreq(rest, name),
+                                              "Provisioned") + "\n" + world.logs())
+    return workload, request
+
+
+def _placed_on_booked_nodes(world: World, owner: str, request: Obj, pods: int) -> list[Obj]:
+    """Every pod runs, selects the booking, and the nodes it runs on are exactly the
+    nodes allset launched for the request."""
+    rest = world.cluster.rest
+    booking = request["status"]["provisioningClassDetails"]["booking"]
+    placed = wait_for(f"the {pods} pods of {owner} to run",
+                      lambda: (lambda ps: ps if running(ps, pods) else None)(pods_of(rest, owner)),
+                      120, explain=lambda: str([(p["metadata"]["name"], p["status"].get("phase"),
+                                                 p["spec"].get("nodeName"))
+                                                for p in pods_of(rest, owner)]))
+    for pod in placed:
+        assert pod["spec"]["nodeSelector"][BOOKING_LABEL] == booking, pod["spec"]
+    launched = live(of_request(world.kubelet.instances(), request["metadata"]["namespace"],
+                               request["metadata"]["name"]))
+    on = {p["spec"]["nodeName"] for p in placed}
+    assert on == {i.id for i in launched}, (on, launched)
+    assert all(i.tags.committed for i in launched)
+    return placed
+
+
+def test_job_runs_on_exactly_the_booked_nodes(world: World) -> None:
+    rest = world.cluster.rest
+    spec = kueue.pod_spec({"allset.dev/node-group": "job"}, {"nvidia.com/gpu": "8",
+                                                             "cpu": "16"}, gpu_taint=True)
+    rest.create(kueue.job("train", 2, spec))
+    try:
+        _, request = _provisioned(world, "train")
+        assert len(request["spec"]["podSets"]) == 1
+        assert request["spec"]["podSets"][0]["count"] == 2
+        wait_for("Kueue to admit the Workload", lambda: admitted(
+            workload_of(rest, "train")), 60, explain=world.logs)
+        _placed_on_booked_nodes(world, "train", request, 2)
+        launched = live(of_request(world.kubelet.instances(), "default",
+                                   request["metadata"]["name"]))
+        assert {i.tags.reservation for i in launched} == {"r-job"}  # reserved first
+    finally:
+        rest.delete("batch/v1", "Job", "train")
+
+
+def test_two_shape_pod_group_lands_in_one_zone(world: World) -> None:
+    """Kueue's plain pod groups: pods of one group with two specs become two pod sets of one
+    Workload, so one request asks for both shapes at once (jobset is not built; see
+    docs/e2e.md)."""
+    rest = world.cluster.rest
+    gpu = kueue.pod_spec({"allset.dev/accelerator": "nvidia-l4"}, {"nvidia.com/gpu": "4",
+                                                                   "cpu": "8"})
+    cpu = kueue.pod_spec({"e2e.allset.dev/role": "gang-cpu"}, {"cpu": "8"})
+    pods = [kueue.group_pod("gang", i, 3, "gpu", gpu) for i in range(2)]
+    pods.append(kueue.group_pod("gang", 0, 3, "cpu", cpu))
+    for pod in pods:
+        rest.create(pod)
+    try:
+        _, request = _provisioned(world, "gang")
+        assert sorted(ps["count"] for ps in request["spec"]["podSets"]) == [1, 2]
+        wait_for("Kueue to admit the pod group", lambda: admitted(
+            workload_of(rest, "gang")), 60, explain=world.logs)
+        placed = _placed_on_booked_nodes(world, "gang", request, 3)
+        nodes = {n["metadata"]["name"]: n for n in rest.list("v1", "Node")}
+        zones = {nodes[p["spec"]["nodeName"]]["metadata"]["labels"]
+                 ["topology.kubernetes.io/zone"] for p in placed}
+        groups = {nodes[p["spec"]["nodeName"]]["metadata"]["labels"]["allset.dev/node-group"]
+                  for p in placed}
+        assert len(zones) == 1, zones
+        assert len(groups) == 2, groups  # one GPU group and one CPU group, same zone
+    finally:
+        for pod in pods:
+            rest.delete("v1", "Pod", pod["metadata"]["name"], "default")
