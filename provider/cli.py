@@ -212,6 +212,12 @@ def _serve(args: argparse.Namespace) -> int:
             "serve needs --tls-cert, --tls-key and --tls-client-ca (mTLS), "
             "or --insecure for plaintext (see `allset certs`)"
         )
+    # Found before anything starts (a lock, a lease) and before gRPC, which says only
+    # "Failed to bind" (and logs a line of its own).
+    for flag, address in addresses.items():
+        wrong = bind_problem(address) if address else None
+        if wrong:
+            raise UsageError(f"{flag}: cannot listen on {address}: {wrong}")
     config = _load(args.config)
     clock = SystemClock()
     adapter, config = connect(config, clock)
@@ -236,11 +242,6 @@ def _serve(args: argparse.Namespace) -> int:
     if election is not None:
         election.bind(provider)
         election.start()
-    # Found before gRPC tries: it says only "Failed to bind" (and logs a line of its own).
-    for flag, address in addresses.items():
-        wrong = bind_problem(address) if address else None
-        if wrong:
-            raise UsageError(f"{flag}: cannot listen on {address}: {wrong}")
     try:
         server = Server(provider, args.address, credentials,
                         health_address=args.health_address)
