@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from adapters.base import (
     CapacityType,
@@ -16,6 +16,7 @@ from adapters.base import (
     OwnerTags,
     TransientError,
 )
+from adapters.fake import FakeCloud
 from provider.app import Provider
 from provider.executor import AttemptSpec, Result, inline_runner
 from provider.ledger import CapacityView
@@ -34,6 +35,30 @@ nodeGroups:
   - {id: g, zone: z1, instanceType: p5, cpu: 96, memory: 1Ti, maxSize: 20,
      gpu: {type: h100, count: 8}, price: {onDemand: 50}}
 """
+
+
+def uncommitted(snap: CloudSnapshot) -> CloudSnapshot:
+    """The listing as it reads while the commit tags have not propagated yet."""
+    return dataclasses.replace(snap, instances=[
+        dataclasses.replace(i, tags=dataclasses.replace(i.tags, committed=False))
+        for i in snap.instances])
+
+
+def distort(cloud: FakeCloud, change: Callable[[CloudSnapshot], CloudSnapshot],
+            listings: int | None = None) -> None:
+    """The cloud's next ``listings`` listings (all, if None) read through ``change``."""
+    real = cloud.snapshot
+    left = [listings]
+
+    def snapshot(cluster: str) -> CloudSnapshot:
+        snap = real(cluster)
+        if left[0] is not None:
+            if left[0] <= 0:
+                return snap
+            left[0] -= 1
+        return change(snap)
+
+    cloud.snapshot = snapshot  # type: ignore[method-assign]
 
 
 def test_a_gang_that_commits_while_the_listing_is_out_is_not_killed() -> None:
@@ -77,15 +102,7 @@ def test_an_uncommitted_listing_of_a_just_committed_gang_is_not_killed() -> None
     h = harness(GANG)
     h.provider.scaleups.increase("g", 2)
     h.run_workers()
-    real = h.cloud.snapshot
-
-    def lagging(cluster: str) -> CloudSnapshot:
-        snap = real(cluster)
-        return dataclasses.replace(snap, instances=[
-            dataclasses.replace(i, tags=dataclasses.replace(i.tags, committed=False))
-            for i in snap.instances])
-
-    h.cloud.snapshot = lagging  # type: ignore[method-assign]
+    distort(h.cloud, uncommitted)
     h.provider.refresh_now()
     assert len(h.live("g")) == 2
     assert h.provider.fleet.view("g").target_size == 2
@@ -98,19 +115,7 @@ def test_a_new_process_gives_uncommitted_instances_a_grace_period() -> None:
     h = harness(GANG)
     h.provider.scaleups.increase("g", 2)
     h.run_workers()
-    real = h.cloud.snapshot
-    lag = {"listings": 1}
-
-    def lagging(cluster: str) -> CloudSnapshot:
-        snap = real(cluster)
-        if lag["listings"] <= 0:
-            return snap
-        lag["listings"] -= 1
-        return dataclasses.replace(snap, instances=[
-            dataclasses.replace(i, tags=dataclasses.replace(i.tags, committed=False))
-            for i in snap.instances])
-
-    h.cloud.snapshot = lagging  # type: ignore[method-assign]
+    distort(h.cloud, uncommitted, listings=1)
     fresh = Provider(config(GANG), h.cloud, h.clock, pool=ManualPool(), runner=inline_runner)
     fresh.refresh_now()  # sees them uncommitted, attempt unknown: suspects, not orphans
     assert len(h.live("g")) == 2
@@ -159,17 +164,8 @@ def test_an_unknown_outcome_is_never_settled_by_a_partial_listing() -> None:
     h = harness(GANG)
     h.cloud.inject("launch", OutcomeUnknown("timed out"), after=True,
                    when=lambda req: req.source is CapacityType.RESERVED)
-    real = h.cloud.snapshot
-    lag = {"listings": 1}
-
-    def partial(cluster: str) -> CloudSnapshot:
-        snap = real(cluster)
-        if lag["listings"] <= 0:
-            return snap
-        lag["listings"] -= 1
-        return dataclasses.replace(snap, instances=list(snap.instances)[:1])
-
-    h.cloud.snapshot = partial  # type: ignore[method-assign]
+    distort(h.cloud, lambda snap: dataclasses.replace(snap, instances=list(snap.instances)[:1]),
+            listings=1)
     group = h.provider.groups["g"]
 
     def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
