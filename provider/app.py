@@ -81,6 +81,9 @@ class Provider:
         self._booked: dict[str, set[str]] = {}  # request -> provider ids it holds
         self._booked_lock = threading.Lock()
         self._refresh_lock = threading.Lock()
+        # Guards only who watches and what they last heard; never held across I/O, so the
+        # elector's thread is not kept from renewing the lease by a slow cloud listing.
+        self._watch_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._loop: threading.Thread | None = None
@@ -121,7 +124,7 @@ class Provider:
 
     def watch_serving(self, callback: Callable[[bool], None]) -> None:
         """Call ``callback(acting)`` now and whenever acting or readiness changes."""
-        with self._refresh_lock:
+        with self._watch_lock:
             self._watchers.append(callback)
             acting = self._state[1]
         callback(acting)
@@ -141,14 +144,15 @@ class Provider:
                 "; retry shortly")
 
     def _notify(self) -> None:
-        """Tell watchers when readiness or acting changed (they read both)."""
-        with self._refresh_lock:
+        """Tell watchers when readiness or acting changed (they read both). Callbacks are
+        quick (health, a queued routing write) and run under the lock, so two changes
+        racing from the refresh and elector threads reach them in order."""
+        with self._watch_lock:
             state = (self.ready.is_set(), self.acting())
-            changed = state != self._state
+            if state == self._state:
+                return
             self._state = state
-            watchers = list(self._watchers)
-        if changed:
-            for callback in watchers:
+            for callback in self._watchers:
                 callback(state[1])
 
     def stop(self, timeout: float = 30.0) -> None:
