@@ -286,6 +286,18 @@ class LeaderElection(Model):
     retry_period: Duration = Field("2s", description="how often the lease is renewed or "
                                    "tried")
 
+    @model_validator(mode="after")
+    def _margins(self) -> LeaderElection:
+        # The fence relies on these: a leader stops acting at its renew deadline, before
+        # the lease duration another replica waits; it renews more often than that.
+        retry, renew, lease = (duration_seconds(v) for v in
+                               (self.retry_period, self.renew_deadline, self.lease_duration))
+        if not 0 < retry < renew < lease:
+            raise ValueError("needs 0 < retryPeriod < renewDeadline < leaseDuration; got "
+                             f"{self.retry_period}, {self.renew_deadline}, "
+                             f"{self.lease_duration}")
+        return self
+
 
 class ProvisioningRequests(Model):
     """How the controller of class atomic-reserved.allset.dev works."""

@@ -106,3 +106,11 @@ def test_timing_must_leave_a_margin() -> None:
 
 def _record(holder: str, clock: ManualClock) -> LeaseRecord:
     return LeaseRecord(holder, 15, clock.now(), clock.now(), 0)
+
+
+def test_a_config_without_the_margin_names_the_field() -> None:
+    from provider.config import ConfigError
+    from tests.helpers import BASE_CONFIG, config
+
+    with pytest.raises(ConfigError, match=r"leaderElection.*renewDeadline < leaseDuration"):
+        config(BASE_CONFIG + "leaderElection: {leaseDuration: 5s}\n")
