@@ -21,6 +21,7 @@ from provider.controller.requests import Backoff
 from provider.executor import inline_runner
 from tests.controller_kit import NS, World, create, live, world
 from tests.fakekube import objects
+from tests.helpers import BASE_CONFIG, config
 
 __all__ = ["world"]
 
@@ -352,3 +353,64 @@ def test_nothing_is_decided_before_the_first_cloud_listing(world: World) -> None
 
 def _false() -> c.Condition:
     return c.Condition("", "False", "", "", "")
+
+
+# --- adversary seed 5494: a gang whose node group left the config -------------------------
+
+
+def ids(instances: list[Any]) -> set[str]:
+    return {i.id for i in instances}
+
+
+def _restart_without_group(w: World, group: str, unknown_groups: str = "report") -> None:
+    """A new process whose config no longer has ``group`` (an operator's edit), same
+    cloud and API server."""
+    text = BASE_CONFIG.replace(
+        BASE_CONFIG[BASE_CONFIG.index(f"  - id: {group}\n"):BASE_CONFIG.index("  - id: gpu-b")],
+        "") + f"reconcile: {{unknownGroups: {unknown_groups}}}\n"
+    w.controller.stop()
+    w.h.provider.stop()
+    provider = Provider(config(text), w.h.cloud, w.h.clock, pool=w.h.pool,
+                        runner=inline_runner)
+    provider.refresh_now()
+    w.h.provider = provider
+    w.controller = Controller(provider, KubeApi(w.api), workers=1, backoff=Backoff(60, 600))
+
+
+def test_a_gang_in_a_group_the_config_dropped_is_not_launched_again(world: World) -> None:
+    """The gang committed in group gpu; the process restarted with gpu gone from its
+    config before the request was Provisioned. On main the controller saw no gang (it
+    looked only in configured groups) and launched a second one in gpu-b: two gangs
+    billing for one request."""
+    w = world
+    create(w)
+    w.sync()
+    first = live(w)
+    assert {i.tags.node_group for i in first} == {"gpu", "cpu"}
+    _restart_without_group(w, "gpu")
+    w.sync()
+    assert ids(live(w)) == ids(first), "a second gang was launched for the same request"
+    w.register_nodes()
+    w.sync(3)
+    assert w.condition(c.PROVISIONED).true  # type: ignore[union-attr]
+
+
+def test_a_dropped_groups_gang_terminated_by_policy_is_retried_whole(world: World) -> None:
+    """With reconcile.unknownGroups: terminate the dropped group's nodes go, so the gang
+    is short and is rolled back whole; the retry lands in the groups configured now."""
+    w = world
+    create(w)
+    w.sync()
+    first = live(w)
+    _restart_without_group(w, "gpu", unknown_groups="terminate")
+    w.sync()
+    w.h.provider.refresh_now()  # the cloud reports the dropped group's nodes ended
+    w.sync(2)
+    lost = w.condition(c.PROVISIONED)
+    assert lost is not None and lost.reason == NODES_LOST
+    w.h.clock.advance(61)  # past the retry backoff
+    w.sync()
+    now = live(w)
+    assert not ids(now) & ids(first)
+    assert now and "gpu" not in {i.tags.node_group for i in now}
+    assert len({i.tags.attempt for i in now}) == 1

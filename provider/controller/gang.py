@@ -43,12 +43,20 @@ def owned(fleet: Fleet, uid: str) -> tuple[list[CloudInstance], list[CloudInstan
             inst = node.instance
             if inst is None or inst.tags.request_uid != uid:
                 continue
-            if node.state is NodeState.DELETING or inst.state in (
-                    InstanceState.TERMINATING, InstanceState.TERMINATED):
+            if node.state is NodeState.DELETING or _leaving(inst):
                 going.append(inst)
             else:
                 live.append(inst)
+    # A group the config dropped still holds a gang committed in it (a restart must not
+    # launch a second one); reconcile.unknownGroups decides whether those nodes stay.
+    for inst in fleet.unknown():
+        if inst.tags.request_uid == uid:
+            (going if _leaving(inst) else live).append(inst)
     return live, going
+
+
+def _leaving(inst: CloudInstance) -> bool:
+    return inst.state in (InstanceState.TERMINATING, InstanceState.TERMINATED)
 
 
 def planned(obj: Mapping[str, Any]) -> tuple[str | None, int | None]:

@@ -384,7 +384,10 @@ class RequestHandler:
         by_group: dict[str, list[str]] = {}
         for inst in instances:
             by_group.setdefault(inst.tags.node_group, []).append(inst.provider_id)
+        configured = {g.id for g in self._p.fleet.groups()}
         for group, ids in by_group.items():
+            if group not in configured:
+                continue  # a group the config dropped: CA never saw these nodes
             try:
                 self._p.fleet.delete_nodes(group, ids)
             except DomainError as err:  # e.g. minSize: the gang goes all the same
