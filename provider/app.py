@@ -88,6 +88,8 @@ class Provider:
         self._stopping = threading.Event()
         self._loop: threading.Thread | None = None
         self._last_refresh = float("-inf")
+        self._listed_at = float("-inf")  # when the last complete listing was taken
+        self._started_at = self.clock.now()
         self._watchers: list[Callable[[bool], None]] = []
         self._state = (False, False)  # (ready, acting) as watchers last heard it
         self.not_ready_retry_seconds = 2.0  # how soon a failed first listing is tried again
@@ -100,6 +102,7 @@ class Provider:
         ready: CA's calls are refused and the controller waits (the loop keeps trying).
         Attempts a previous run left open are over: reconcile commits or rolls back their
         instances by their tags."""
+        self._started_at = self.clock.now()
         interrupted = self.journal.open_attempts()
         if interrupted:
             log.warning("previous run stopped during %d attempts: %s", len(interrupted),
@@ -119,8 +122,22 @@ class Provider:
         return f"{kind}{self.leadership.epoch}-{new_attempt_id()[2:14]}"
 
     def acting(self) -> bool:
-        """May this process act on the cluster: its fleet is read and it leads."""
-        return self.ready.is_set() and self.leadership.is_leader()
+        """May this process act on the cluster: it leads, and its fleet is read from a
+        listing that shows everything its predecessor launched."""
+        return self.ready.is_set() and self.leadership.is_leader() and \
+            self._listed_at >= self.settled_from()
+
+    def settled_from(self) -> float:
+        """Listings lag launches (reconcile.listingSettle): one taken sooner after this
+        process started, or after the lease's last holder could still act, may miss that
+        process's last instances, and would show their reservation slots and maxSize room
+        free. Its journal, if any, knows only this host's attempts."""
+        settle = self.config.listing_settle_seconds
+        since = self._started_at
+        before = self.leadership.predecessor_stopped_by
+        if before is not None:
+            since = max(since, before)
+        return since + settle
 
     def watch_serving(self, callback: Callable[[bool], None]) -> None:
         """Call ``callback(acting)`` now and whenever acting or readiness changes."""
@@ -132,12 +149,18 @@ class Provider:
     def leadership_changed(self) -> None:
         """The elector gained or lost the lease."""
         self.metrics.leader.set(1 if self.leadership.is_leader() else 0)
+        self._wake.set()  # a new leader acts only on a listing taken after it took over
         self._notify()
 
     def not_ready_reason(self) -> str:
         if self.ready.is_set() and not self.leadership.is_leader():
             return (f"this allset replica is the standby; the leader is "
                     f"{self.leadership.holder or 'being elected'} (retry shortly)")
+        if self.ready.is_set():
+            wait = max(0.0, self.settled_from() - self.clock.now())
+            return (f"allset waits {wait:.0f}s more for a cloud listing that shows what "
+                    f"the previous allset process launched (reconcile.listingSettle "
+                    f"{self.config.listing_settle_seconds:.0f}s); retry shortly")
         error = self.reconciler.last_error
         return ("allset has not completed its first cloud listing yet, so it does not "
                 "know its nodes" + (f" (last error: {error})" if error else "") +
@@ -171,8 +194,10 @@ class Provider:
 
     def refresh_now(self) -> bool:
         with self._refresh_lock:
+            taken = self.clock.now()
             found = self.reconciler.run_once()
             if found is not None:
+                self._listed_at = taken
                 self._last_refresh = self.clock.now()
                 if not self.ready.is_set():
                     self.ready.set()
@@ -210,8 +235,9 @@ class Provider:
         interval = self.config.refresh_interval_seconds
         while not self._stopping.is_set():
             # Not ready yet: try again soon rather than a whole interval later.
-            self._wake.wait(interval if self.ready.is_set()
-                            else min(interval, self.not_ready_retry_seconds))
+            settling = self.leadership.is_leader() and not self.acting()
+            self._wake.wait(min(interval, self.not_ready_retry_seconds) if settling
+                            or not self.ready.is_set() else interval)
             self._wake.clear()
             if self._stopping.is_set():
                 return

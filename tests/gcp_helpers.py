@@ -64,6 +64,7 @@ def gcp_config(endpoint: str, groups: str = GROUPS, extra: str = "") -> LoadedCo
         f"    apiEndpoint: {endpoint}\n"
         "    operationTimeout: 30s\n"
         + textwrap.indent(extra, "    ")
+        + "reconcile: {listingSettle: 0}\n"  # the fake Compute API lists consistently
         + "nodeGroups:\n" + groups
     )
     return load_config_text(text, "gcp-test.yaml")

@@ -31,6 +31,11 @@ from provider.model import (
     Taint,
 )
 
+# EC2 documents its API as eventually consistent ("Eventual consistency in the Amazon EC2
+# API": a launch may not show in Describe* calls at once) without a bound; seconds in
+# practice, so 10s leaves a margin and costs a takeover only 5s past the fence.
+DEFAULT_LISTING_SETTLE = 10.0
+
 
 class ConfigError(Exception):
     """A config problem a person can fix: which file, which field, what is allowed."""
@@ -88,6 +93,13 @@ class LoadedConfig:
     @property
     def orphan_grace_seconds(self) -> float:
         return duration_seconds(self.schema.reconcile.orphan_grace)
+
+    @property
+    def listing_settle_seconds(self) -> float:
+        value = self.schema.reconcile.listing_settle
+        if value is None:
+            return 0.0 if self.schema.cloud.provider == "fake" else DEFAULT_LISTING_SETTLE
+        return duration_seconds(value)
 
     @property
     def attempt_deadline_seconds(self) -> float:

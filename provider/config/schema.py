@@ -265,6 +265,11 @@ class Reconcile(Model):
     unknown_groups: Literal["report", "terminate"] = Field(
         "report", description="committed instances of node groups no longer in the config: "
         "report them (metric, log, `allset instances --orphans`) or terminate them")
+    listing_settle: Duration | None = Field(
+        None, description="how long the cloud's listings may lag a launch: a process that "
+        "starts, or takes the lease over, acts only on a listing taken this long after its "
+        "predecessor could last have launched (default 10s on aws and gcp, 0 on fake, "
+        "whose listings are consistent)")
 
 
 class LeaderElection(Model):

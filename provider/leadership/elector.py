@@ -63,6 +63,8 @@ class Leadership(Protocol):
     def holder(self) -> str | None: ...
     @property
     def took_over_at(self) -> float | None: ...  # when it took the lease from another holder
+    @property
+    def predecessor_stopped_by(self) -> float | None: ...  # latest its last holder acted
 
 
 class AlwaysLeader:
@@ -92,6 +94,10 @@ class AlwaysLeader:
     @property
     def took_over_at(self) -> float | None:
         return None  # the state-directory lock: no other process was acting
+
+    @property
+    def predecessor_stopped_by(self) -> float | None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +136,8 @@ class LeaderElector:
         self._epoch = 0
         self._acquired_at = float("-inf")
         self._took_over_at: float | None = None
+        self._predecessor_stopped_by: float | None = None
+        self._predecessor = float("-inf")  # step's reading, for _write
         self.failovers = 0  # times this process became leader after another holder
 
     # --- Leadership ------------------------------------------------------------------------
@@ -160,6 +168,13 @@ class LeaderElector:
     @property
     def took_over_at(self) -> float | None:
         return self._took_over_at
+
+    @property
+    def predecessor_stopped_by(self) -> float | None:
+        """The latest time (our clock) the lease's previous holder can have acted: a
+        lease it released, when we saw the release; one that expired, its last renewal we
+        saw plus its renew deadline (it fences itself then). None: no other holder."""
+        return self._predecessor_stopped_by
 
     def seconds_without_leader(self) -> float:
         """How long, as this process saw it, no one has held a live lease."""
@@ -202,6 +217,10 @@ class LeaderElector:
         if not mine and not free:
             self._set_leader(False)
             return False
+        if not self.is_leader():
+            # Read before the write below replaces what we observed of the last holder.
+            self._predecessor = (self._observed_at if not current.holder else
+                                 self._observed_at + self.timing.renew_deadline)
         record = LeaseRecord(
             self.identity, self.timing.lease_duration,
             acquired_at=current.acquired_at if mine else now,
@@ -240,11 +259,16 @@ class LeaderElector:
             return self.is_leader()
         self._observed, self._observed_at = written, now
         with self._lock:
-            was = self._leader
+            # A renewal only while the record was ours: a holder that lapsed and takes the
+            # lease back after another's term starts a new epoch like any newcomer.
+            was = self._leader and current is not None and current.holder == self.identity
+            self._leader = was
             self._renewed_at = now
             if not was:
                 self._epoch = written.transitions
                 self._acquired_at = now
+                self._predecessor_stopped_by = self._predecessor if current is not None \
+                    else None
                 if current is not None and current.holder not in (None, self.identity):
                     # Its attempts may still be running until their deadline.
                     self.failovers += 1

@@ -43,11 +43,14 @@ class LaunchRecord:
     request_uid: str | None = None  # when the tags carry it
 
 
+Mark = tuple[int, float]  # (step, simulated time) of a change
+
+
 @dataclass(slots=True)
 class _Seen:
-    launched: int  # step
-    committed: int | None = None
-    terminated: int | None = None
+    launched: Mark
+    committed: Mark | None = None
+    terminated: Mark | None = None
 
 
 @dataclass(slots=True)
@@ -55,6 +58,11 @@ class LaggingCloud:
     fake: FakeCloud
     step: Callable[[], int]
     lag: int = 0  # steps a change takes to reach listings (0: consistent)
+    # ...but never longer than this in simulated time: the bound allset is configured to
+    # assume (reconcile.listingSettle). Real lag is seconds; with no bound at all, no
+    # process could ever know what a dead predecessor launched last.
+    bound_seconds: float = float("inf")
+    clock: Callable[[], float] = lambda: 0.0
     launches: dict[str, LaunchRecord] = field(default_factory=dict)
     launched_by: dict[str, str] = field(default_factory=dict)  # attempt -> its task
     refused: list[str] = field(default_factory=list)  # reservation refusals not injected
@@ -69,7 +77,7 @@ class LaggingCloud:
         truth = self.fake.snapshot(cluster)
         if self.lag <= 0:
             return truth
-        now = self.step()
+        now = self._mark()
         shown: list[CloudInstance] = []
         by_id = {i.id: i for i in truth.instances}
         for inst in self.fake.all_instances():
@@ -80,13 +88,13 @@ class LaggingCloud:
                 shown.extend([by_id[inst.id]] if inst.id in by_id else [])
                 continue
             lag = self.lag + self._jitter(inst.id)
-            if now - seen.launched < lag:
+            if self._hidden(seen.launched, now, lag):
                 continue  # not listed yet
-            if seen.terminated is not None and now - seen.terminated >= lag:
+            if seen.terminated is not None and not self._hidden(seen.terminated, now, lag):
                 continue
             view = by_id.get(inst.id) or dataclasses.replace(inst, state=InstanceState.RUNNING)
             if view.tags.committed and seen.committed is not None and \
-                    now - seen.committed < lag:
+                    self._hidden(seen.committed, now, lag):
                 view = dataclasses.replace(view, tags=dataclasses.replace(view.tags,
                                                                           committed=False))
             shown.append(view)
@@ -123,7 +131,7 @@ class LaggingCloud:
             task = current()
             for iid in live.keys() - now_alive:
                 if iid in self._seen:
-                    self._seen[iid].terminated = self.step()
+                    self._seen[iid].terminated = self._mark()
                 if live[iid].tags.committed:
                     self.killed_committed.append((live[iid], task.name if task else "?"))
 
@@ -134,7 +142,7 @@ class LaggingCloud:
         finally:
             for inst in self.fake.all_instances():
                 if inst.tags.committed and inst.id not in before and inst.id in self._seen:
-                    self._seen[inst.id].committed = self.step()
+                    self._seen[inst.id].committed = self._mark()
 
     def describe_shapes(self, instance_types: Sequence[str]) -> dict[str, Shape]:
         return self.fake.describe_shapes(instance_types)
@@ -145,13 +153,21 @@ class LaggingCloud:
         """The cloud takes an instance away (a spot reclaim, a person in the console)."""
         self.fake.reclaim(instance_id)
         if instance_id in self._seen:
-            self._seen[instance_id].terminated = self.step()
+            self._seen[instance_id].terminated = self._mark()
+
+    def _mark(self) -> Mark:
+        return self.step(), self.clock()
+
+    def _hidden(self, change: Mark, now: Mark, lag: int) -> bool:
+        """Is a change still missing from listings: fewer than ``lag`` steps ago and
+        within the time bound."""
+        return now[0] - change[0] < lag and now[1] - change[1] < self.bound_seconds
 
     def _record(self, request: LaunchRequest, before: set[str]) -> None:
         created = [i for i in self.fake.all_instances() if i.id not in before]
         if not created:
             return
-        now = self.step()
+        now = self._mark()
         for inst in created:
             self._seen[inst.id] = _Seen(now)
         ids = tuple(i.id for i in created)

@@ -71,7 +71,7 @@ class Observer:
         fresh = {r.uid for r in requests if r.provisioned and r.uid not in self.provisioned_seen}
         self.provisioned_seen |= fresh
         ledger_free: dict[str, int] = {}
-        if inc.started:
+        if inc.started and inc.provider.acting():  # what it would plan with
             ledger_free = {r.id: r.free for r in inc.provider.ledger.view().reservations}
         fake_cfg = inc.config.schema.cloud.fake
         totals = {r.id: r.count for r in fake_cfg.reservations} if fake_cfg else {}

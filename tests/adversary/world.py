@@ -72,6 +72,9 @@ _HEAD = """\
 cluster: adv
 gpuLabel: example.com/gpu
 attempts: {maxPlans: 3, deadline: 10m}
+# The lagging cloud (cloud.py) shows every change within this long: a fake cloud's
+# default (0) would say its listings are consistent.
+reconcile: {listingSettle: 20s}
 cloud:
   provider: fake
   fake:
@@ -233,7 +236,8 @@ def make_world(seed: int) -> World:
     assert isinstance(fake, FakeCloud)
     workdir = Path(tempfile.mkdtemp(prefix=f"adv-{seed}-", dir=_tmp_root()))
     holder: dict[str, World] = {}
-    cloud = LaggingCloud(fake, lambda: holder["w"].step_no)
+    cloud = LaggingCloud(fake, lambda: holder["w"].step_no,
+                         bound_seconds=cfg.listing_settle_seconds, clock=clock.now)
 
     def now() -> dt.datetime:
         return dt.datetime.fromtimestamp(clock.now(), dt.UTC)

@@ -37,6 +37,7 @@ cloud:
   aws:
     region: us-east-1
     reservationSelector: {{tags: {{team: ml}}}}
+reconcile: {{listingSettle: 0}}  # moto's listings are consistent
 nodeGroups:
   - id: gpu-t
     zone: us-east-1a

@@ -35,6 +35,7 @@ cloud:
   aws:
     region: us-east-1
     reservationSelector: {{tags: {{team: ml}}}}
+reconcile: {{listingSettle: 0}}  # moto's listings are consistent
 nodeGroups:
   - id: gpu
     zone: us-east-1a

@@ -114,3 +114,25 @@ def test_a_config_without_the_margin_names_the_field() -> None:
 
     with pytest.raises(ConfigError, match=r"leaderElection.*renewDeadline < leaseDuration"):
         config(BASE_CONFIG + "leaderElection: {leaseDuration: 5s}\n")
+
+
+def test_a_new_leader_knows_the_latest_its_predecessor_can_have_acted(api: object) -> None:
+    """Listings lag launches, so a new leader waits for one taken after its predecessor's
+    last possible cloud call: the renewal it saw plus the renew deadline (the old leader
+    fences itself then) when the lease expired, the release it saw when it was given up."""
+    clock = ManualClock()
+    a, b = electors(api, clock)
+    assert a.step() and a.predecessor_stopped_by is None  # the first holder ever
+    b.step()
+    last_seen = clock.now()  # b saw a's last renewal
+    clock.advance(15)
+    assert b.step()
+    assert b.predecessor_stopped_by == last_seen + a.timing.renew_deadline
+    assert b.predecessor_stopped_by < clock.now()  # 5 s of margin
+    b.release()
+    released = clock.now()
+    a.step()
+    assert a.is_leader() and a.predecessor_stopped_by == released
+    # a had lapsed without hearing of it: taking the lease back is a new term (on main
+    # it kept epoch 0, so its new attempt ids claimed the term b's instances carry).
+    assert a.epoch == 2
