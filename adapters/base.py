@@ -64,6 +64,10 @@ class OwnerTags:
     # The ProvisioningRequest's metadata.uid: a request recreated under the same name is
     # another request and never takes over these instances.
     request_uid: str | None = None
+    # Nodes the attempt commits if this part's plan launches whole: after a crash between
+    # commit and the request's status write, the size of the gang (a node that vanished
+    # since must not shrink it).
+    plan_nodes: int | None = None
     # Set by CloudAdapter.commit once every part of the attempt is up. An instance of an
     # uncommitted attempt that is no longer in flight is rolled back by reconcile.
     committed: bool = False

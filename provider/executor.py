@@ -442,8 +442,11 @@ class Executor:
             index = plans
             plans += 1
 
-            def launch(item: tuple[int, Part], n: int = index) -> LaunchResult:
-                return self._launch_part(spec, n, item[0], item[1])
+            nodes = plan.node_count + sum(p.count for p in already)
+
+            def launch(item: tuple[int, Part], n: int = index, total: int = nodes
+                       ) -> LaunchResult:
+                return self._launch_part(spec, n, item[0], item[1], total)
 
             results = self._runner(launch, list(enumerate(plan.parts)))
             good = [(p, insts) for p, insts, err in results if err is None]
@@ -507,7 +510,8 @@ class Executor:
                        failures=tuple(failures), plans_tried=plans, rolled_back=rolled_back)
 
     def _launch_part(
-        self, spec: AttemptSpec, plan_index: int, part_index: int, part: Part
+        self, spec: AttemptSpec, plan_index: int, part_index: int, part: Part,
+        plan_nodes: int,
     ) -> LaunchResult:
         group = self._groups[part.group]
         label = f"{plan_index}.{part_index}"
@@ -527,6 +531,7 @@ class Executor:
                 reservation=part.reservation,
                 request=spec.request,
                 request_uid=spec.request_uid,
+                plan_nodes=plan_nodes,
             ),
         )
         try:

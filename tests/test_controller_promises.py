@@ -414,3 +414,34 @@ def test_a_dropped_groups_gang_terminated_by_policy_is_retried_whole(world: Worl
     assert not ids(now) & ids(first)
     assert now and "gpu" not in {i.tags.node_group for i in now}
     assert len({i.tags.attempt for i in now}) == 1
+
+
+def test_a_gang_whose_size_was_never_recorded_is_not_shrunk_to_what_is_left(world: World
+                                                                             ) -> None:
+    """Adversary seed 504: the process died between the commit and the status write of
+    the planned node count, and one of the gang's nodes vanished before the restart. On
+    main the restart took "what committed" (the 3 left) as the plan and reported the
+    request Provisioned with 3 of its 4 nodes. The plan's size is on the instances' tags."""
+    w = world
+    create(w)
+    w.sync()
+    gang = live(w)
+    assert len(gang) == 4 and {i.tags.plan_nodes for i in gang} == {4}
+    w.controller.stop()
+    obj = w.request() or {}
+    details = obj["status"]["provisioningClassDetails"]
+    del details[PLANNED_DETAIL]  # as if the process died before writing it
+    client.CustomObjectsApi(w.api).replace_namespaced_custom_object_status(
+        "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", "job", obj)
+    w.h.cloud.terminate([gang[0].id])
+    provider = Provider(w.h.provider.config, w.h.cloud, w.h.clock, pool=w.h.pool,
+                        runner=inline_runner)
+    provider.refresh_now()
+    w.h.provider = provider
+    w.controller = Controller(provider, KubeApi(w.api), workers=1, backoff=Backoff(60, 600))
+    w.register_nodes()
+    w.sync(3)
+    provisioned = w.condition(c.PROVISIONED)
+    assert provisioned is not None and not provisioned.true
+    assert provisioned.reason == NODES_LOST
+    assert live(w) == []

@@ -41,3 +41,15 @@ def test_the_simulated_clouds_store_keeps_the_request_uid(tmp_path: Path) -> Non
     (loaded,), _ = store.load()
     store.close()
     assert loaded.tags.request_uid == UID
+
+
+def test_every_adapter_carries_the_plans_node_count() -> None:
+    """The gang's size travels on its instances (adversary seed 504); a damaged value
+    reads as absent, never as a guess."""
+    tags = dataclasses.replace(TAGS, plan_nodes=16)
+    written = aws.owner_tags(tags)
+    assert written[aws.PLAN_NODES] == "16" and aws.parse_owner(written) == tags
+    assert aws.parse_owner({**written, aws.PLAN_NODES: "x"}) == TAGS
+    labels = gcp.to_labels(tags)
+    assert labels[gcp.PLAN_NODES] == "16" and gcp.from_labels(labels) == tags
+    assert gcp.from_labels({**labels, gcp.PLAN_NODES: "0"}) == TAGS

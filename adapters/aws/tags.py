@@ -18,6 +18,7 @@ SOURCE = PREFIX + "source"
 RESERVATION = PREFIX + "reservation"
 REQUEST = PREFIX + "request"
 REQUEST_UID = PREFIX + "request-uid"
+PLAN_NODES = PREFIX + "plan-nodes"
 # Written by commit. Its value is the attempt id, so a commit tag only counts on instances
 # of that attempt (a stray tag copied onto another instance does not adopt it).
 COMMITTED = PREFIX + "committed"
@@ -40,6 +41,8 @@ def owner_tags(tags: OwnerTags) -> dict[str, str]:
         out[REQUEST] = tags.request
     if tags.request_uid is not None:
         out[REQUEST_UID] = tags.request_uid
+    if tags.plan_nodes is not None:
+        out[PLAN_NODES] = str(tags.plan_nodes)
     return out
 
 
@@ -65,6 +68,7 @@ def parse_owner(tags: Mapping[str, str]) -> OwnerTags | None:
             reservation=tags.get(RESERVATION) or None,
             request=tags.get(REQUEST) or None,
             request_uid=tags.get(REQUEST_UID) or None,
+            plan_nodes=count(tags.get(PLAN_NODES)),
         )
     except (KeyError, ValueError):
         return None
@@ -76,3 +80,8 @@ def parse_owner(tags: Mapping[str, str]) -> OwnerTags | None:
     if committed is not None and committed == owner.attempt:
         return dataclasses.replace(owner, committed=True)
     return owner
+
+
+def count(text: str | None) -> int | None:
+    """A positive count written by allset, or None (absent, or damaged: never guessed)."""
+    return int(text) if text and text.isdigit() and int(text) > 0 else None

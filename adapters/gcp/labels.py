@@ -27,6 +27,7 @@ SOURCE = "allset-source"
 RESERVATION = "allset-reservation"
 REQUEST = "allset-request"
 REQUEST_UID = "allset-request-uid"
+PLAN_NODES = "allset-plan-nodes"
 COMMITTED = "allset-committed"
 
 _PLAIN = frozenset(string.ascii_lowercase + string.digits + "-")
@@ -115,6 +116,8 @@ def to_labels(tags: OwnerTags) -> dict[str, str]:
         _put(labels, REQUEST, tags.request)
     if tags.request_uid is not None:
         _put(labels, REQUEST_UID, tags.request_uid)
+    if tags.plan_nodes is not None:
+        labels[PLAN_NODES] = str(tags.plan_nodes)
     if tags.committed:
         labels[COMMITTED] = "true"
     return labels
@@ -141,6 +144,7 @@ def from_labels(labels: Mapping[str, str]) -> OwnerTags | None:
             reservation=_get(labels, RESERVATION),
             request=_get(labels, REQUEST),
             request_uid=_get(labels, REQUEST_UID),
+            plan_nodes=_count(labels.get(PLAN_NODES)),
             committed=labels.get(COMMITTED) == "true",
         )
     except ValueError:  # a bad escape, or an unknown source
@@ -173,3 +177,8 @@ def valid_key(key: str) -> bool:
 
 def valid_value(value: str) -> bool:
     return bool(_LABEL.match(value))
+
+
+def _count(text: str | None) -> int | None:
+    """A positive count written by allset, or None (absent, or damaged: never guessed)."""
+    return int(text) if text and text.isdigit() and int(text) > 0 else None

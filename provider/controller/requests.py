@@ -355,8 +355,10 @@ class RequestHandler:
         if count is None:
             if not mine:
                 return None  # recorded but never committed: a new attempt comes next
-            # A crash between commit and recording the count: what committed is the plan.
-            count = len(mine)
+            # A crash between commit and recording the count: the plan's size is on the
+            # instances' tags (a node lost since must not shrink the gang to what is left).
+            count = max((i.tags.plan_nodes or 0 for i in (*mine, *going)
+                         if i.tags.attempt == attempt), default=0) or len(mine)
             log.warning("%s: planned node count of attempt %s not recorded; taking the %d "
                         "committed nodes", key_of(obj), attempt, count)
             self._w.update(obj, [], details={ATTEMPT_DETAIL: attempt,
