@@ -14,7 +14,7 @@ from prometheus_client import Gauge
 
 from provider.app import Provider
 from provider.controller import conditions as c
-from provider.controller.kube import KubeApi
+from provider.controller.kube import KubeApi, resumable
 from provider.controller.nodes import Node, NodeCache, provider_id
 from provider.controller.queue import WorkQueue
 from provider.controller.requests import Backoff, RequestHandler, ours
@@ -139,7 +139,9 @@ class Controller:
             except Exception as err:
                 if self._stop.is_set():
                     return  # stop() closed the watch under us
-                version = ""
+                # A dropped connection resumes from the last version seen, as client-go's
+                # reflector does (no relist per blip); the API's own errors list again.
+                version = version if resumable(err) else ""
                 if isinstance(err, ApiException) and err.status == 410:
                     # Our resourceVersion is too old (compacted, or a new API server):
                     # list again at once. Logged so an operator can tell this from an outage.
@@ -184,6 +186,12 @@ class Controller:
             if fresh is not None and _newer(fresh, obj):
                 obj = fresh
             delay = self.handler.handle(obj)
+        except ApiException as err:
+            # The API refusing or failing a call (a 403 while a restarted API server's
+            # authorizer warms up, a 5xx) is an outage, not a bug: one line, then retry.
+            log.warning("handling ProvisioningRequest %s failed: the API server answered "
+                        "%s %s; will retry", key, err.status, err.reason)
+            delay = 10.0
         except Exception:
             log.exception("handling ProvisioningRequest %s failed; will retry", key)
             delay = 10.0

@@ -181,3 +181,10 @@ def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
     if kwargs.get("_preload_content") is False:
         return json.loads(out.data)
     return out
+
+
+def resumable(err: BaseException) -> bool:
+    """A watch that failed this way may resume from its last resourceVersion: the
+    connection dropped (an API server restart, a proxy), not the API refusing it. A
+    version that is gone by then gets a 410 and a relist."""
+    return not isinstance(err, ApiException)

@@ -13,7 +13,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from provider.controller.kube import KubeApi
+from provider.controller.kube import KubeApi, resumable
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class NodeCache:
             except Exception as err:
                 if stop.is_set():
                     return
-                version = ""
+                version = version if resumable(err) else ""  # see Controller._watch_loop
                 if not (isinstance(err, ApiException) and err.status == 410):
                     log.warning("watching Nodes failed: %s", err)
                     stop.wait(5.0)

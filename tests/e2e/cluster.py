@@ -28,8 +28,9 @@ KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
 KWOK_STAGES = ("node/fast/node-initialize.yaml",
                "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
-               "pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml",
-               "pod/fast/pod-delete.yaml")
+               "pod/fast/pod-ready.yaml", "pod/fast/pod-delete.yaml")
+# Not pod-complete: a Job's pods would end at once and the next pod of the Job could run
+# on the node the first one freed, so "each pod on its own booked node" could not be seen.
 
 
 @dataclass(frozen=True)
@@ -235,9 +236,17 @@ class ControlPlane:
         for path in sorted(self.parts.provreq_crds.rglob("*.yaml")):
             docs += [d for d in yaml.safe_load_all(path.read_text())
                      if d and d.get("kind") == "CustomResourceDefinition"]
+        # Only the conversion patches Kueue's kustomization enables: it ships one for
+        # ResourceFlavor but leaves it commented out, and its webhook then refuses to
+        # convert ResourceFlavors (the API server's v1beta1 watch cache fails, and with it
+        # the garbage collector's sync: a deleted Job's pods were never collected).
+        kustomization = yaml.safe_load(
+            (self.parts.kueue_crds / "kustomization.yaml").read_text())
+        enabled = [p["path"] for p in kustomization.get("patches") or []
+                   if str(p.get("path", "")).startswith("patches/webhook_in_")]
         converted = set()
-        for path in sorted((self.parts.kueue_crds / "patches").glob("webhook_in_*.yaml")):
-            patch = yaml.safe_load(path.read_text())
+        for rel in enabled:
+            patch = yaml.safe_load((self.parts.kueue_crds / rel).read_text())
             converted.add(patch["metadata"]["name"])
         for path in sorted((self.parts.kueue_crds / "bases").glob("*.yaml")):
             doc = yaml.safe_load(path.read_text())

@@ -104,3 +104,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     ran = sum(n for k, n in counts.items() if k != "skipped")
     detail = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
     terminalreporter.write_line(f"e2e: {ran} scenarios ran on a real control plane ({detail})")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A scenario waits on real processes (scheduling, Kueue's admission, kwok's stages):
+    the suite-wide per-test timeout is for unit tests."""
+    for item in items:
+        if item.nodeid.startswith("tests/e2e/") and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(600))

@@ -54,8 +54,9 @@ def pods_of(rest: Rest, job: str, namespace: str = "default") -> list[Obj]:
 
 
 def running(pods: list[Obj], count: int) -> bool:
+    """All ``count`` pods run or ran: kwok's pod-complete stage ends a Job's pods at once."""
     return len(pods) == count and all(
-        (p.get("status") or {}).get("phase") == "Running" for p in pods)
+        (p.get("status") or {}).get("phase") in ("Running", "Succeeded") for p in pods)
 
 
 def nodes_booked(rest: Rest, value: str) -> list[Obj]:

@@ -60,8 +60,14 @@ def test_no_capacity_then_a_reservation_frees_up(world: World) -> None:
         assert pods_of(rest, "scarce-b") == [] or not running(pods_of(rest, "scarce-b"), 1)
 
         # scarce-a finishes; CA scales its idle node down through allset, as it would.
-        rest.delete("batch/v1", "Job", "scarce-a")
-        wait_for("scarce-a's pods to go", lambda: pods_of(rest, "scarce-a") == [], 60)
+        rest.delete("batch/v1", "Job", "scarce-a", "default")
+        wait_for("scarce-a's pods to go", lambda: pods_of(rest, "scarce-a") == [], 60,
+                 explain=lambda: str([(p["metadata"].get("deletionTimestamp"),
+                                       p["metadata"].get("finalizers"),
+                                       p["metadata"].get("ownerReferences"),
+                                       p["status"].get("phase"))
+                                      for p in pods_of(rest, "scarce-a")]) + str(
+                     rest.find("batch/v1", "Job", "scarce-a", "default")))
         node = wait_for("scarce-a's node",
                         lambda: rest.find("v1", "Node", first_node(world, first)), 30)
         world.allset.stub().NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(
@@ -74,8 +80,8 @@ def test_no_capacity_then_a_reservation_frees_up(world: World) -> None:
         _placed_on_booked_nodes(world, "scarce-b", second, 1)
         assert second["metadata"]["name"] == request["metadata"]["name"]  # retried, not failed
     finally:
-        rest.delete("batch/v1", "Job", "scarce-a")
-        rest.delete("batch/v1", "Job", "scarce-b")
+        rest.delete("batch/v1", "Job", "scarce-a", "default")
+        rest.delete("batch/v1", "Job", "scarce-b", "default")
 
 
 def first_node(world: World, request: Obj) -> str:
@@ -96,13 +102,21 @@ def test_deleted_while_provisioning_rolls_back(world: World) -> None:
     request = wait_for("a ProvisioningRequest for doomed",
                        lambda: last_provreq(rest, name), 60)
     meta = request["metadata"]
-    wait_for("allset to launch doomed's nodes", lambda: len(live(of_request(
-        world.kubelet.instances(), meta["namespace"], meta["name"]))) == 2, 60,
-        explain=world.logs)
+
+    def launched_whole() -> bool:
+        details = ((last_provreq(rest, name) or {}).get("status") or {}).get(
+            "provisioningClassDetails") or {}
+        planned = int(details.get("allset.dev/planned-nodes") or 0)
+        return planned > 0 and len(live(of_request(
+            world.kubelet.instances(), meta["namespace"], meta["name"]))) == planned
+
+    wait_for("allset to launch doomed's nodes", launched_whole, 60,
+             explain=lambda: f"{(last_provreq(rest, name) or {}).get('status')}\n"
+                             f"{world.kubelet.instances()}")
     latest = last_provreq(rest, name)
     assert not_true(latest, "Provisioned"), reason(latest, "Provisioned")
 
-    rest.delete("batch/v1", "Job", "doomed")
+    rest.delete("batch/v1", "Job", "doomed", "default")
     wait_for("the request to be deleted", lambda: rest.find(
         "autoscaling.x-k8s.io/v1", "ProvisioningRequest", meta["name"], meta["namespace"])
         is None, 60, explain=world.logs)

@@ -78,7 +78,7 @@ def test_job_runs_on_exactly_the_booked_nodes(world: World) -> None:
                                    request["metadata"]["name"]))
         assert {i.tags.reservation for i in launched} == {"r-job"}  # reserved first
     finally:
-        rest.delete("batch/v1", "Job", "train")
+        rest.delete("batch/v1", "Job", "train", "default")
 
 
 def test_two_shape_pod_group_lands_in_one_zone(world: World) -> None:
