@@ -67,6 +67,7 @@ def _fake(config: LoadedConfig, clock: Clock) -> CloudAdapter:
             boot_seconds=cfg.boot_seconds,
             terminate_seconds=cfg.terminate_seconds,
             state_path=_beside(config.source, cfg.state_path),
+            shared=cfg.shared,
         ),
         clock,
     )

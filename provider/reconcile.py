@@ -179,7 +179,12 @@ class Reconciler:
             if self._metrics is not None:
                 self._metrics.observe_snapshot(snapshot, len(found.orphans), len(owed))
             return found
-        doomed = self._due_orphans(self._settled(found.orphans, taken_at), taken_at)
+        settled = self._settled(found.orphans, taken_at)
+        doomed = self._due_orphans(settled, taken_at)
+        # A previous leader's uncommitted instances are suspects too, for as long as they
+        # are left alone: a request of theirs waits rather than pay for a second gang.
+        self._suspect_owner.update({i.id: (i.tags.attempt, i.tags.request_uid)
+                                    for i in found.orphans if i not in settled})
         self._hold(found.orphans, doomed)
         doomed += self._unknown_group(found.unknown_group)
         if doomed:

@@ -215,3 +215,13 @@ def test_groups_complete_from_the_clouds_shapes() -> None:
     assert 207_000 < group.allocatable.get("cpu") < 208_000
     gib = group.allocatable.get("memory") / 1000 / 2**30
     assert 1800 < gib < 1872
+
+
+def test_a_bare_on_or_off_for_leader_election_means_the_word() -> None:
+    """YAML 1.1 reads `mode: on` as true; it was rejected as not one of auto/on/off."""
+    from tests.helpers import BASE_CONFIG, config
+
+    assert config(BASE_CONFIG + "leaderElection: {mode: on}\n"
+                  ).schema.leader_election.mode == "on"
+    assert config(BASE_CONFIG + "leaderElection: {mode: off}\n"
+                  ).schema.leader_election.mode == "off"

@@ -161,6 +161,29 @@ def test_state_survives_restart(tmp_path: Path, clock: ManualClock) -> None:
     ]  # the token is remembered across the restart
 
 
+def test_processes_sharing_the_store_see_each_others_calls(tmp_path: Path,
+                                                          clock: ManualClock) -> None:
+    """Two allset replicas on one simulated cloud (fake.shared): what one launches, the
+    other lists and cannot launch again under the same token; slots are counted once."""
+    path = str(tmp_path / "cloud.db")
+    a = FakeCloud(settings(state_path=path, shared=True), clock)
+    b = FakeCloud(settings(state_path=path, shared=True), clock)
+    launched = a.launch(req("x/1", 3, CapacityType.RESERVED, "r1"))
+    assert {i.id for i in b.snapshot("c").instances} == {i.id for i in launched}
+    assert [i.id for i in b.launch(req("x/1", 3, CapacityType.RESERVED, "r1"))] == [
+        i.id for i in launched]
+    with pytest.raises(InsufficientCapacity):  # r1 has 4 slots, 3 are taken through a
+        b.launch(req("y/1", 2, CapacityType.RESERVED, "r1"))
+    b.commit([launched[0].id], "x")
+    b.terminate([launched[1].id])
+    mine = {i.id: i for i in a.snapshot("c").instances}
+    assert mine[launched[0].id].tags.committed and launched[1].id not in mine
+    # Not shared: each process keeps what it read at start (a restart's view).
+    c = FakeCloud(settings(state_path=path), clock)
+    a.launch(req("z/1", 1))
+    assert len(c.snapshot("c").instances) == 2
+
+
 def test_a_reclaimed_instance_is_gone_whatever_faults_are_armed(clock: ManualClock) -> None:
     """A Spot interruption is the cloud's own act: injected API faults do not apply."""
     cloud = FakeCloud(settings(), clock)

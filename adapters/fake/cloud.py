@@ -4,7 +4,9 @@ faults. State lives in memory, or also in SQLite so it survives a restart of the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import threading
 from collections import Counter, deque
@@ -51,6 +53,7 @@ class FakeSettings:
     # and quota here, so allset may not count that slot free before the listing says so.
     terminate_seconds: float = 0.0
     state_path: str | None = None
+    shared: bool = False  # other processes use state_path too: read it on every call
 
 
 @dataclass(slots=True)
@@ -69,7 +72,7 @@ class FakeCloud:
     def __init__(self, settings: FakeSettings, clock: Clock) -> None:
         self._clock = clock
         self._settings = settings
-        self._lock = threading.Lock()
+        self._lock: contextlib.AbstractContextManager[object] = threading.Lock()
         self._reservations = {r.id: r for r in settings.reservations}
         self._stockouts = set(settings.stockouts)
         self._quotas = list(settings.quotas)
@@ -86,9 +89,9 @@ class FakeCloud:
         self.before_launch: Callable[[LaunchRequest], None] | None = None
         self._store = FakeStore(settings.state_path) if settings.state_path else None
         if self._store is not None:
-            instances, self._tokens = self._store.load()
-            for inst in instances:
-                self._put(inst)
+            self._reload()
+            if settings.shared:
+                self._lock = _SharedLock(f"{settings.state_path}.lock", self._reload)
 
     # --- test and simulation controls --------------------------------------------------
 
@@ -281,6 +284,15 @@ class FakeCloud:
             return running
         return inst
 
+    def _reload(self) -> None:
+        """Take the store's instances and tokens as the truth (at start, and with a shared
+        store on every call, under the file lock)."""
+        assert self._store is not None
+        instances, self._tokens = self._store.load()
+        self._instances, self._alive = {}, {}
+        for inst in instances:
+            self._put(inst)
+
     def _put(self, inst: CloudInstance) -> None:
         self._instances[inst.id] = inst
         if inst.state is InstanceState.TERMINATED:
@@ -376,3 +388,33 @@ class FakeCloud:
             tags=request.tags,
             launched_at=now,
         )
+
+
+class _SharedLock:
+    """The cloud's lock when several processes share its store: this process's threads
+    take a thread lock, processes an exclusive flock on a file beside the store; the
+    holder then reads the store, so each call sees every process's changes, as calls to
+    one real cloud do."""
+
+    def __init__(self, path: str, reload: Callable[[], None]) -> None:
+        self._thread = threading.Lock()
+        self._file = open(path, "a+")  # noqa: SIM115 - held for the cloud's lifetime
+        self._reload = reload
+
+    def __enter__(self) -> object:
+        self._thread.acquire()
+        try:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX)
+            self._reload()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+            self._thread.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+        finally:
+            self._thread.release()

@@ -10,7 +10,7 @@ import datetime as dt
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from adapters.base import CapacityType, ReservationKind
 from provider.config.aws import AwsCloud, AwsGroup
@@ -200,6 +200,9 @@ class FakeCloud(Model):
 
     state_path: str | None = Field(None, description="SQLite file; state survives restarts "
                                    "(a relative path is relative to the config file)")
+    shared: bool = Field(False, description="several allset processes use statePath at "
+                         "once (replicas on one simulated cloud, as on a real one): every "
+                         "call reads the file under a file lock")
     launch_latency_seconds: float = Field(0.0, ge=0, description="how long a launch call takes")
     boot_seconds: float = Field(0.0, ge=0, description="pending -> running after launch")
     terminate_seconds: float = Field(0.0, ge=0, description="shutting-down -> terminated; "
@@ -275,7 +278,9 @@ class Reconcile(Model):
 class LeaderElection(Model):
     """Active/standby replicas on a coordination.k8s.io Lease (only with Kubernetes)."""
 
-    mode: Literal["auto", "on", "off"] = Field(
+    # YAML 1.1 reads a bare `on`/`off` as a boolean: take it as the word that was written.
+    mode: Annotated[Literal["auto", "on", "off"], BeforeValidator(
+        lambda v: {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v)] = Field(
         "auto", description="auto: elect a leader when running in a cluster (replicas); on: "
         "also with --kubeconfig outside one; off: one process, guarded by the state-dir lock")
     namespace: str = Field("", description="namespace of the Lease; empty: the pod's own "

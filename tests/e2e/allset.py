@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from provider.config.load import LoadedConfig, load_config
 from provider.wire import externalgrpc_pb2 as pb
@@ -25,17 +26,20 @@ CONFIG = """\
 cluster: e2e
 refreshInterval: 1s
 reconcile: {{orphanGrace: 1s}}
+attempts: {{deadline: 30s}}
 provisioningRequests: {{workers: 4, initialBackoff: 2s, maxBackoff: 4s, resync: 2s}}
 cloud:
   provider: fake
   fake:
     statePath: {state}
+    shared: {shared}
     launchLatencySeconds: 0.1
     bootSeconds: {boot}
     reservations:
       - {{id: r-job, zone: us-east-1a, instanceType: p5.48xlarge, count: 2}}
       - {{id: r-scarce, zone: us-east-1c, instanceType: p4d.24xlarge, count: 1}}
       - {{id: r-crash, zone: us-east-1d, instanceType: p5.48xlarge, count: 1}}
+      - {{id: r-failover, zone: us-east-1e, instanceType: p5.48xlarge, count: 1}}
     stockouts:
       - {{zone: us-east-1c, instanceType: p4d.24xlarge, capacityType: on-demand}}
 nodeGroups:
@@ -59,28 +63,40 @@ nodeGroups:
   - {{id: crash, zone: us-east-1d, instanceType: p5.48xlarge, maxSize: 4,
      gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
      price: {{onDemand: 98.32}}}}
+  - {{id: failover, zone: us-east-1e, instanceType: p5.48xlarge, maxSize: 6,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
+     price: {{onDemand: 98.32}}}}
   - {{id: direct, zone: us-east-1a, instanceType: m7i.8xlarge, maxSize: 8, cpu: 31,
      memory: 120Gi, price: {{onDemand: 1.61}}}}
 """
 
 
 class Allset:
-    def __init__(self, directory: Path, kubeconfig: Path) -> None:
+    """One `allset serve`. Replicas share another's simulated cloud (``state``, read on
+    every call) and name themselves in ``env`` (POD_NAME, the Lease holder)."""
+
+    def __init__(self, directory: Path, kubeconfig: Path, state: Path | None = None,
+                 extra: str = "", env: dict[str, str] | None = None) -> None:
         self.dir = directory
         directory.mkdir(parents=True, exist_ok=True)
-        self.state = directory / "cloud.db"
+        self.state = state or directory / "cloud.db"
         self.config_path = directory / "allset.yaml"
-        self.config_path.write_text(CONFIG.format(state=self.state, boot=BOOT_SECONDS))
+        self.config_path.write_text(CONFIG.format(
+            state=self.state, boot=BOOT_SECONDS,
+            shared="true" if state is not None else "false") + extra)
         self.kubeconfig = kubeconfig
+        self.env = env or {}
         self.proc: Proc | None = None
         self.address = ""
 
     def config(self) -> LoadedConfig:
         return load_config(self.config_path)
 
-    def start(self, failpoints: str = "") -> None:
+    def start(self, failpoints: str = "", standby: bool = False) -> None:
+        """Start and wait until it serves CA (a ``standby`` only until it is alive: it
+        answers CA with UNAVAILABLE while another replica leads)."""
         self.address = f"127.0.0.1:{free_port()}"
-        env = {**os.environ, "ALLSET_FAILPOINTS": failpoints,
+        env = {**os.environ, **self.env, "ALLSET_FAILPOINTS": failpoints,
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                             os.environ.get("PYTHONPATH")]))}
         self.proc = Proc("allset", [
@@ -94,6 +110,11 @@ class Allset:
             assert self.proc is not None
             self.proc.check_alive()
             try:
+                if standby:
+                    health = health_pb2_grpc.HealthStub(grpc.insecure_channel(self.address))
+                    return bool(health.Check(health_pb2.HealthCheckRequest(
+                        service="allset.live"), timeout=1).status ==
+                        health_pb2.HealthCheckResponse.SERVING)
                 stub.GPULabel(pb.GPULabelRequest(), timeout=1)
                 return True
             except grpc.RpcError:

@@ -18,7 +18,25 @@ class Relay:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._stop = threading.Event()
+        self._cut = threading.Event()
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
         threading.Thread(target=self._accept, name="e2e-relay", daemon=True).start()
+
+    def cut(self) -> None:
+        """Cut the client off the API server: open connections are closed and new ones
+        are dropped as they arrive, until ``restore``."""
+        self._cut.set()
+        with self._open_lock:
+            socks, self._open = list(self._open), set()
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def restore(self) -> None:
+        self._cut.clear()
 
     def close(self) -> None:
         self._stop.set()
@@ -33,6 +51,9 @@ class Relay:
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
+        if self._cut.is_set():
+            client.close()
+            return
         deadline = time.monotonic() + self._hold
         upstream = None
         while upstream is None and time.monotonic() < deadline and not self._stop.is_set():
@@ -44,6 +65,8 @@ class Relay:
             client.close()
             return
         upstream.settimeout(None)
+        with self._open_lock:
+            self._open.update((client, upstream))
         threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
         _pipe(client, upstream)
 

@@ -117,6 +117,9 @@ def test_a_leader_cut_off_mid_attempt_stops_and_the_new_one_waits_it_out(pair: P
         clock.advance(60)
     assert len(pair.cloud.live_instances()) == 2
     assert b.provider.fleet.view("g").target_size == 0
+    # ...and suspects meanwhile: a request whose instances these were would wait for them
+    # rather than launch (and pay for) a second gang beside them.
+    assert set(b.provider.reconciler.suspects()) == {i.id for i in stray}
     b.elector.step()
     clock.advance(b.provider.config.attempt_deadline_seconds)
     b.elector.step()
