@@ -110,5 +110,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A scenario waits on real processes (scheduling, Kueue's admission, kwok's stages):
     the suite-wide per-test timeout is for unit tests."""
     for item in items:
-        if item.nodeid.startswith("tests/e2e/") and item.get_closest_marker("timeout") is None:
+        if not item.nodeid.startswith("tests/e2e/"):
+            continue
+        if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(600))
+        # Under pytest-xdist (--dist loadgroup) the scenarios share one worker, and so
+        # one control plane.
+        item.add_marker(pytest.mark.xdist_group("e2e"))
