@@ -28,10 +28,9 @@ class UsageError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from provider.telemetry.log_format import configure
+
+    configure(args.log_level, args.log_format)
     if args.log_level != "debug":
         # urllib3 warns about each of its own retries and botocore chats about where it
         # found credentials; our own line says what failed.
@@ -66,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"allset {_version()}")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", default="text", choices=["text", "json"],
+                        help="json: one object per line, with attempt and request fields")
     sub = parser.add_subparsers(required=True, metavar="command")
 
     serve = sub.add_parser("serve", help="serve the externalgrpc CloudProvider service")
@@ -174,6 +175,7 @@ def _serve(args: argparse.Namespace) -> int:
     from provider.service.address import bind_problem, is_loopback, problem
     from provider.service.server import Server
     from provider.store.journal import SqliteJournal
+    from provider.telemetry.attempt_log import LoggedJournal
     from provider.tls import check_server_files, server_credentials
 
     addresses = {"--address": args.address, "--health-address": args.health_address,
@@ -229,9 +231,9 @@ def _serve(args: argparse.Namespace) -> int:
     lock = None if own_cloud else _lock_state(args.state_dir / config.cluster)
     journal_path = args.state_dir / config.cluster / "attempts.db"
     try:
-        journal = SqliteJournal(journal_path,
-                                retention_seconds=config.journal_retention_seconds,
-                                max_finished=config.schema.attempts.journal_max_finished)
+        journal = LoggedJournal(SqliteJournal(
+            journal_path, retention_seconds=config.journal_retention_seconds,
+            max_finished=config.schema.attempts.journal_max_finished))
     except (OSError, sqlite3.Error) as err:
         reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
         raise UsageError(f"--state-dir: cannot open the journal {journal_path}: {reason}") \
