@@ -12,8 +12,10 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 from prometheus_client import Gauge
 
+from adapters.base import CloudInstance
 from provider.app import Provider
 from provider.controller import conditions as c
+from provider.controller import source_labels
 from provider.controller.kube import KubeApi, resumable
 from provider.controller.nodes import Node, NodeCache, provider_id
 from provider.controller.queue import WorkQueue
@@ -154,10 +156,23 @@ class Controller:
         self.nodes.run(self._stop)
 
     def _node_changed(self, node: Node) -> None:
-        """A Node of a request's gang registered, changed or went: look at the request."""
+        """A Node of a request's gang registered, changed or went: look at the request.
+        Any Node of ours is labelled with its capacity source."""
         inst = self._p.fleet.instance(provider_id(node)) if provider_id(node) else None
         if inst is not None and inst.tags.request is not None:
             self.queue.add(inst.tags.request)
+        if inst is not None:
+            self._label_source(node, inst)
+
+    def _label_source(self, node: Node, inst: CloudInstance) -> None:
+        changes = source_labels.missing(node, inst)
+        name = (node.get("metadata") or {}).get("name")
+        if not changes or not name or not inst.tags.committed or not self._p.acting():
+            return
+        try:
+            self._kube.patch_node(str(name), changes, {})
+        except Exception as err:  # the next resync tries again
+            log.warning("labelling Node %s with its capacity source failed: %s", name, err)
 
     def _resync_loop(self) -> None:
         """Time moves even when nothing changes: bookings end, retries come due."""
@@ -167,6 +182,11 @@ class Controller:
             for key in keys:
                 self.queue.add(key)
             self._count_states()
+            for node in self.nodes.all():  # Nodes that registered before their listing
+                inst = self._p.fleet.instance(provider_id(node)) if provider_id(node) \
+                    else None
+                if inst is not None:
+                    self._label_source(node, inst)
 
     def _work(self) -> None:
         while not self._stop.is_set():

@@ -51,6 +51,10 @@ class NodeCache:
 
     # --- reads -------------------------------------------------------------------------
 
+    def all(self) -> list[Node]:
+        with self._lock:
+            return list(self._by_name.values())
+
     def get(self, pid: str) -> Node | None:
         """The Node registered for this providerID, as last seen."""
         with self._lock:

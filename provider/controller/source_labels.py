@@ -1,0 +1,20 @@
+"""Every Node allset launched says where its capacity comes from, as Karpenter's users
+expect of theirs: `allset.dev/capacity-type` (reserved, on-demand, spot) and, from a
+reservation, `allset.dev/reservation`. Written once the Node registers and its instance is
+committed; a Node someone relabels is put right at the next resync."""
+
+from __future__ import annotations
+
+from adapters.base import CloudInstance
+from provider.controller.nodes import Node
+
+CAPACITY_TYPE_LABEL = "allset.dev/capacity-type"
+RESERVATION_LABEL = "allset.dev/reservation"
+
+
+def missing(node: Node, inst: CloudInstance) -> dict[str, str | None]:
+    """The label changes this Node needs (None removes one), empty when it has them."""
+    have = (node.get("metadata") or {}).get("labels") or {}
+    want: dict[str, str | None] = {CAPACITY_TYPE_LABEL: inst.tags.source.value,
+                                   RESERVATION_LABEL: inst.tags.reservation}
+    return {k: v for k, v in want.items() if have.get(k) != v}

@@ -1,0 +1,41 @@
+"""Nodes say where their capacity comes from (issue 15): `allset.dev/capacity-type` and,
+from a reservation, `allset.dev/reservation`, on every Node allset launched, whether for a
+request or for CA, and put back when someone changes them."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from provider.controller.source_labels import CAPACITY_TYPE_LABEL, RESERVATION_LABEL
+from tests.controller_kit import World, create, world
+
+__all__ = ["world"]
+
+
+def labels(w: World, name: str) -> dict[str, str]:
+    return dict((w.node(name).get("metadata") or {}).get("labels") or {})
+
+
+def test_every_node_of_ours_is_labelled_with_its_source(world: World) -> None:
+    w = world
+    create(w)  # a gang: GPU nodes from reservation r-gpu, CPU nodes
+    w.h.provider.scaleups.increase("gpu-b", 1)  # and CA's own scale-up, on demand
+    w.h.run_workers()
+    w.sync()
+    w.register_nodes()
+    w.sync(2)
+    live = w.h.cloud.live_instances()
+    assert live
+    for inst in live:
+        got = labels(w, inst.name)
+        assert got.get(CAPACITY_TYPE_LABEL) == inst.tags.source.value, (inst, got)
+        assert got.get(RESERVATION_LABEL) == inst.tags.reservation, (inst, got)
+    assert {i.tags.source.value for i in live} >= {"reserved", "on-demand"}
+
+    # Someone edits a label by hand: the next pass puts it right.
+    reserved = next(i for i in live if i.tags.reservation)
+    client.CoreV1Api(w.api).patch_node(reserved.name, {"metadata": {"labels": {
+        RESERVATION_LABEL: "r-other", CAPACITY_TYPE_LABEL: None}}})
+    w.sync(1)
+    assert labels(w, reserved.name)[RESERVATION_LABEL] == reserved.tags.reservation
+    assert labels(w, reserved.name)[CAPACITY_TYPE_LABEL] == "reserved"
