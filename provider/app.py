@@ -21,6 +21,7 @@ from provider.model import NodeGroup, Resources, ScaleUpMode
 from provider.planner.matching import Matcher
 from provider.reconcile import Reconciler, UnknownGroups
 from provider.scaleup import ScaleUps, new_attempt_id
+from provider.telemetry.recent import RecentOutcomes
 from provider.unavailable import UnavailableOfferings
 
 log = logging.getLogger(__name__)
@@ -53,11 +54,12 @@ class Provider:
         self._thread_runner = ThreadRunner() if runner is None else None
         self.metrics = Metrics()
         self.journal: Journal = journal or MemoryJournal()
+        self.recent = RecentOutcomes(observer or self.metrics)
         self.executor = AttemptExecutor(
             adapter, self.ledger, config.groups, self.clock,
             runner=runner or self._thread_runner or ThreadRunner(),
             journal=self.journal,
-            observer=observer or self.metrics,
+            observer=self.recent,
             max_plans=config.schema.attempts.max_plans,
             deadline_seconds=config.attempt_deadline_seconds,
             sizes=self.fleet,

@@ -111,6 +111,19 @@ def _parser() -> argparse.ArgumentParser:
                            "also shows until it commits)")
     instances.set_defaults(run=_instances)
 
+    stat = sub.add_parser("status", help="what a running allset holds: groups, "
+                          "reservations, attempts and their outcomes, bookings")
+    stat.add_argument("--server", required=True, metavar="HOST:PORT",
+                      help="the allset serve address (CA's port)")
+    stat.add_argument("--cacert", type=Path, help="CA that signed the server's certificate "
+                      "(with --cert and --key: mTLS, as CA connects)")
+    stat.add_argument("--cert", type=Path, help="client certificate")
+    stat.add_argument("--key", type=Path, help="client key")
+    stat.add_argument("--server-name", help="name to check the server certificate against "
+                      "(default: the host of --server)")
+    stat.add_argument("--output", choices=["text", "json"], default="text")
+    stat.set_defaults(run=_status)
+
     certs = sub.add_parser("certs", help="write a dev CA, server and client certificates")
     certs.add_argument("--out", type=Path, required=True, help="directory to write PEM files to")
     certs.add_argument("--server-name", action="append", required=True,
@@ -496,6 +509,41 @@ def _check_plot(path: Path) -> None:
         raise UsageError(f"--plot: {parent} is not a directory")
     if not os.access(parent, os.W_OK):
         raise UsageError(f"--plot: cannot write to {parent}")
+
+
+def _status(args: argparse.Namespace) -> int:
+    import json
+
+    import grpc
+
+    from provider.service.admin import STATUS_METHOD
+    from provider.telemetry.status import render
+
+    files = [args.cacert, args.cert, args.key]
+    if any(files) and not all(files):
+        raise UsageError("--cacert, --cert and --key go together (mTLS), or none of them")
+    if all(files):
+        try:
+            creds = grpc.ssl_channel_credentials(args.cacert.read_bytes(), args.key.read_bytes(),
+                                                 args.cert.read_bytes())
+        except OSError as err:
+            raise UsageError(f"cannot read {err.filename}: {err.strerror}") from err
+        options = [("grpc.ssl_target_name_override", args.server_name)] \
+            if args.server_name else []
+        channel = grpc.secure_channel(args.server, creds, options=options)
+    else:
+        channel = grpc.insecure_channel(args.server)
+    try:
+        answer = channel.unary_unary(STATUS_METHOD)(b"{}", timeout=10)
+    except grpc.RpcError as err:
+        code = err.code().name if isinstance(err, grpc.Call) else "error"
+        detail = err.details() if isinstance(err, grpc.Call) else str(err)
+        raise UsageError(f"--server {args.server}: {code}: {detail}") from None
+    finally:
+        channel.close()
+    found = json.loads(answer)
+    print(json.dumps(found, indent=2) if args.output == "json" else render(found))
+    return 0
 
 
 def _instances(args: argparse.Namespace) -> int:

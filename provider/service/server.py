@@ -10,6 +10,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from provider.app import Provider
+from provider.service.admin import add_admin
 from provider.service.servicer import CloudProviderServicer
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
@@ -41,6 +42,7 @@ class Server:
             options=[("grpc.so_reuseport", 0)],
         )
         pb_grpc.add_CloudProviderServicer_to_server(CloudProviderServicer(provider), self._server)
+        add_admin(self._server, provider)
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection(

@@ -1,0 +1,83 @@
+"""`allset status` against a running server (issue 15): groups, reservations with who uses
+them, attempts and their outcomes, bookings, in text and JSON; clear one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import grpc
+
+from provider.wire import externalgrpc_pb2 as pb
+from provider.wire import externalgrpc_pb2_grpc as pb_grpc
+from tests.cli_kit import Served, one_line, run_allset
+from tests.helpers import wait_until
+
+
+def test_status_shows_what_the_running_server_holds(tmp_path: Path) -> None:
+    served = Served([], tmp_path / "serve.log")  # the built-in demo on the simulated cloud
+    try:
+        wait_until(served.answers, 30)
+        with grpc.insecure_channel(served.address) as channel:
+            stub = pb_grpc.CloudProviderStub(channel)
+            group = stub.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups[0].id
+            stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=group, delta=2),
+                                       timeout=5)
+
+        def settled() -> bool:
+            out = run_allset("status", "--server", served.address, "--output", "json")
+            return out.returncode == 0 and bool(json.loads(out.stdout)["lastOutcomes"])
+
+        wait_until(settled, 30)
+        out = run_allset("status", "--server", served.address, "--output", "json")
+        found = json.loads(out.stdout)
+        assert found["acting"] is True and found["notActingBecause"] is None
+        mine = next(g for g in found["groups"] if g["id"] == group)
+        assert mine["target"] == 2 and sum(mine["sources"].values()) == 2
+        (outcome,) = found["lastOutcomes"]
+        assert outcome["result"] == "succeeded" and outcome["nodes"] == 2
+        used = sum(sum(r["usedBy"].values()) for r in found["reservations"])
+        assert used == mine["sources"].get("reserved", 0)
+
+        text = run_allset("status", "--server", served.address)
+        assert text.returncode == 0, text.stderr
+        assert "acting: yes" in text.stdout and group in text.stdout
+        assert outcome["attempt"] in text.stdout and "RESERVATION" in text.stdout
+    finally:
+        served.stop()
+
+
+def test_status_says_in_one_line_when_it_cannot_reach_the_server() -> None:
+    out = run_allset("status", "--server", "127.0.0.1:1")
+    assert out.returncode == 1
+    assert one_line(out.stderr).startswith("allset: --server 127.0.0.1:1: UNAVAILABLE")
+    out = run_allset("status", "--server", "127.0.0.1:1", "--cacert", "ca.crt")
+    assert out.returncode == 1 and "go together" in one_line(out.stderr)
+
+
+def test_status_over_mtls_as_ca_connects(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    from tests.cli_kit import ALLSET, ROOT
+    from tests.helpers import free_port
+
+    pki = tmp_path / "pki"
+    assert run_allset("certs", "--out", str(pki), "--server-name", "localhost").returncode == 0
+    address = f"127.0.0.1:{free_port()}"
+    with open(tmp_path / "serve.log", "ab") as log:
+        proc = subprocess.Popen(
+            [str(ALLSET), "serve", "--address", address, "--tls-cert", str(pki / "server.crt"),
+             "--tls-key", str(pki / "server.key"), "--tls-client-ca", str(pki / "ca.crt")],
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=log)
+    tls = ["--cacert", str(pki / "ca.crt"), "--cert", str(pki / "client.crt"),
+           "--key", str(pki / "client.key"), "--server-name", "localhost"]
+    try:
+        wait_until(lambda: run_allset("status", "--server", address, *tls).returncode == 0, 30)
+        out = run_allset("status", "--server", address, *tls, "--output", "json")
+        assert json.loads(out.stdout)["acting"] is True
+        plain = run_allset("status", "--server", address)  # no client certificate
+        assert plain.returncode == 1 and "UNAVAILABLE" in one_line(plain.stderr)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
