@@ -115,12 +115,7 @@ def _parser() -> argparse.ArgumentParser:
                           "reservations, attempts and their outcomes, bookings")
     stat.add_argument("--server", required=True, metavar="HOST:PORT",
                       help="the allset serve address (CA's port)")
-    stat.add_argument("--cacert", type=Path, help="CA that signed the server's certificate "
-                      "(with --cert and --key: mTLS, as CA connects)")
-    stat.add_argument("--cert", type=Path, help="client certificate")
-    stat.add_argument("--key", type=Path, help="client key")
-    stat.add_argument("--server-name", help="name to check the server certificate against "
-                      "(default: the host of --server)")
+    _client_tls(stat)
     stat.add_argument("--output", choices=["text", "json"], default="text")
     stat.set_defaults(run=_status)
 
@@ -135,10 +130,15 @@ def _parser() -> argparse.ArgumentParser:
     certs.set_defaults(run=_certs)
 
     plan = sub.add_parser("plan", help="plan a ProvisioningRequest against the cloud now")
-    plan.add_argument("--config", type=Path, required=True)
+    plan.add_argument("--config", type=Path,
+                      help="plan from a fresh listing of this config's cloud")
+    plan.add_argument("--server", metavar="HOST:PORT", help="plan in a running allset, "
+                      "against its live view (claims in flight, recent stockouts)")
     plan.add_argument("--request", type=Path, required=True,
-                      help="YAML with the ProvisioningRequest and its PodTemplates")
+                      help="YAML with the ProvisioningRequest and its PodTemplates; with "
+                      "--server also one Pod: a dry run of CA's scale-up for it")
     plan.add_argument("--output", choices=["text", "json"], default="text")
+    _client_tls(plan)
     plan.set_defaults(run=_plan)
 
     sim = sub.add_parser("simulate", help="simulate a GPU fleet in virtual time: allset "
@@ -406,11 +406,16 @@ def _plan(args: argparse.Namespace) -> int:
     from provider.render import plan_json, plan_text
     from provider.unavailable import UnavailableOfferings
 
-    config = load_config(args.config)
+    if (args.config is None) == (args.server is None):
+        raise UsageError("give --config (plan from a fresh listing) or --server (plan in a "
+                         "running allset), one of them")
     try:
         text = read_text(args.request, "request")
     except ConfigError as err:
         raise UsageError(f"--request: {err}") from err
+    if args.server is not None:
+        return _plan_on_server(args, text)
+    config = load_config(args.config)
     try:
         docs = list(yaml.safe_load_all(text))
         request, templates = split_documents(docs, str(args.request))
@@ -440,6 +445,25 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         print(plan_text(demand.name, result))
     return 2 if isinstance(result, Infeasible) else 0
+
+
+def _plan_on_server(args: argparse.Namespace, text: str) -> int:
+    import json
+
+    import yaml
+
+    from provider.service.admin import PLAN_METHOD
+
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as err:
+        raise UsageError(f"{args.request}: not valid YAML: {err}") from err
+    body = json.dumps({"documents": docs, "source": str(args.request)}, default=str)
+    found = json.loads(_admin_call(args, PLAN_METHOD, body.encode()))
+    print(json.dumps(found, indent=2) if args.output == "json" else found["text"])
+    feasible = found["plan"]["feasible"] if found["kind"] == "ProvisioningRequest" else \
+        any(g["fits"] for g in found["groups"])
+    return 0 if feasible else 2
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -511,13 +535,29 @@ def _check_plot(path: Path) -> None:
         raise UsageError(f"--plot: cannot write to {parent}")
 
 
+def _client_tls(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cacert", type=Path, help="CA that signed the server's "
+                        "certificate (with --cert and --key: mTLS, as CA connects)")
+    parser.add_argument("--cert", type=Path, help="client certificate")
+    parser.add_argument("--key", type=Path, help="client key")
+    parser.add_argument("--server-name", help="name to check the server certificate "
+                        "against (default: the host of --server)")
+
+
 def _status(args: argparse.Namespace) -> int:
     import json
 
-    import grpc
-
     from provider.service.admin import STATUS_METHOD
     from provider.telemetry.status import render
+
+    found = json.loads(_admin_call(args, STATUS_METHOD, b"{}"))
+    print(json.dumps(found, indent=2) if args.output == "json" else render(found))
+    return 0
+
+
+def _admin_call(args: argparse.Namespace, method: str, body: bytes) -> bytes:
+    """One call to a running server's admin service, over mTLS when given certificates."""
+    import grpc
 
     files = [args.cacert, args.cert, args.key]
     if any(files) and not all(files):
@@ -534,16 +574,14 @@ def _status(args: argparse.Namespace) -> int:
     else:
         channel = grpc.insecure_channel(args.server)
     try:
-        answer = channel.unary_unary(STATUS_METHOD)(b"{}", timeout=10)
+        answer: bytes = channel.unary_unary(method)(body, timeout=30)
     except grpc.RpcError as err:
         code = err.code().name if isinstance(err, grpc.Call) else "error"
         detail = err.details() if isinstance(err, grpc.Call) else str(err)
         raise UsageError(f"--server {args.server}: {code}: {detail}") from None
     finally:
         channel.close()
-    found = json.loads(answer)
-    print(json.dumps(found, indent=2) if args.output == "json" else render(found))
-    return 0
+    return answer
 
 
 def _instances(args: argparse.Namespace) -> int:

@@ -81,3 +81,67 @@ def test_status_over_mtls_as_ca_connects(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: trainer-0, namespace: research}
+spec:
+  nodeSelector: {allset.dev/accelerator: nvidia-h100-80gb}
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  containers:
+    - {name: t, image: trainer, resources: {requests: {nvidia.com/gpu: "8", cpu: "8"}}}
+"""
+
+
+def test_plan_in_the_running_server_and_a_dry_run_of_cas_path(tmp_path: Path) -> None:
+    """`allset plan --server` plans against the server's live view: the demo's cloud lives
+    in the server, so after CA took 4 nodes of cr-h100-a, the request's gang no longer gets
+    them. With a Pod it says which groups CA could grow and from which source."""
+    from tests.cli_kit import ROOT
+
+    request = str(ROOT / "deploy" / "examples" / "requests" / "mixed-gang.yaml")
+    served = Served([], tmp_path / "serve.log")
+    try:
+        wait_until(served.answers, 30)
+        before = run_allset("plan", "--server", served.address, "--request", request,
+                            "--output", "json")
+        assert before.returncode == 0, before.stderr
+        reserved = [p for p in json.loads(before.stdout)["plan"]["parts"]
+                    if p["reservation"] == "cr-h100-a"]
+        assert reserved, before.stdout
+        with grpc.insecure_channel(served.address) as channel:
+            pb_grpc.CloudProviderStub(channel).NodeGroupIncreaseSize(
+                pb.NodeGroupIncreaseSizeRequest(id="h100-a", delta=4), timeout=5)
+
+        def taken() -> bool:
+            out = run_allset("plan", "--server", served.address, "--request", request,
+                             "--output", "json")
+            parts = json.loads(out.stdout)["plan"]["parts"]
+            return not any(p["reservation"] == "cr-h100-a" for p in parts)
+
+        wait_until(taken, 30)
+
+        pod = tmp_path / "pod.yaml"
+        pod.write_text(POD)
+        dry = run_allset("plan", "--server", served.address, "--request", str(pod),
+                         "--output", "json")
+        assert dry.returncode == 0, dry.stderr
+        groups = {g["group"]: g for g in json.loads(dry.stdout)["groups"]}
+        assert groups["h100-b"]["fits"] and not groups["a100-b"]["fits"]
+        assert groups["a100-b"]["why"]
+        (part,) = groups["h100-b"]["increaseSize1"]["parts"]
+        assert part["nodeGroup"] == "h100-b" and part["count"] == 1
+        text = run_allset("plan", "--server", served.address, "--request", str(pod))
+        assert "h100-b: fits; IncreaseSize(1) would launch 1 x h100-b" in text.stdout
+        assert "a100-b: does not fit" in text.stdout
+
+        both = run_allset("plan", "--server", served.address, "--config", "x.yaml",
+                          "--request", str(pod))
+        assert both.returncode == 1 and "one of them" in one_line(both.stderr)
+        pod.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: x}\n")
+        bad = run_allset("plan", "--server", served.address, "--request", str(pod))
+        assert bad.returncode == 1 and "INVALID_ARGUMENT" in one_line(bad.stderr)
+    finally:
+        served.stop()
