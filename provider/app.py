@@ -135,7 +135,9 @@ class Provider:
         process's last instances, and would show their reservation slots and maxSize room
         free. Its journal, if any, knows only this host's attempts."""
         settle = self.config.listing_settle_seconds
-        since = self._started_at
+        # A listing from before this process led was read as a standby: nothing in it was
+        # acted on (its predecessor's half gangs were never recorded as suspects).
+        since = max(self._started_at, self.leadership.acquired_at)
         before = self.leadership.predecessor_stopped_by
         if before is not None:
             since = max(since, before)

@@ -6,6 +6,7 @@ lookup that never waits on a cloud call."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import itertools
 import threading
@@ -134,6 +135,16 @@ class Fleet:
         """Committed instances of groups the config no longer has."""
         with self._lock:
             return list(self._unknown.values())
+
+    def unknown_going(self, instance_ids: Sequence[str]) -> None:
+        """These instances of dropped groups are being terminated: shown terminating until
+        a listing says more."""
+        with self._lock:
+            for iid in instance_ids:
+                inst = self._unknown.get(iid)
+                if inst is not None and inst.state is not InstanceState.TERMINATED:
+                    self._unknown[iid] = dataclasses.replace(
+                        inst, state=InstanceState.TERMINATING)
 
     def scale_up(self, attempt: str) -> ScaleUp | None:
         with self._lock:
@@ -349,7 +360,9 @@ class Fleet:
                 if inst.tags.node_group in listed:
                     listed[inst.tags.node_group][inst.id] = inst
                 elif inst.state is not InstanceState.TERMINATED:
-                    unknown[inst.id] = inst
+                    # A termination still owed (after a restart too) shows as leaving.
+                    unknown[inst.id] = dataclasses.replace(
+                        inst, state=InstanceState.TERMINATING) if inst.id in doomed else inst
             self._unknown = unknown
             for gid, state in self._state.items():
                 seen = listed[gid]

@@ -180,11 +180,10 @@ class Reconciler:
                 self._metrics.observe_snapshot(snapshot, len(found.orphans), len(owed))
             return found
         settled = self._settled(found.orphans, taken_at)
-        doomed = self._due_orphans(settled, taken_at)
         # A previous leader's uncommitted instances are suspects too, for as long as they
         # are left alone: a request of theirs waits rather than pay for a second gang.
-        self._suspect_owner.update({i.id: (i.tags.attempt, i.tags.request_uid)
-                                    for i in found.orphans if i not in settled})
+        doomed = self._due_orphans(settled, taken_at,
+                                   predecessors=[i for i in found.orphans if i not in settled])
         self._hold(found.orphans, doomed)
         doomed += self._unknown_group(found.unknown_group)
         if doomed:
@@ -223,8 +222,8 @@ class Reconciler:
             return orphans
         return tuple(i for i in orphans if i.launched_at >= took_over)
 
-    def _due_orphans(self, orphans: tuple[CloudInstance, ...], taken_at: float
-                     ) -> list[CloudInstance]:
+    def _due_orphans(self, orphans: tuple[CloudInstance, ...], taken_at: float,
+                     predecessors: Collection[CloudInstance] = ()) -> list[CloudInstance]:
         """Orphans seen uncommitted for the whole grace period, in this listing and an
         earlier one, and launched at least that long ago."""
         seen = {i.id for i in orphans}
@@ -238,8 +237,9 @@ class Reconciler:
                     taken_at - launched >= self._orphan_grace):
                 due.append(inst)
         doomed = {i.id for i in due}
-        self._suspect_owner = {i.id: (i.tags.attempt, i.tags.request_uid) for i in orphans
-                               if i.id not in doomed}
+        # Replaced whole, never changed in place: controller workers read it meanwhile.
+        self._suspect_owner = {i.id: (i.tags.attempt, i.tags.request_uid)
+                               for i in (*orphans, *predecessors) if i.id not in doomed}
         if due:
             log.warning("rolling back %d instances of attempts that never committed: %s",
                         len(due), sorted({i.tags.attempt for i in due}))
@@ -261,6 +261,9 @@ class Reconciler:
                         len(ids), ", ".join(groups), action)
         self._reported_unknown = ids
         if self._unknown_groups is UnknownGroups.TERMINATE:
+            # Leaving from now on: a request whose gang they are sees it short at once,
+            # never Provisioned on nodes about to go.
+            self._fleet.unknown_going([i.id for i in instances])
             return list(instances)
         return []
 

@@ -445,3 +445,18 @@ def test_a_gang_whose_size_was_never_recorded_is_not_shrunk_to_what_is_left(worl
     assert provisioned is not None and not provisioned.true
     assert provisioned.reason == NODES_LOST
     assert live(w) == []
+
+
+def test_a_dropped_groups_gang_being_terminated_is_never_provisioned(world: World) -> None:
+    """Review finding: with reconcile.unknownGroups: terminate, the dropped group's nodes
+    were still listed as running until the next listing, so a request whose Nodes were
+    registered and Ready was reported Provisioned on nodes being terminated."""
+    w = world
+    create(w)
+    w.sync()
+    w.register_nodes()
+    _restart_without_group(w, "gpu", unknown_groups="terminate")
+    w.h.cloud.terminate = lambda ids: None  # type: ignore[method-assign,assignment]
+    w.sync(3)  # the cloud has not ended them yet; the listing still shows them running
+    provisioned = w.condition(c.PROVISIONED)
+    assert provisioned is not None and not provisioned.true, provisioned

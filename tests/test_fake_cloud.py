@@ -203,3 +203,14 @@ def test_cleared_faults_no_longer_fire(clock: ManualClock) -> None:
     cloud.clear_faults()
     cloud.snapshot("c")
     assert len(cloud.launch(req("t1", 2))) == 2
+
+
+def test_a_shared_cloud_needs_its_file_and_no_shutdown_timing() -> None:
+    from provider.config.load import ConfigError
+    from tests.helpers import BASE_CONFIG, config
+
+    with pytest.raises(ConfigError, match="statePath"):
+        config(BASE_CONFIG.replace("  fake:\n", "  fake:\n    shared: true\n", 1))
+    with pytest.raises(ConfigError, match="terminateSeconds"):
+        config(BASE_CONFIG.replace("  fake:\n", "  fake:\n    shared: true\n    statePath: "
+                                   "c.db\n    terminateSeconds: 5\n", 1))

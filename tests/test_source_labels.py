@@ -39,3 +39,12 @@ def test_every_node_of_ours_is_labelled_with_its_source(world: World) -> None:
     w.sync(1)
     assert labels(w, reserved.name)[RESERVATION_LABEL] == reserved.tags.reservation
     assert labels(w, reserved.name)[CAPACITY_TYPE_LABEL] == "reserved"
+
+
+def test_reservation_ids_become_valid_label_values() -> None:
+    from provider.controller.source_labels import label_value
+
+    assert label_value("cr-0123456789abcdef0") == "cr-0123456789abcdef0"
+    assert label_value("us-central1-a/h100-pool") == "h100-pool"
+    assert label_value("projects/shared-proj/reservations/h100-pool") == "h100-pool"
+    assert len(label_value("x" * 100)) == 63

@@ -219,6 +219,13 @@ class FakeCloud(Model):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise ValueError(f"reservation ids must be unique; repeated: {', '.join(dupes)}")
+        if self.shared and not self.state_path:
+            raise ValueError("shared: processes share the cloud through statePath; set it")
+        if self.shared and self.terminate_seconds:
+            # Each process times a shutdown from its own terminate call, so another would
+            # see the slot free at once: not modelled across processes.
+            raise ValueError("shared: terminateSeconds must be 0 (shutting-down is timed "
+                             "per process)")
         return self
 
 

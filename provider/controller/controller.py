@@ -83,6 +83,7 @@ class Controller:
                 break
             self._handle(key)
             handled += 1
+        self.label_sources()
         return handled
 
     # --- loops -----------------------------------------------------------------------------
@@ -161,8 +162,14 @@ class Controller:
         inst = self._p.fleet.instance(provider_id(node)) if provider_id(node) else None
         if inst is not None and inst.tags.request is not None:
             self.queue.add(inst.tags.request)
-        if inst is not None:
-            self._label_source(node, inst)
+
+    def label_sources(self) -> None:
+        """Label each Node of ours with its capacity source (a pass of the resync loop:
+        never on the watch thread, which one slow PATCH would stall)."""
+        for node in self.nodes.all():
+            inst = self._p.fleet.instance(provider_id(node)) if provider_id(node) else None
+            if inst is not None:
+                self._label_source(node, inst)
 
     def _label_source(self, node: Node, inst: CloudInstance) -> None:
         changes = source_labels.missing(node, inst)
@@ -181,12 +188,12 @@ class Controller:
                 keys = list(self._cache)
             for key in keys:
                 self.queue.add(key)
-            self._count_states()
-            for node in self.nodes.all():  # Nodes that registered before their listing
-                inst = self._p.fleet.instance(provider_id(node)) if provider_id(node) \
-                    else None
-                if inst is not None:
-                    self._label_source(node, inst)
+            try:
+                self._count_states()
+                self.label_sources()
+            except Exception:  # the loop must survive anything: bookings end through it
+                log.exception("controller resync pass failed; next one in %.0fs",
+                              self._resync)
 
     def _work(self) -> None:
         while not self._stop.is_set():

@@ -388,8 +388,10 @@ class RequestHandler:
             by_group.setdefault(inst.tags.node_group, []).append(inst.provider_id)
         configured = {g.id for g in self._p.fleet.groups()}
         for group, ids in by_group.items():
-            if group not in configured:
-                continue  # a group the config dropped: CA never saw these nodes
+            if group not in configured:  # a group the config dropped: CA never saw them
+                self._p.fleet.unknown_going([i.id for i in instances
+                                             if i.tags.node_group == group])
+                continue
             try:
                 self._p.fleet.delete_nodes(group, ids)
             except DomainError as err:  # e.g. minSize: the gang goes all the same

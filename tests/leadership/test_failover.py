@@ -163,3 +163,22 @@ def test_ca_reaches_only_the_leader(pair: Pair) -> None:
             ch.close()
         for s in servers:
             s.stop(grace=0.5)
+
+
+def test_a_new_leader_does_not_act_on_a_listing_it_took_as_the_standby(pair: Pair) -> None:
+    """Review finding: the standby listed after the old leader's fence but before it took
+    the lease; that listing was read as a standby (the old leader's half gang was not
+    recorded as suspects), yet on main it let the new leader act at once."""
+    a, b, clock = pair.a, pair.b, pair.clock
+    b.elector.step()  # b sees a's last renewal now
+    pair.cloud.launch(LaunchRequest("a0-x/0.0", "g", "z1", "p5", 1, OwnerTags(
+        "test", "g", "a0-x", "0.0", CapacityType.ON_DEMAND, request="ml/job",
+        request_uid="uid-1")))  # a's last launch, then a dies
+    clock.advance(12)  # past a's fence (10 s), before the lease is free (15 s)
+    b.provider.refresh_now()  # a standby's listing
+    clock.advance(3)
+    assert b.elector.step()
+    assert not b.provider.acting()
+    b.provider.refresh_now()
+    assert b.provider.acting() and b.provider.reconciler.suspects("uid-1")
+    assert not a.elector.step()
