@@ -91,21 +91,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         cluster.stop()
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """How many e2e scenarios ran (CI prints it; a skipped suite shows as 0 ran)."""
-    counts: dict[str, int] = {}
-    for outcome in ("passed", "failed", "error", "xfailed", "xpassed", "skipped"):
-        reports = [r for r in terminalreporter.stats.get(outcome, [])
-                   if getattr(r, "nodeid", "").startswith("tests/e2e/")
-                   and getattr(r, "when", "call") in ("call", "setup")]
-        counts[outcome] = len({r.nodeid for r in reports})
-    if not any(counts.values()):
-        return
-    ran = sum(n for k, n in counts.items() if k != "skipped")
-    detail = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
-    terminalreporter.write_line(f"e2e: {ran} scenarios ran on a real control plane ({detail})")
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A scenario waits on real processes (scheduling, Kueue's admission, kwok's stages):
     the suite-wide per-test timeout is for unit tests."""
