@@ -14,6 +14,7 @@ from kubernetes import client
 
 from adapters.base import InstanceState
 from provider.app import Provider
+from provider.config import LoadedConfig
 from provider.controller import conditions as c
 from provider.controller.controller import Controller
 from provider.controller.kube import KubeApi
@@ -44,6 +45,16 @@ def reclaim(w: World, instance: Any) -> None:
     """A spot reclaim (or a person in the console): the cloud ends an instance."""
     w.h.cloud.terminate([instance.id])
     w.h.provider.refresh_now()
+
+
+def restart(w: World, cfg: LoadedConfig | None = None) -> None:
+    """A new process: a new Provider (first listing) and a new controller, same cloud and
+    API server (the old controller is stopped by the caller)."""
+    provider = Provider(cfg or w.h.provider.config, w.h.cloud, w.h.clock, pool=w.h.pool,
+                        runner=inline_runner)
+    provider.refresh_now()
+    w.h.provider = provider
+    w.controller = Controller(provider, KubeApi(w.api), workers=1, backoff=Backoff(60, 600))
 
 
 def delete_request(w: World, name: str = "job") -> None:
@@ -161,12 +172,7 @@ def test_a_restart_compares_what_exists_with_what_was_planned(world: World) -> N
     assert len(gang) == 4
     w.controller.stop()
     w.h.cloud.terminate([gang[0].id])  # lost while allset was down
-    # A new process: a new Provider (first listing) and a new controller, same cloud.
-    provider = Provider(w.h.provider.config, w.h.cloud, w.h.clock, pool=w.h.pool,
-                        runner=inline_runner)
-    provider.refresh_now()
-    w.h.provider = provider
-    w.controller = Controller(provider, KubeApi(w.api), workers=1, backoff=Backoff(60, 600))
+    restart(w)
     w.register_nodes()
     w.sync(3)
     provisioned = w.condition(c.PROVISIONED)
@@ -370,11 +376,7 @@ def _restart_without_group(w: World, group: str, unknown_groups: str = "report")
         "") + f"reconcile: {{unknownGroups: {unknown_groups}}}\n"
     w.controller.stop()
     w.h.provider.stop()
-    provider = Provider(config(text), w.h.cloud, w.h.clock, pool=w.h.pool,
-                        runner=inline_runner)
-    provider.refresh_now()
-    w.h.provider = provider
-    w.controller = Controller(provider, KubeApi(w.api), workers=1, backoff=Backoff(60, 600))
+    restart(w, config(text))
 
 
 def test_a_gang_in_a_group_the_config_dropped_is_not_launched_again(world: World) -> None:
@@ -434,11 +436,7 @@ def test_a_gang_whose_size_was_never_recorded_is_not_shrunk_to_what_is_left(worl
     client.CustomObjectsApi(w.api).replace_namespaced_custom_object_status(
         "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", "job", obj)
     w.h.cloud.terminate([gang[0].id])
-    provider = Provider(w.h.provider.config, w.h.cloud, w.h.clock, pool=w.h.pool,
-                        runner=inline_runner)
-    provider.refresh_now()
-    w.h.provider = provider
-    w.controller = Controller(provider, KubeApi(w.api), workers=1, backoff=Backoff(60, 600))
+    restart(w)
     w.register_nodes()
     w.sync(3)
     provisioned = w.condition(c.PROVISIONED)
