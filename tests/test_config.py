@@ -74,7 +74,10 @@ def test_the_cloud_is_never_chosen_by_omission() -> None:
     ],
 )
 def test_top_level_errors(patch: str, field: str, words: str) -> None:
-    got = problems(MINIMAL + patch + "\n")
+    key = patch.split(":", 1)[0]  # the patch replaces that key's line (keys are unique)
+    base = "".join(line for line in MINIMAL.splitlines(keepends=True)
+                   if not line.startswith(f"{key}:"))
+    got = problems(base + patch + "\n")
     assert any(f == field and words in m for f, m in got), got
 
 
@@ -99,10 +102,11 @@ def test_top_level_errors(patch: str, field: str, words: str) -> None:
     ],
 )
 def test_group_field_errors(group: str, field: str, words: str) -> None:
-    text = (
-        "cluster: c1\n" + FAKE + "nodeGroups:\n  - id: g\n    zone: z\n    instanceType: t\n"
-        "    cpu: 4\n    memory: 16Gi\n    maxSize: 3\n    " + group + "\n"
-    )
+    key = group.split(":", 1)[0]  # the field under test replaces the valid one
+    fields = "".join(f"    {line}\n" for line in ("cpu: 4", "memory: 16Gi", "maxSize: 3")
+                     if not line.startswith(f"{key}:"))
+    text = ("cluster: c1\n" + FAKE + "nodeGroups:\n  - id: g\n    zone: z\n    instanceType: t\n"
+            + fields + "    " + group + "\n")
     got = problems(text)
     assert any(f == field and words in m for f, m in got), got
 
@@ -225,3 +229,17 @@ def test_a_bare_on_or_off_for_leader_election_means_the_word() -> None:
                   ).schema.leader_election.mode == "on"
     assert config(BASE_CONFIG + "leaderElection: {mode: off}\n"
                   ).schema.leader_election.mode == "off"
+
+
+def test_a_key_given_twice_is_a_config_error_naming_it() -> None:
+    """PyYAML keeps the last of two equal keys silently: `maxSize: 10` then `maxSize: 1`
+    ran with 1. Now the file is refused with the key and its line."""
+    from provider.config.load import ConfigError
+    from tests.helpers import BASE_CONFIG, config
+
+    text = BASE_CONFIG.replace("    maxSize: 10\n", "    maxSize: 10\n    maxSize: 1\n", 1)
+    with pytest.raises(ConfigError) as caught:
+        config(text)
+    message = str(caught.value)
+    assert message == ("test.yaml: not valid YAML: line 18: key 'maxSize' given twice in the "
+                       "mapping that starts at line 10"), message

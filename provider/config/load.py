@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from adapters.base import CapacityType, Shape
+from provider.config import strict_yaml
 from provider.config.aws import aws_problems
 from provider.config.paths import field_path, plain_message
 from provider.config.schema import Config, NodeGroupConfig
@@ -118,7 +119,7 @@ def load_config(path: str | Path) -> LoadedConfig:
 
 def load_config_text(text: str, source: str = "<config>") -> LoadedConfig:
     try:
-        raw = yaml.safe_load(text)
+        raw = strict_yaml.load(text)
     except yaml.YAMLError as err:
         raise ConfigError(source, [("", f"not valid YAML: {err}")]) from err
     if not isinstance(raw, dict):
