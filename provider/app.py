@@ -92,6 +92,8 @@ class Provider:
         self._last_refresh = float("-inf")
         self._listed_at = float("-inf")  # when the last complete listing was taken
         self._started_at = self.clock.now()
+        # Read once: acting() runs on every CA call.
+        self._settle = config.listing_settle_seconds
         self._watchers: list[Callable[[bool], None]] = []
         self._state = (False, False)  # (ready, acting) as watchers last heard it
         self.not_ready_retry_seconds = 2.0  # how soon a failed first listing is tried again
@@ -134,7 +136,7 @@ class Provider:
         process started, or after the lease's last holder could still act, may miss that
         process's last instances, and would show their reservation slots and maxSize room
         free. Its journal, if any, knows only this host's attempts."""
-        settle = self.config.listing_settle_seconds
+        settle = self._settle
         # A listing from before this process led was read as a standby: nothing in it was
         # acted on (its predecessor's half gangs were never recorded as suspects).
         since = max(self._started_at, self.leadership.acquired_at)
@@ -164,7 +166,7 @@ class Provider:
             wait = max(0.0, self.settled_from() - self.clock.now())
             return (f"allset waits {wait:.0f}s more for a cloud listing that shows what "
                     f"the previous allset process launched (reconcile.listingSettle "
-                    f"{self.config.listing_settle_seconds:.0f}s); retry shortly")
+                    f"{self._settle:.0f}s); retry shortly")
         error = self.reconciler.last_error
         return ("allset has not completed its first cloud listing yet, so it does not "
                 "know its nodes" + (f" (last error: {error})" if error else "") +
