@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from adapters.base import CapacityType
+from provider.devices.claims import Claim
 from provider.model import Resources, Taint
 
 CLASS_NAME = "atomic-reserved.allset.dev"
@@ -78,6 +79,8 @@ class PodSet:
     # Required node affinity: any term may match; inside a term every requirement must.
     affinity: tuple[tuple[Requirement, ...], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    # DRA claims of each pod (DeviceClasses resolved), judged against groups' devices.
+    claims: tuple[Claim, ...] = ()
 
     def untolerated(self, taints: tuple[Taint, ...]) -> Taint | None:
         """The first taint that keeps these pods off a node (PreferNoSchedule never does)."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from adapters.base import CapacityType
+from provider.devices.model import DeviceSlice
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MILLI = 1000
@@ -114,6 +115,8 @@ class NodeGroup:
     targeted_reservations: tuple[str, ...] = ()
     options: GroupOptions = GroupOptions()
     architecture: str = "amd64"
+    # What each node publishes to DRA (ResourceSlices), for claims and CA's template.
+    devices: tuple[DeviceSlice, ...] = ()
 
     @property
     def region(self) -> str:

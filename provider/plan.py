@@ -18,6 +18,8 @@ class ReasonCode(enum.StrEnum):
     TOPOLOGY = "TopologyUnsatisfiable"
     CAPACITY = "CapacityUnavailable"
     INVALID = "InvalidRequest"
+    # A DRA selector allset cannot evaluate: never planned as if it matched.
+    UNSUPPORTED_SELECTOR = "UnsupportedSelector"
 
 
 @dataclass(frozen=True, slots=True)

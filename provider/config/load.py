@@ -19,9 +19,17 @@ from adapters.base import CapacityType, Shape
 from provider.config import strict_yaml
 from provider.config.aws import aws_problems
 from provider.config.paths import field_path, plain_message
-from provider.config.schema import Config, NodeGroupConfig
+from provider.config.schema import (
+    AttributeValue,
+    Config,
+    GpuDra,
+    NodeGroupConfig,
+    VersionValue,
+)
 from provider.config.shapes import allocatable_cpu_milli, allocatable_memory_milli
 from provider.config.units import duration_seconds, quantity_milli
+from provider.devices.catalog import GpuDevices, gpu_slice, mig_resource, plain_slice
+from provider.devices.model import AttrValue, DeviceSlice, Version
 from provider.model import (
     GPU_RESOURCE,
     MILLI,
@@ -190,6 +198,10 @@ def _node_group(cfg: NodeGroupConfig, shape: Shape | None = None) -> NodeGroup:
         amounts["ephemeral-storage"] = quantity_milli(cfg.ephemeral_storage)
     if gpu_count:
         amounts[GPU_RESOURCE] = gpu_count * MILLI
+    if cfg.gpu is not None and cfg.gpu.mig is not None:
+        # Mixed strategy: partitioned GPUs are advertised as their MIG profile only.
+        amounts[GPU_RESOURCE] = 0
+        amounts[mig_resource(cfg.gpu.mig.profile)] = gpu_count * cfg.gpu.mig.per_gpu * MILLI
     scale_up = cfg.scale_up or (ScaleUpMode.ATOMIC if gpu_count else ScaleUpMode.PARTIAL)
     opts = cfg.options
 
@@ -209,6 +221,7 @@ def _node_group(cfg: NodeGroupConfig, shape: Shape | None = None) -> NodeGroup:
         gpu_type=gpu_type,
         gpu_count=gpu_count,
         architecture=shape.architecture if shape else "amd64",
+        devices=group_devices(cfg, gpu_type, gpu_count, shape),
         fabric=cfg.fabric,
         scale_up=scale_up,
         labels=types.MappingProxyType(dict(cfg.labels)),
@@ -224,6 +237,39 @@ def _node_group(cfg: NodeGroupConfig, shape: Shape | None = None) -> NodeGroup:
             ignore_daemonsets_utilization=opts.ignore_daemon_sets_utilization,
         ),
     )
+
+
+def _attribute(value: AttributeValue) -> AttrValue:
+    return Version.parse(value.version) if isinstance(value, VersionValue) else value
+
+
+def group_devices(cfg: NodeGroupConfig, gpu_type: str | None, gpu_count: int,
+                  shape: Shape | None) -> tuple[DeviceSlice, ...]:
+    """What each node of the group publishes to DRA: its GPUs (from the model, the
+    cloud's shape and the config), then the config's other devices."""
+    out = []
+    gpu = cfg.gpu
+    if gpu_count and (gpu is None or gpu.dra.publish):
+        memory = (quantity_milli(gpu.memory) if gpu is not None and gpu.memory is not None
+                  else shape.gpu_memory_mib * 2**20 * MILLI if shape and shape.gpu_memory_mib
+                  else None)
+        dra = gpu.dra if gpu is not None else GpuDra()
+        found = gpu_slice(GpuDevices(
+            gpu_type=gpu_type, count=gpu_count, memory_milli=memory, driver=dra.driver,
+            attributes={k: _attribute(v) for k, v in dra.attributes.items()},
+            capacity={k: quantity_milli(v) for k, v in dra.capacity.items()},
+            spread=dra.spread,
+            mig_profile=gpu.mig.profile if gpu is not None and gpu.mig else None,
+            mig_per_gpu=gpu.mig.per_gpu if gpu is not None and gpu.mig else 0,
+        ))
+        if found is not None:
+            out.append(found)
+    for d in cfg.devices:
+        out.append(plain_slice(
+            d.driver, d.name_prefix, d.count,
+            {k: _attribute(v) for k, v in d.attributes.items()},
+            {k: quantity_milli(v) for k, v in d.capacity.items()}, d.spread))
+    return tuple(out)
 
 
 # --- error formatting -------------------------------------------------------------------

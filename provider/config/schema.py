@@ -17,6 +17,7 @@ from provider.config.aws import AwsCloud, AwsGroup
 from provider.config.base import Model
 from provider.config.gcp import GcpCloud, GcpGroup
 from provider.config.units import duration_seconds, quantity_milli
+from provider.devices.model import Version
 from provider.model import ScaleUpMode
 
 _DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
@@ -52,11 +53,75 @@ Labels = Annotated[dict[str, str], AfterValidator(_labels)]
 Name = Annotated[str, Field(pattern=_DNS_LABEL)]
 
 
+_QUALIFIED_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                   r"[A-Za-z][A-Za-z0-9_]{0,31}$")
+_DRIVER_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$"
+_MIG_PROFILE = r"^\d+g\.\d+gb$"
+
+
+def _version(value: str) -> str:
+    Version.parse(value)
+    return value
+
+
+class VersionValue(Model):
+    """A semantic-version attribute (CEL compares it with semver())."""
+
+    version: Annotated[str, AfterValidator(_version)] = Field(description="e.g. 550.54.15")
+
+
+AttributeValue = bool | int | str | VersionValue
+AttributeName = Annotated[str, Field(pattern=_QUALIFIED_NAME)]
+
+
+class DeviceAttributes(Model):
+    """What DRA selectors read of a device: attributes and capacities. A name without a
+    domain belongs to the driver's (productName -> gpu.nvidia.com/productName)."""
+
+    attributes: dict[AttributeName, AttributeValue] = Field(
+        default_factory=dict, description="attributes of every device, e.g. "
+        "{nvlinkDomain: nvl0}")
+    capacity: dict[AttributeName, Quantity] = Field(
+        default_factory=dict, description="capacities of every device, e.g. {memory: 80Gi}")
+    spread: dict[AttributeName, Annotated[int, Field(gt=0)]] = Field(
+        default_factory=dict, description="attributes shared by consecutive devices: "
+        "{numaNode: 2} over 8 devices gives 0,0,0,0,1,1,1,1")
+
+
+class GpuDra(DeviceAttributes):
+    """How the node's GPUs appear to DRA (defaults from the GPU model)."""
+
+    publish: bool = Field(True, description="publish the GPUs as DRA devices (false: "
+                          "device plugin only)")
+    driver: str = Field("gpu.nvidia.com", pattern=_DRIVER_NAME,
+                        description="the DRA driver that publishes them")
+
+
+class Mig(Model):
+    """Every GPU of the node partitioned alike (MIG, mixed strategy)."""
+
+    profile: str = Field(pattern=_MIG_PROFILE, description="MIG profile, e.g. 1g.10gb")
+    per_gpu: int = Field(gt=0, le=7, description="partitions per GPU, e.g. 7")
+
+
+class DeviceSet(DeviceAttributes):
+    """Devices of another DRA driver that each node publishes (NICs, ...)."""
+
+    driver: str = Field(pattern=_DRIVER_NAME, description="DRA driver name, e.g. dra.net")
+    count: int = Field(gt=0, le=128, description="devices per node")
+    name_prefix: Name = Field("dev", description="device names are <prefix>-<index>")
+
+
 class Gpu(Model):
     """The GPUs of one node of the group."""
 
     type: str = Field(min_length=1, description="GPU model, e.g. nvidia-h100-80gb")
     count: int = Field(gt=0, description="GPUs per node")
+    memory: Quantity | None = Field(None, description="memory per GPU, e.g. 80Gi (default: "
+                                    "from the GPU model)")
+    mig: Mig | None = Field(None, description="MIG partitions (they replace nvidia.com/gpu "
+                            "by nvidia.com/mig-<profile> and are the DRA devices)")
+    dra: GpuDra = Field(GpuDra(), description="the GPUs as DRA devices")
 
 
 class Price(Model):
@@ -132,6 +197,8 @@ class NodeGroupConfig(Model):
                              "group")
     aws: AwsGroup | None = Field(None, description="how to launch on AWS")
     gcp: GcpGroup | None = Field(None, description="how to launch on GCP")
+    devices: list[DeviceSet] = Field(default_factory=list, description="other DRA devices "
+                                     "each node publishes (the GPUs come from gpu)")
 
     @model_validator(mode="after")
     def _sizes(self) -> NodeGroupConfig:
@@ -141,6 +208,12 @@ class NodeGroupConfig(Model):
             raise ValueError("capacityTypes lists a type twice")
         if CapacityType.SPOT in self.capacity_types and self.price.spot is None:
             raise ValueError("capacityTypes has spot but price.spot is not set")
+        drivers = [d.driver for d in self.devices]
+        if self.gpu is not None and self.gpu.dra.publish:
+            drivers.append(self.gpu.dra.driver)
+        if len(set(drivers)) != len(drivers):
+            raise ValueError("devices: each DRA driver publishes one pool per node; a driver "
+                             "is listed twice (the GPUs' is gpu.dra.driver)")
         return self
 
 

@@ -81,6 +81,11 @@ def _no_group(inputs: Inputs, matcher: Matcher, pod_set: PodSet) -> Reason:
                    key=lambda kv: (len(kv[1]), kv[1][0].rule == "resources", kv[0]))
         message += (f". Closest: group {near[0]}, excluded only by "
                     + "; ".join(e.message for e in near[1]))
+    unsupported = next((e for f in excluded.values() for e in f
+                        if e.rule == "unsupported-selector"), None)
+    if unsupported is not None:
+        return Reason(ReasonCode.UNSUPPORTED_SELECTOR,
+                      f"pod set {pod_set.name}: {unsupported.message}", pod_set.name)
     return Reason(ReasonCode.NO_MATCHING_GROUP, message, pod_set.name)
 
 

@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from provider.demand import Demand, PodSet
+from provider.devices.cel import CelEnvironment
+from provider.devices.fit import UNLIMITED, DeviceFit, fit
 from provider.model import (
     FABRIC_LABEL,
     GROUP_LABEL,
@@ -34,26 +36,35 @@ class Exclusion:
     (and say nothing of the group's name, so groups of a kind share them)."""
 
     rule: str  # capacity-type | gpu-type | zone | fabric | instance-type | node-group | label
-    #            | taint | resources | topology
+    #            | taint | resources | devices | unsupported-selector | topology
     message: str
 
 
-def pods_per_node(pod_set: PodSet, group: NodeGroup) -> int:
-    """How many pods of the set fit on one empty node of the group (by every resource)."""
+def pods_per_node(pod_set: PodSet, group: NodeGroup, devices: int = UNLIMITED) -> int:
+    """How many pods of the set fit on one empty node of the group (by every resource,
+    and by ``devices``: how many pods' DRA claims a node's devices satisfy)."""
     if pod_set.requests.items() == ():
-        return 1
+        return 1 if devices else 0
     fits = min(
         (group.allocatable.get(name) // amount for name, amount in pod_set.requests.items()
          if amount > 0),
         default=0,
     )
-    return max(0, fits)
+    return max(0, min(fits, devices))
+
+
+# Claims are judged against devices with one environment per process: selectors compile
+# once and each (selector, device) verdict is remembered across plans.
+_CEL = CelEnvironment()
 
 
 class Matcher:
     """Built once per set of groups; answers per pod set."""
 
-    def __init__(self, groups: Sequence[NodeGroup], gpu_label: str) -> None:
+    def __init__(self, groups: Sequence[NodeGroup], gpu_label: str,
+                 cel: CelEnvironment | None = None) -> None:
+        self.cel = cel or _CEL
+        self._fits: dict[tuple[object, ...], DeviceFit] = {}
         self.groups = {g.id: g for g in groups}
         self.gpu_label = gpu_label
         self.labels = {g.id: node_labels(g, gpu_label) for g in groups}
@@ -69,7 +80,7 @@ class Matcher:
         for g in groups:
             labels = {k: v for k, v in self.labels[g.id].items() if k not in _PER_GROUP}
             key = (tuple(sorted(labels.items())), g.taints, g.allocatable, g.capacity_types,
-                   g.fabric is None)
+                   g.fabric is None, g.devices)
             self._kind[g.id] = kinds.setdefault(key, len(kinds))
 
     def match_all(self, demand: Demand) -> dict[str, list[Candidate]]:
@@ -78,7 +89,7 @@ class Matcher:
         out = {}
         for p in demand.pod_sets:
             key = (tuple(sorted(p.node_selector.items())), p.affinity, p.tolerations,
-                   p.requests)
+                   p.requests, p.claims)
             if key not in seen:
                 seen[key] = self.match(demand, p)
             out[p.name] = seen[key]
@@ -100,7 +111,8 @@ class Matcher:
             kind: int | str = gid if by_name else self._kind[gid]
             if kind not in verdicts:
                 failed = self._failures(demand, pod_set, group, stop_at_first=True)
-                verdicts[kind] = None if failed else pods_per_node(pod_set, group)
+                verdicts[kind] = None if failed else pods_per_node(
+                    pod_set, group, self.device_fit(pod_set, group).pods)
             fits = verdicts[kind]
             if fits is not None:
                 out.append(Candidate(gid, fits))
@@ -127,6 +139,18 @@ class Matcher:
                 if stop_at_first:
                     return out
         return out
+
+    def device_fit(self, pod_set: PodSet, group: NodeGroup) -> DeviceFit:
+        """How many pods' claims one node of the group satisfies (memoised: groups of a
+        kind share their devices)."""
+        if not pod_set.claims:
+            return DeviceFit(UNLIMITED)
+        key = (pod_set.claims, group.devices)
+        found = self._fits.get(key)
+        if found is None:
+            found = fit(self.cel, pod_set.claims, group.devices)
+            self._fits[key] = found
+        return found
 
     def rule_for_key(self, key: str) -> str:
         if key == self.gpu_label:
@@ -199,13 +223,23 @@ def _resources(m: Matcher, d: Demand, p: PodSet, g: NodeGroup) -> Iterable[Exclu
                         f"a pod does not fit a {g.instance_type} node: " + ", ".join(parts))
 
 
+def _devices(m: Matcher, d: Demand, p: PodSet, g: NodeGroup) -> Iterable[Exclusion]:
+    found = m.device_fit(p, g)
+    if found.pods:
+        return
+    if found.unsupported is not None:
+        yield Exclusion("unsupported-selector", found.reasons[0])
+    else:
+        yield Exclusion("devices", "; ".join(found.reasons))
+
+
 def _topology(m: Matcher, d: Demand, p: PodSet, g: NodeGroup) -> Iterable[Exclusion]:
     if d.topology == "fabric" and g.fabric is None:
         yield Exclusion("topology", "topology=fabric needs groups in a fabric; it has none")
 
 
 _CHECKS: tuple[Check, ...] = (_capacity_types, _selector, _affinity, _taints, _topology,
-                              _resources)
+                              _resources, _devices)
 
 
 def _human(name: str, milli: int) -> str:
