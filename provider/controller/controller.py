@@ -16,6 +16,7 @@ from adapters.base import CloudInstance
 from provider.app import Provider
 from provider.controller import conditions as c
 from provider.controller import source_labels
+from provider.controller.gang_bridge import GangBridge
 from provider.controller.kube import KubeApi, resumable
 from provider.controller.nodes import Node, NodeCache, provider_id
 from provider.controller.queue import WorkQueue
@@ -35,7 +36,9 @@ class Controller:
         backoff: Backoff | None = None,
         resync_seconds: float = 30.0,
         watch_seconds: int = 300,
+        gangs: GangBridge | None = None,
     ) -> None:
+        self.gangs = gangs
         self._p = provider
         self._kube = kube
         self._workers = workers
@@ -55,8 +58,11 @@ class Controller:
 
     def start(self) -> None:
         self._choose_version()
+        if self.gangs is not None:
+            self.gangs.use_version(self._kube.version)
         self._relist()
         targets = [self._watch_loop, self._node_loop, self._resync_loop] + \
+            ([self._gang_loop] if self.gangs is not None else []) + \
             [self._work] * self._workers
         for i, target in enumerate(targets):
             thread = threading.Thread(target=target, name=f"provreq-{i}", daemon=True)
@@ -84,6 +90,8 @@ class Controller:
             self._handle(key)
             handled += 1
         self.label_sources()
+        if self.gangs is not None:
+            self.gangs.pass_once()
         return handled
 
     # --- loops -----------------------------------------------------------------------------
@@ -152,6 +160,10 @@ class Controller:
                 else:
                     log.warning("watching ProvisioningRequests failed: %s", err)
                     self._stop.wait(5.0)
+
+    def _gang_loop(self) -> None:
+        assert self.gangs is not None
+        self.gangs.run(self._stop)
 
     def _node_loop(self) -> None:
         self.nodes.run(self._stop)
