@@ -15,7 +15,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import MaxRetryError, ProtocolError
 
-from provider.controller.kube import CALLS, GROUP, PLURAL, Conflict, KubeApi
+from provider.controller.kube import CALLS, DRA_GROUP, GROUP, PLURAL, Conflict, KubeApi
 from tests.fakekube import FakeKube, objects
 
 NS = "team-a"
@@ -628,6 +628,10 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     kube.create(objects.node("n1"))
     kube.create(objects.pod(NS, "p1", {"autoscaling.x-k8s.io/consume-provisioning-request":
                                        "r1"}))
+    gpu = objects.device_request("gpu", "gpu.nvidia.com", count=8)
+    kube.create(objects.resource_claim_template(NS, "big", gpu))
+    kube.create(objects.resource_claim(NS, "shared", gpu))
+    kube.create(objects.device_class("gpu.nvidia.com", 'device.driver == "gpu.nvidia.com"'))
     create_request(api, "r1")
     kube.reset_counts()
 
@@ -648,11 +652,15 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     k.patch_node("n1", {"allset.dev/request": "r1"}, {})
     assert [p["metadata"]["name"] for p in k.list_pods(NS)] == ["p1"]
     k.create_event(NS, objects.event(NS, request, "Accepted", "planning"))
+    assert k.get_dra_object("resourceclaimtemplates", NS, "big")["kind"] == \
+        "ResourceClaimTemplate"
+    assert k.get_dra_object("resourceclaims", NS, "shared")["kind"] == "ResourceClaim"
+    assert k.get_dra_object("deviceclasses", None, "gpu.nvidia.com")["kind"] == "DeviceClass"
 
     # The controller's part of CALLS; the Lease and EndpointSlice calls are
     # provider/leadership's, which this fake does not serve.
     granted = {(verb, f"{c.resource}") for c in CALLS for verb in c.verbs
-               if c.group in ("", GROUP)}
+               if c.group in ("", GROUP, DRA_GROUP)}
     assert set(kube.requests) == granted
 
 

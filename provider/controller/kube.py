@@ -44,11 +44,6 @@ CALLS: tuple[Call, ...] = (
     Call("", "nodes", ("list", "watch", "patch")),
     Call("", "pods", ("list",)),
     Call("", "events", ("create",)),
-    # DRA (issue 16): the ResourceClaimTemplates and ResourceClaims a request's pod templates
-    # name, and the DeviceClasses their requests use, read one by one when planning.
-    Call("resource.k8s.io", "resourceclaimtemplates", ("get",)),
-    Call("resource.k8s.io", "resourceclaims", ("get",)),
-    Call("resource.k8s.io", "deviceclasses", ("get",)),
     # Leader election (provider/leadership): the Lease, and routing CA to the leader.
     # RBAC cannot name an object on create, so create is granted on the kind.
     Call("coordination.k8s.io", "leases", ("create",), namespaced=True),
