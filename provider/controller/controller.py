@@ -193,6 +193,8 @@ class Controller:
         inst = self._p.fleet.instance(provider_id(node)) if provider_id(node) else None
         if inst is not None and inst.tags.request is not None:
             self.queue.add(inst.tags.request)
+            if self._p.booked(inst.provider_id):
+                return  # its request labels it, with the booking label in the same patch
         if inst is not None and source_labels.missing(node, inst):
             self._label_wanted.set()  # labelled by its own thread, never this one
 
@@ -211,8 +213,10 @@ class Controller:
     def label_sources(self) -> None:
         """Label each Node of ours with its capacity source (a pass of the resync loop:
         never on the watch thread, which one slow PATCH would stall)."""
+        booked = self._p.bookings()  # their requests label them (RequestHandler._label)
         for node in self.nodes.all():
-            inst = self._p.fleet.instance(provider_id(node)) if provider_id(node) else None
+            pid = provider_id(node)
+            inst = self._p.fleet.instance(pid) if pid and pid not in booked else None
             if inst is not None:
                 self._label_source(node, inst)
 

@@ -177,10 +177,14 @@ class KubeApi:
                                 timeout_seconds=timeout_seconds)
 
     def patch_node(self, name: str, labels: Mapping[str, str | None],
-                   annotations: Mapping[str, str | None]) -> None:
-        """Set (or, with None, remove) labels and annotations on a node."""
-        call(self._core.patch_node, name,
-              {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}})
+                   annotations: Mapping[str, str | None]) -> dict[str, Any]:
+        """Set (or, with None, remove) labels and annotations on a node; returns the Node
+        as written (plain JSON: the client's models cost more than the Node is worth)."""
+        written: dict[str, Any] = call(
+            self._core.patch_node, name,
+            {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}},
+            _preload_content=False)
+        return written
 
     def list_all_pods(self) -> tuple[list[dict[str, Any]], str]:
         """Every Pod and the resourceVersion to watch from (the pod cache's list)."""

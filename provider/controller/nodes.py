@@ -95,6 +95,22 @@ class NodeCache:
         if kind == "DELETED" or _what_matters(old) != _what_matters(node):
             self._on_change(node)
 
+    def wrote(self, node: Node) -> None:
+        """A Node as our own write returned it: readers see the change at once rather than
+        when its watch event comes (and do not write it a second time meanwhile). Nobody
+        is told: the writer knows. An older watch event still in flight may put the old
+        state back until the write's own event arrives; a reader then writes again, which
+        changes nothing."""
+        name = str((node.get("metadata") or {}).get("name") or "")
+        if not name:
+            return
+        with self._lock:
+            if name not in self._by_name:
+                return  # deleted meanwhile: its DELETED event came first
+            self._by_name[name] = node
+            if provider_id(node):
+                self._by_provider[provider_id(node)] = name
+
     def run(self, stop: threading.Event) -> None:
         """List and watch until ``stop`` is set (a thread of the controller)."""
         version = ""
