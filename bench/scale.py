@@ -1,0 +1,414 @@
+"""allset's ProvisioningRequest controller at cluster scale, on the real control plane of
+the e2e suite (etcd, kube-apiserver and kwok from scripts/build-kube; see docs/e2e.md).
+
+5,000 Nodes over 1,000 node groups (seeded instances of the simulated cloud, each
+registered as a kwok Node), then 1,000 ProvisioningRequests of 2-16 nodes created at once
+on the simulated cloud with zero launch latency. Prints the time until all are
+Provisioned, the API requests of that phase by verb and resource, allset's peak RSS and
+CPU seconds, and the API requests of a minute of nothing happening afterwards.
+
+    python -m bench.scale [--nodes 5000] [--groups 1000] [--requests 1000] [--steady 60]
+
+Aims (issue 18): all Provisioned within 60 s; steady state <= 10 API requests a minute;
+RSS <= 500 MiB at 5,000 nodes.
+
+Where the counts come from: the API server's own `apiserver_request_total` (GET /metrics,
+before and after) has no label for the client, so its diff counts every client: kwok's
+node heartbeats and this bench's own node registrations and polling included. allset's own
+requests are counted from the API server's audit log, with a policy that records only
+allset's user (the ServiceAccount deploy/ binds; allset runs with only deploy's RBAC),
+once per request (stage RequestReceived).
+
+Nodes are registered by this bench, not by tests/e2e/kubelet.py's thread: that stand-in
+lists every Node and posts new ones one at a time every 0.5 s, which at 14,000 Nodes
+would be what the time measures. The bench builds the same Node objects (its `node_for`)
+and posts them from a pool of threads as soon as the simulated cloud's store shows the
+instance running, like a fleet of kubelets booting at once. kwok makes them Ready (and
+sends their heartbeats). kube-scheduler, kube-controller-manager and Kueue are not started:
+no pod is created, and they would only share the two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import urllib3
+import yaml
+
+from adapters.base import InstanceState
+from adapters.fake.store import FakeStore
+from bench.ca_loop import cpu_seconds, write_fleet
+from bench.common import machine, peak_rss_mb
+from provider.config.load import load_config
+from provider.controller import conditions as c
+from tests.e2e.allset import Allset
+from tests.e2e.cluster import ControlPlane, Parts
+from tests.e2e.conftest import ALLSET_USER, rbac_documents
+from tests.e2e.kubelet import node_for
+from tests.e2e.rest import ApiError, wait_for
+
+NAMESPACE = "ml"
+REQUESTS = "/apis/autoscaling.x-k8s.io/v1/namespaces/ml/provisioningrequests"
+CLASS = "atomic-reserved.allset.dev"
+METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+class Plane(ControlPlane):
+    """The e2e control plane with an audit log of allset's own requests."""
+
+    def _proc(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Any:
+        if name == "kube-apiserver":
+            policy = self.dir / "audit-policy.yaml"
+            policy.write_text(yaml.safe_dump({
+                "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+                "omitStages": ["ResponseStarted", "ResponseComplete", "Panic"],
+                "rules": [{"level": "Metadata", "users": [ALLSET_USER]}, {"level": "None"}],
+            }))
+            argv = [*argv, f"--audit-policy-file={policy}",
+                    f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=0"]
+        return super()._proc(name, argv, env)
+
+    @property
+    def audit_log(self) -> Path:
+        return self.dir / "audit.log"
+
+    def start_bench(self) -> None:
+        self.start_etcd()
+        self.start_apiserver()
+        self.apply_crds()
+        self.start_kwok()
+
+    def crd_documents(self) -> list[dict[str, Any]]:
+        """Only the ProvisioningRequest CRD: Kueue does not run here."""
+        docs: list[dict[str, Any]] = []
+        for path in sorted(self.parts.provreq_crds.rglob("*.yaml")):
+            docs += [d for d in yaml.safe_load_all(path.read_text())
+                     if d and d.get("kind") == "CustomResourceDefinition"]
+        return docs
+
+    def metrics(self) -> Counter[tuple[str, str]]:
+        """apiserver_request_total by (verb, resource[/subresource]), every client."""
+        http = urllib3.PoolManager(ca_certs=str(self.pki.ca), cert_file=str(self.admin.cert),
+                                   key_file=str(self.admin.key), cert_reqs="CERT_REQUIRED")
+        text = http.request("GET", f"{self.server}/metrics").data.decode()
+        out: Counter[tuple[str, str]] = Counter()
+        for line in text.splitlines():
+            found = METRIC.match(line)
+            if found is None:
+                continue
+            labels = dict(LABEL.findall(found["labels"]))
+            resource = labels.get("resource", "") + (
+                f"/{labels['subresource']}" if labels.get("subresource") else "")
+            out[(labels.get("verb", ""), resource)] += int(float(found["value"]))
+        return out
+
+
+class Audit:
+    """allset's requests from the audit log: counts by (verb, resource) past an offset."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    def mark(self) -> int:
+        return self._path.stat().st_size if self._path.exists() else 0
+
+    def since(self, offset: int) -> Counter[tuple[str, str]]:
+        out: Counter[tuple[str, str]] = Counter()
+        if not self._path.exists():
+            return out
+        with self._path.open("rb") as handle:
+            handle.seek(offset)
+            for line in handle:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue  # a line still being written
+                ref = event.get("objectRef") or {}
+                resource = ref.get("resource", event.get("requestURI", "?")) + (
+                    f"/{ref['subresource']}" if ref.get("subresource") else "")
+                out[(event.get("verb", "?"), resource)] += 1
+        return out
+
+
+class Registrar:
+    """Kubelets: a Node for every running instance of the simulated cloud, posted from a
+    pool of threads as soon as the store shows it (tests/e2e/kubelet.py's Node objects)."""
+
+    def __init__(self, plane: Plane, allset: Allset, threads: int = 8) -> None:
+        loaded = allset.config()
+        self._rest = plane.rest
+        self._state = allset.state
+        self._groups = {g.id: g for g in loaded.groups}
+        self._gpu_label = loaded.schema.gpu_label
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="kubelet")
+        self._posted: set[str] = set()
+        self.registered = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self._pool.shutdown(wait=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.25):
+            self.sync()
+
+    def sync(self) -> int:
+        store = FakeStore(self._state)
+        try:
+            instances = store.load()[0]
+        finally:
+            store.close()
+        new = [i for i in instances if i.state is InstanceState.RUNNING
+               and i.id not in self._posted and i.tags.node_group in self._groups]
+        for inst in new:
+            self._posted.add(inst.id)
+            node = node_for(inst, self._groups[inst.tags.node_group], self._gpu_label)
+            self._pool.submit(self._post, node)
+        return len(new)
+
+    def _post(self, node: dict[str, Any]) -> None:
+        try:
+            self._rest.call("POST", "/api/v1/nodes", node)
+        except ApiError as err:
+            if err.status != 409:
+                print(f"  registering {node['metadata']['name']} failed: {err}")
+                return
+        with self._lock:
+            self.registered += 1
+
+    def wait_all(self, count: int, timeout: float) -> float:
+        start = time.monotonic()
+        wait_for(f"{count} Nodes registered", lambda: self.registered >= count, timeout)
+        return time.monotonic() - start
+
+
+def fleet_config(directory: Path, groups: int, nodes: int, workers: int) -> Path:
+    """bench/ca_loop's fleet (1,000 groups, 3 in 4 of them 8-GPU, maxSize 64, seeded
+    committed instances) on a zero-latency simulated cloud, as the controller serves it."""
+    path = write_fleet(directory, groups, nodes)
+    config = yaml.safe_load(path.read_text())
+    config.pop("refreshInterval")  # the default, as an operator would run it
+    config["cloud"]["fake"].update({"launchLatencySeconds": 0, "bootSeconds": 0})
+    config["provisioningRequests"] = {"workers": workers}
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def request(name: str, pods: int) -> dict[str, Any]:
+    return {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"provisioningClassName": CLASS,
+                     "podSets": [{"podTemplateRef": {"name": "worker"}, "count": pods}]}}
+
+
+def states(plane: Plane) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for obj in plane.rest.call("GET", REQUESTS)["items"]:
+        conds = c.read((obj.get("status") or {}).get("conditions"))
+        for name in (c.FAILED, c.PROVISIONED):
+            if conds.get(name) is not None and conds[name].true:
+                out[name] += 1
+                break
+        else:
+            out["pending"] += 1
+    return out
+
+
+def show(title: str, counts: Counter[tuple[str, str]], top: int = 12) -> None:
+    total = sum(counts.values())
+    print(f"  {title}: {total}")
+    for (verb, resource), n in counts.most_common(top):
+        print(f"    {verb:8} {resource:40} {n:7}")
+    if len(counts) > top:
+        print(f"    ... {len(counts) - top} more kinds")
+
+
+def diff(after: Counter[tuple[str, str]], before: Counter[tuple[str, str]]
+         ) -> Counter[tuple[str, str]]:
+    return Counter({k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)})
+
+
+def quiet(audit: Audit, seconds: float, limit: float) -> float:
+    """Wait until allset has made no API request for ``seconds`` (at most ``limit``)."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        mark = audit.mark()
+        time.sleep(seconds)
+        if not audit.since(mark):
+            break
+    return time.monotonic() - start
+
+
+def parts() -> Parts:
+    import subprocess
+    import sys
+
+    from tests.e2e.allset import ROOT
+
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "build-kube"), "--check"],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"the e2e parts are not built (scripts/build-kube): {done.stderr}")
+    return Parts.from_manifest(json.loads(done.stdout))
+
+
+def run(args: argparse.Namespace, directory: Path) -> None:
+    plane = Plane(parts(), directory)
+    allset: Allset | None = None
+    registrar: Registrar | None = None
+    try:
+        t0 = time.monotonic()
+        plane.start_bench()
+        rest = plane.rest
+        for doc in rbac_documents():
+            rest.apply(doc)
+        rest.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        rest.create({"apiVersion": "v1", "kind": "PodTemplate",
+                     "metadata": {"name": "worker", "namespace": NAMESPACE},
+                     "template": {"spec": {
+                         "tolerations": [{"operator": "Exists"}],
+                         "containers": [{"name": "w", "image": "busybox", "resources": {
+                             "requests": {"nvidia.com/gpu": "8", "cpu": "96"},
+                             "limits": {"nvidia.com/gpu": "8"}}}]}}})
+        print(f"control plane up in {time.monotonic() - t0:.1f} s")
+
+        allset = Allset(directory / "allset", plane.client_kubeconfig(
+            "allset", plane.server, ALLSET_USER))
+        seeded = fleet_config(directory / "allset", args.groups, args.nodes, args.workers)
+        allset.config_path = seeded
+        assert load_config(seeded).groups
+        registrar = Registrar(plane, allset)
+        t0 = time.monotonic()
+        registrar.sync()
+        took = registrar.wait_all(args.nodes, 900)
+        print(f"{args.nodes} Nodes registered in {took:.1f} s "
+              f"({args.nodes / took:.0f}/s, 8 threads)")
+        wait_for("kwok to make every Node Ready", lambda: ready_nodes(plane) >= args.nodes,
+                 600, every=2)
+        print(f"all Ready after {time.monotonic() - t0:.1f} s")
+
+        audit = Audit(plane.audit_log)
+        start_mark = audit.mark()
+        t0 = time.monotonic()
+        allset.start()
+        assert allset.proc is not None and allset.proc.popen is not None
+        pid = allset.proc.popen.pid
+        registrar.start()
+        settled = quiet(audit, 5.0, 600)
+        print(f"allset up and its startup writes done (the seeded Nodes' capacity-source "
+              f"labels) in {time.monotonic() - t0:.1f} s (quiet for 5 s after "
+              f"{settled:.1f} s); RSS {peak_rss_mb(pid):.0f} MiB, CPU "
+              f"{cpu_seconds(pid):.1f} s")
+        show("allset's API requests at startup (audit log)", audit.since(start_mark))
+
+        rng = random.Random(1)
+        sizes = [rng.randint(args.min_nodes, args.max_nodes) for _ in range(args.requests)]
+        before = plane.metrics()
+        mark = audit.mark()
+        cpu0 = cpu_seconds(pid)
+        print(f"\ncreating {args.requests} ProvisioningRequests of {args.min_nodes}-"
+              f"{args.max_nodes} nodes ({sum(sizes)} nodes in all) at once "
+              f"(load average {os.getloadavg()[0]:.1f})")
+        start = time.monotonic()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda i: rest.call("POST", REQUESTS, request(f"job-{i:04d}",
+                                                                        sizes[i])),
+                          range(args.requests)))
+        created = time.monotonic() - start
+        last = Counter[str]()
+        while True:
+            last = states(plane)
+            if last[c.PROVISIONED] + last[c.FAILED] >= args.requests:
+                break
+            if time.monotonic() - start > args.timeout:
+                print(f"  not all terminal within {args.timeout:.0f} s: {dict(last)}")
+                break
+            time.sleep(1.0)
+        elapsed = time.monotonic() - start
+        cpu1 = cpu_seconds(pid)
+        after = plane.metrics()
+        print(f"  created in {created:.1f} s; all terminal after {elapsed:.1f} s "
+              f"({last[c.PROVISIONED]} Provisioned, {last[c.FAILED]} Failed) -> "
+              f"{elapsed / 60:.2f}x of the 60 s aim; {registrar.registered} Nodes now")
+        print(f"  allset CPU in that time: {cpu1 - cpu0:.1f} s; peak RSS "
+              f"{peak_rss_mb(pid):.0f} MiB (aim <= 500 MiB)")
+        show("allset's API requests (audit log, its user only)", audit.since(mark))
+        show("apiserver_request_total diff (every client: kwok, the bench's Node "
+             "registrations and polling)", diff(after, before))
+
+        settle = quiet(audit, 5.0, 300)
+        print(f"\nallset quiet for 5 s after {settle:.1f} s more (the last Node labels)")
+        before = plane.metrics()
+        mark = audit.mark()
+        cpu0 = cpu_seconds(pid)
+        time.sleep(args.steady)
+        steady = audit.since(mark)
+        per_minute = sum(steady.values()) * 60 / args.steady
+        everyone = diff(plane.metrics(), before)
+        print(f"  steady state, {args.steady:.0f} s of nothing happening, every request "
+              f"booked: allset {per_minute:.1f} API requests/min (aim <= 10) "
+              f"{dict(steady) or ''}; allset CPU {cpu_seconds(pid) - cpu0:.1f} s")
+        show("  apiserver_request_total diff in that time (every client)", everyone, 6)
+        print(f"\nallset peak RSS {peak_rss_mb(pid):.0f} MiB, CPU {cpu_seconds(pid):.1f} s "
+              f"since it started; load average {os.getloadavg()[0]:.1f}")
+    finally:
+        if registrar is not None:
+            registrar.stop()
+        if allset is not None:
+            allset.stop()
+        plane.stop()
+
+
+def ready_nodes(plane: Plane) -> int:
+    items = plane.rest.call("GET", "/api/v1/nodes")["items"]
+    return sum(1 for n in items if any(
+        cond.get("type") == "Ready" and cond.get("status") == "True"
+        for cond in (n.get("status") or {}).get("conditions") or []))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--groups", type=int, default=1000)
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--min-nodes", type=int, default=2)
+    parser.add_argument("--max-nodes", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--steady", type=float, default=60.0)
+    parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--keep", help="directory to keep logs in (default: a temporary one)")
+    args = parser.parse_args()
+    print(f"allset at scale on a real control plane: {args.nodes} Nodes, {args.groups} "
+          f"groups, {args.requests} requests ({machine()}, load average "
+          f"{os.getloadavg()[0]:.1f})")
+    if args.keep:
+        directory = Path(args.keep)
+        directory.mkdir(parents=True, exist_ok=True)
+        run(args, directory)
+    else:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            run(args, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
