@@ -52,7 +52,8 @@ class GangKey:
 def request_name(gang: str, generation: int) -> str:
     """A request per generation, named after the gang (DNS subdomain, stable)."""
     digest = hashlib.sha256(gang.encode()).hexdigest()[:6]
-    return f"gang-{gang[:40]}-{digest}-{generation}"
+    # Cut where it may, a subdomain can end in "." or "-": ".-" is not a DNS subdomain.
+    return f"gang-{gang[:40].rstrip('.-')}-{digest}-{generation}"
 
 
 def planned_spec(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -219,8 +220,12 @@ class GangBridge:
         for pod in pods:
             shapes.setdefault(shape_of(pod), []).append(pod)
         pod_sets = []
-        for index, (_, same) in enumerate(sorted(shapes.items())):
-            template = f"{name}-{index}"
+        for shape, same in sorted(shapes.items()):
+            # Named for this gang (its uid) and this shape, so a template that exists
+            # already is this one, made by an earlier pass: never a same-named template
+            # of a gang deleted and recreated under its name, which may hold other pods.
+            digest = hashlib.sha256(f"{meta.get('uid')}/{shape}".encode()).hexdigest()[:10]
+            template = f"{name}-{digest}"
             labels = (same[0].get("metadata") or {}).get("labels") or {}
             with contextlib.suppress(Conflict):  # made by an earlier pass
                 self._api.create_pod_template(key.namespace, {
@@ -281,7 +286,9 @@ class GangBridge:
 
     def _drop_orphans(self, sources: Sequence[GangSource]) -> None:
         """Requests whose gang is gone are deleted (the garbage collector does it too,
-        through the owner reference; this covers a gang deleted with --cascade=orphan)."""
+        through the owner reference; this covers a gang deleted with --cascade=orphan).
+        A gang recreated under the same name is another owner (another uid): the old
+        request is not its own, and would hold it to the old one's outcome."""
         by_name = {s.name.value: s for s in sources}
         for req in self._api.gang_requests(f"{GANG_LABEL}=true"):
             meta = req.get("metadata") or {}
@@ -290,7 +297,10 @@ class GangBridge:
             source = by_name.get(source_name)
             if source is None or not gang:
                 continue
-            if self._api.gang(source, str(meta.get("namespace")), gang) is None:
+            found = self._api.gang(source, str(meta.get("namespace")), gang)
+            owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
+            uid = ((found or {}).get("metadata") or {}).get("uid")
+            if found is None or (owners and uid not in owners):
                 log.info("gang %s/%s is gone: deleting its request %s", meta.get("namespace"),
                          gang, meta.get("name"))
                 self._api.delete_request(str(meta.get("namespace")), str(meta.get("name")))

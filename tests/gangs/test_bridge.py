@@ -386,3 +386,42 @@ def test_the_controller_plans_launches_and_books_a_gangs_request(world: World) -
     consumed = w.condition(c.BOOKING_EXPIRED, name)
     assert consumed is not None and consumed.reason == c.BOOKING_CONSUMED
     assert len(w.kube.list("provisioningrequests", NS)) == 1  # nothing asked again
+
+
+# --- regressions ------------------------------------------------------------------------------
+
+
+def test_a_long_dotted_gang_name_still_makes_a_valid_request_name(k: Cluster) -> None:
+    """PodGroup names are DNS subdomains: cut at 40 characters, one could end in '.',
+    and '.-' is no DNS subdomain (the API server refused the request: 422)."""
+    gang = "a" * 39 + ".b" + "c" * 20
+    k.kube.create(objects.coscheduling_pod_group(NS, gang, 1))
+    k.kube.create(gang_pod("w0", GPU, gang=gang))
+    stuck(k, "w0")
+    k.bridge.pass_once()
+    (request,) = k.requests()
+    assert request["metadata"]["name"] == request_name(gang, 1)
+    assert k.pod("w0")["metadata"]["annotations"][CONSUME] == request_name(gang, 1)
+
+
+def test_a_gang_recreated_under_its_name_does_not_inherit_the_old_failed_request(
+        k: Cluster) -> None:
+    """`kubectl delete --cascade=orphan` (or a garbage collector behind) leaves the old
+    gang's request; the new gang of the same name is a new owner (another uid) and must
+    get its own request, not wait on the old one's failure."""
+    first = whole_gang(k)
+    k.set_request_condition(first, c.FAILED, "True", "NoMatchingGroup", "too big")
+    k.bridge.pass_once()
+    assert k.kube.delete("podgroups", "train", NS, group=COSCHED.group)
+    for pod in ("w0", "w1", "ps"):
+        k.kube.delete("pods", pod, NS)
+    new = k.kube.create(objects.coscheduling_pod_group(NS, "train", 1))
+    k.kube.create(gang_pod("x0", CPU))
+    stuck(k, "x0")
+    for _ in range(3):
+        k.bridge.pass_once()
+    (request,) = k.requests()
+    assert request["metadata"]["ownerReferences"][0]["uid"] == new["metadata"]["uid"]
+    assert c.read((request.get("status") or {}).get("conditions")) == {}
+    assert k.pod("x0")["metadata"]["annotations"][CONSUME] == request["metadata"]["name"]
+    assert pod_sets(k, request) == [(1, CPU)]
