@@ -92,10 +92,12 @@ def handle(store: Store, name: str, route: Route, query: dict[str, str], raw: by
         options = _json_body(raw)
         obj, gone = store.delete(res, ns, route.name, options)
         if gone and not res.delete_returns_object:
+            details = {"name": route.name, "kind": res.plural,
+                       "uid": obj["metadata"]["uid"]}
+            if res.group:
+                details["group"] = res.group
             return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                         "status": "Success", "details": {
-                             "name": route.name, "kind": res.plural,
-                             "uid": obj["metadata"]["uid"]}}
+                         "status": "Success", "details": details}
         # The apiserver answers 202 for a held deletion only when orphanDependents=false
         # was sent (handlers/delete.go); otherwise 200 with the object.
         held_202 = not gone and isinstance(options, dict) and \
