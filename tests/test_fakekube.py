@@ -653,14 +653,27 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     assert [n["metadata"]["name"] for n in nodes] == ["n1"]
     assert [t for t, _ in k.watch_nodes(node_rv, timeout_seconds=1)] == ["BOOKMARK"]
     k.patch_node("n1", {"allset.dev/request": "r1"}, {})
-    assert [p["metadata"]["name"] for p in k.list_pods(NS)] == ["p1"]
-    k.create_event(NS, objects.event(NS, request, "Accepted", "planning"))
-    assert k.get_dra_object("resourceclaimtemplates", NS, "big")["kind"] == \
-        "ResourceClaimTemplate"
-    assert k.get_dra_object("resourceclaims", NS, "shared")["kind"] == "ResourceClaim"
-    assert k.get_dra_object("deviceclasses", None, "gpu.nvidia.com")["kind"] == "DeviceClass"
-
+    pods, pod_rv = k.list_all_pods()
+    assert [p["metadata"]["name"] for p in pods] == ["p1"]
+    assert [t for t, _ in k.watch_all_pods(pod_rv, timeout_seconds=1)] == ["BOOKMARK"]
+    # The gang bridge's calls (provider/controller/gang_api.py).
     g = GangApi(api)
+    g.annotate_pod(NS, "p1", {"autoscaling.x-k8s.io/consume-provisioning-request": "gang"})
+    g.create_pod_template(NS, {"apiVersion": "v1", "kind": "PodTemplate",
+                               "metadata": {"name": "gang-0", "namespace": NS},
+                               "template": {"spec": {"containers": [
+                                   {"name": "c", "image": "x"}]}}})
+    g.create_request(NS, {"apiVersion": f"{GROUP}/v1", "kind": "ProvisioningRequest",
+                          "metadata": {"name": "gang", "namespace": NS,
+                                       "labels": {"allset.dev/gang": "true"}},
+                          "spec": {"provisioningClassName": "atomic-reserved.allset.dev",
+                                   "podSets": [{"podTemplateRef": {"name": "gang-0"},
+                                                "count": 1}]}})
+    assert [r["metadata"]["name"] for r in g.gang_requests("allset.dev/gang=true")] == \
+        ["gang"]
+    g.delete_request(NS, "gang")
+    g.delete_request(NS, "gang")  # gone already: nothing to do
+    assert g.request(NS, "gang") is None
     assert all(g.served(source) for source in SOURCES.values())
     assert [p["metadata"]["name"] for p in g.pending_pods()] == ["p1"]
     assert [p["metadata"]["name"] for p in g.pods(NS)] == ["p1"]
@@ -671,18 +684,12 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
         found = g.gang(source, NS, "gang")
         assert found is not None and found["metadata"]["annotations"] == {
             "allset.dev/provisioning": "x"}
-    g.create_pod_template(NS, objects.pod_template(NS, "gang-0", {"cpu": "1"}))
-    made = objects.provisioning_request(NS, "gang-1", {"gang-0": 1})
-    made["metadata"]["labels"] = {"allset.dev/gang": "true"}
-    g.create_request(NS, made)
-    assert g.request(NS, "gang-1") is not None
-    assert [r["metadata"]["name"] for r in g.gang_requests("allset.dev/gang=true")] == \
-        ["gang-1"]
-    g.delete_request(NS, "gang-1")
-    g.delete_request(NS, "gang-1")  # gone already: nothing to do
-    assert g.request(NS, "gang-1") is None
-    g.annotate_pod(NS, "p1", {"autoscaling.x-k8s.io/consume-provisioning-request": "x"})
-    g.create_event(NS, objects.event(NS, request, "Accepted", "planning"))
+    g.create_event(NS, objects.event(NS, request, "Accepted", "gang"))
+    k.create_event(NS, objects.event(NS, request, "Accepted", "planning"))
+    assert k.get_dra_object("resourceclaimtemplates", NS, "big")["kind"] == \
+        "ResourceClaimTemplate"
+    assert k.get_dra_object("resourceclaims", NS, "shared")["kind"] == "ResourceClaim"
+    assert k.get_dra_object("deviceclasses", None, "gpu.nvidia.com")["kind"] == "DeviceClass"
 
     # The controller's part of CALLS; the Lease and EndpointSlice calls are
     # provider/leadership's, which this fake does not serve.
