@@ -21,6 +21,8 @@ from provider.controller.gang_bridge import (
     GangBridge,
     request_name,
 )
+from provider.controller.kube import KubeApi
+from provider.controller.pod_cache import PodCache
 from provider.demand import CLASS_NAME
 from provider.gangs.sources import SOURCES, SourceName
 from tests.controller_kit import GPU_TOLERATION, World, live, world
@@ -42,6 +44,14 @@ class Cluster:
     api: GangApi
     bridge: GangBridge
     clock: ManualClock
+    cache: PodCache | None  # the controller's pod cache, or None: the bridge lists pods
+
+    def pass_once(self) -> None:
+        """One pass of the bridge; with the pod cache, as the controller's sync_once runs
+        it (after the cache has listed again)."""
+        if self.cache is not None:
+            self.cache.relist()
+        self.bridge.pass_once()
 
     def requests(self) -> list[dict[str, Any]]:
         return self.kube.list("provisioningrequests", NS)
@@ -71,7 +81,8 @@ class Cluster:
 
 
 @contextmanager
-def cluster(absent_groups: tuple[str, ...] = ()) -> Iterator[Cluster]:
+def cluster(absent_groups: tuple[str, ...] = (), *, cached: bool = True
+            ) -> Iterator[Cluster]:
     clock = ManualClock()
 
     def now() -> dt.datetime:
@@ -79,12 +90,15 @@ def cluster(absent_groups: tuple[str, ...] = ()) -> Iterator[Cluster]:
 
     with FakeKube(clock=now, absent_groups=absent_groups) as kube, kube.client() as client:
         api = GangApi(client, monotonic=clock.now)
-        yield Cluster(kube, api, GangBridge(api, list(SOURCES.values()), clock), clock)
+        cache = PodCache(KubeApi(client)) if cached else None
+        bridge = GangBridge(api, list(SOURCES.values()), clock, pods=cache)
+        yield Cluster(kube, api, bridge, clock, cache)
 
 
-@pytest.fixture
-def k() -> Iterator[Cluster]:
-    with cluster() as made:
+@pytest.fixture(params=["pod-cache", "listed"])
+def k(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """The bridge as the controller runs it (pods from its cache), and on its own."""
+    with cluster(cached=request.param == "pod-cache") as made:
         yield made
 
 
@@ -116,7 +130,7 @@ def whole_gang(k: Cluster) -> str:
     for name, req in (("w0", GPU), ("w1", GPU), ("ps", CPU)):
         k.kube.create(gang_pod(name, req))
     stuck(k, "w0", "w1", "ps")
-    k.bridge.pass_once()
+    k.pass_once()
     (made,) = k.requests()
     return str(made["metadata"]["name"])
 
@@ -140,15 +154,15 @@ def test_a_whole_stuck_gang_becomes_one_request_owned_by_its_podgroup(k: Cluster
     k.kube.create(gang_pod("w0", GPU))
     k.kube.create(gang_pod("w1", GPU))
     stuck(k, "w0", "w1")
-    k.bridge.pass_once()
+    k.pass_once()
     assert k.requests() == []  # 2 of its 3 pods exist
 
     k.kube.create(gang_pod("ps", CPU))
-    k.bridge.pass_once()
+    k.pass_once()
     assert k.requests() == []  # the scheduler has not tried the third pod yet
 
     stuck(k, "ps")
-    k.bridge.pass_once()
+    k.pass_once()
     (request,) = k.requests()
     name = request_name("train", 1)
     assert request["metadata"]["name"] == name
@@ -176,7 +190,7 @@ def test_a_second_pass_changes_nothing(k: Cluster) -> None:
     whole_gang(k)
     before = k.kube.resource_version
     k.kube.reset_counts()
-    k.bridge.pass_once()
+    k.pass_once()
     assert k.kube.resource_version == before  # not one write
     assert not any(verb in ("create", "patch", "update", "delete")
                    for _, verb, _ in k.kube.calls)
@@ -189,7 +203,7 @@ def test_a_partly_scheduled_gang_asks_only_for_its_pending_pods(k: Cluster) -> N
     k.kube.bind_pod(NS, "w0", "gpu-node-1")
     k.kube.set_pod_phase(NS, "w0", "Running")
     stuck(k, "w1", "ps")
-    k.bridge.pass_once()
+    k.pass_once()
     (request,) = k.requests()
     assert pod_sets(k, request) == [(1, CPU), (1, GPU)]
     assert CONSUME not in (k.pod("w0")["metadata"].get("annotations") or {})
@@ -203,12 +217,12 @@ def test_pods_added_after_the_request_ran_its_course_get_a_second_request(k: Clu
         k.kube.bind_pod(NS, pod, f"node-{i}")
         k.kube.set_pod_phase(NS, pod, "Running")
     k.set_request_condition(first, c.BOOKING_EXPIRED, "True", c.BOOKING_CONSUMED)
-    k.bridge.pass_once()
+    k.pass_once()
     assert len(k.requests()) == 1  # every pod is on a node: nothing to ask
 
     k.kube.create(gang_pod("w2", GPU))
     stuck(k, "w2")
-    k.bridge.pass_once()
+    k.pass_once()
     second = request_name("train", 2)
     assert sorted(r["metadata"]["name"] for r in k.requests()) == sorted([first, second])
     made = k.kube.get("provisioningrequests", second, NS)
@@ -224,7 +238,7 @@ def test_an_open_request_is_not_asked_again_when_a_pod_is_added(k: Cluster) -> N
     name = whole_gang(k)
     k.kube.create(gang_pod("w2", GPU))
     stuck(k, "w2")
-    k.bridge.pass_once()
+    k.pass_once()
     assert [r["metadata"]["name"] for r in k.requests()] == [name]
     assert k.pod("w2")["metadata"]["annotations"][CONSUME] == name
 
@@ -234,7 +248,7 @@ def test_deleting_the_podgroup_deletes_its_request(k: Cluster) -> None:
     # The fake runs no garbage collector: the bridge's own sweep must do it (as it must
     # after `kubectl delete --cascade=orphan`).
     assert k.kube.delete("podgroups", "train", NS, group=COSCHED.group)
-    k.bridge.pass_once()
+    k.pass_once()
     assert k.requests() == []
 
 
@@ -243,7 +257,7 @@ def test_a_request_of_another_gang_is_left_alone_by_the_sweep(k: Cluster) -> Non
     other = objects.provisioning_request(NS, "someone-elses", {"t": 1})
     other["metadata"]["labels"] = {"allset.dev/gang": "true"}  # but no gang annotation
     k.kube.create(other)
-    k.bridge.pass_once()
+    k.pass_once()
     assert sorted(r["metadata"]["name"] for r in k.requests()) == sorted(
         [name, "someone-elses"])
 
@@ -256,16 +270,16 @@ def test_a_gang_api_not_served_is_ignored_and_not_asked_about_again_soon() -> No
         k.kube.create(objects.coscheduling_pod_group(NS, "train", 1))
         k.kube.create(gang_pod("w0", GPU))
         stuck(k, "w0")
-        k.bridge.pass_once()
+        k.pass_once()
         k.clock.advance(60)
-        k.bridge.pass_once()
+        k.pass_once()
         # The coscheduling gang is asked for; the Volcano pods are not.
         assert [r["metadata"]["name"] for r in k.requests()] == [request_name("train", 1)]
         assert CONSUME not in (k.pod("v0")["metadata"].get("annotations") or {})
         assert k.kube.discoveries(VOLCANO.api_version) == 1  # within the TTL: once
         assert not any(group == VOLCANO.group for group, _, _ in k.kube.calls)
         k.clock.advance(300)
-        k.bridge.pass_once()
+        k.pass_once()
         assert k.kube.discoveries(VOLCANO.api_version) == 2  # and again after it
 
 
@@ -274,7 +288,7 @@ def test_a_volcano_gang_is_asked_for_where_volcano_is_installed(k: Cluster) -> N
     for name in ("v0", "v1"):
         k.kube.create(gang_pod(name, GPU, gang="vj", source=SourceName.VOLCANO))
     stuck(k, "v0", "v1")
-    k.bridge.pass_once()
+    k.pass_once()
     (request,) = k.requests()
     assert request["metadata"]["ownerReferences"][0]["apiVersion"] == VOLCANO.api_version
     assert pod_sets(k, request) == [(2, GPU)]
@@ -287,7 +301,7 @@ def test_a_native_podgroup_gang_is_asked_for(k: Cluster) -> None:
         pod["spec"]["schedulingGroup"] = {"podGroupName": "njob"}
         k.kube.create(pod)
     stuck(k, "n0", "n1")
-    k.bridge.pass_once()
+    k.pass_once()
     (request,) = k.requests()
     assert request["metadata"]["ownerReferences"][0]["apiVersion"] == \
         "scheduling.k8s.io/v1alpha2"
@@ -302,7 +316,7 @@ def test_the_requests_reason_appears_on_the_podgroup_once(k: Cluster) -> None:
     why = "no node group has 16 GPUs of nvidia-h100-80gb in one fabric"
     k.set_request_condition(name, c.PROVISIONED, "False", "NoMatchingGroup", why)
     for _ in range(3):
-        k.bridge.pass_once()
+        k.pass_once()
     notes = k.podgroup()["metadata"]["annotations"]
     assert notes[STATUS_ANNOTATION] == f"NoMatchingGroup: {why}"
     events = [e for e in k.kube.list("events", NS) if e["involvedObject"]["name"] == "train"]
@@ -311,8 +325,8 @@ def test_the_requests_reason_appears_on_the_podgroup_once(k: Cluster) -> None:
     assert why in events[0]["message"]
     # A new reason is a new annotation and a new Event.
     k.set_request_condition(name, c.PROVISIONED, "True", c.CAPACITY_IS_PROVISIONED, "ok")
-    k.bridge.pass_once()
-    k.bridge.pass_once()
+    k.pass_once()
+    k.pass_once()
     assert k.podgroup()["metadata"]["annotations"][STATUS_ANNOTATION] == \
         f"{c.CAPACITY_IS_PROVISIONED}: ok"
     events = [e for e in k.kube.list("events", NS) if e["involvedObject"]["name"] == "train"]
@@ -338,12 +352,12 @@ def test_a_crash_between_naming_the_request_and_creating_it_makes_exactly_one(
     for name, req in (("w0", GPU), ("w1", GPU), ("ps", CPU)):
         k.kube.create(gang_pod(name, req))
     stuck(k, "w0", "w1", "ps")
-    k.bridge.pass_once()
+    k.pass_once()
     assert k.requests() == []  # the gang names a request that does not exist
     assert k.podgroup()["metadata"]["annotations"][REQUEST_ANNOTATION] == \
         request_name("train", 1)
     for _ in range(3):
-        k.bridge.pass_once()
+        k.pass_once()
     (request,) = k.requests()
     assert request["metadata"]["name"] == request_name("train", 1)
     assert pod_sets(k, request) == [(1, CPU), (2, GPU)]
@@ -357,7 +371,7 @@ def test_a_crash_between_naming_the_request_and_creating_it_makes_exactly_one(
 def test_the_controller_plans_launches_and_books_a_gangs_request(world: World) -> None:
     w = world
     w.controller.gangs = GangBridge(GangApi(w.api, monotonic=w.h.clock.now),
-                                    list(SOURCES.values()), w.h.clock)
+                                    list(SOURCES.values()), w.h.clock, pods=w.controller.pods)
     w.kube.create(objects.coscheduling_pod_group(NS, "train", 3))
     for name, req in (("w0", GPU), ("w1", GPU), ("ps", CPU)):
         w.kube.create(gang_pod(name, req))
@@ -398,7 +412,7 @@ def test_a_long_dotted_gang_name_still_makes_a_valid_request_name(k: Cluster) ->
     k.kube.create(objects.coscheduling_pod_group(NS, gang, 1))
     k.kube.create(gang_pod("w0", GPU, gang=gang))
     stuck(k, "w0")
-    k.bridge.pass_once()
+    k.pass_once()
     (request,) = k.requests()
     assert request["metadata"]["name"] == request_name(gang, 1)
     assert k.pod("w0")["metadata"]["annotations"][CONSUME] == request_name(gang, 1)
@@ -411,7 +425,7 @@ def test_a_gang_recreated_under_its_name_does_not_inherit_the_old_failed_request
     get its own request, not wait on the old one's failure."""
     first = whole_gang(k)
     k.set_request_condition(first, c.FAILED, "True", "NoMatchingGroup", "too big")
-    k.bridge.pass_once()
+    k.pass_once()
     assert k.kube.delete("podgroups", "train", NS, group=COSCHED.group)
     for pod in ("w0", "w1", "ps"):
         k.kube.delete("pods", pod, NS)
@@ -419,7 +433,7 @@ def test_a_gang_recreated_under_its_name_does_not_inherit_the_old_failed_request
     k.kube.create(gang_pod("x0", CPU))
     stuck(k, "x0")
     for _ in range(3):
-        k.bridge.pass_once()
+        k.pass_once()
     (request,) = k.requests()
     assert request["metadata"]["ownerReferences"][0]["uid"] == new["metadata"]["uid"]
     assert c.read((request.get("status") or {}).get("conditions")) == {}
