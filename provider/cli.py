@@ -418,8 +418,8 @@ def _plan(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     try:
         docs = list(yaml.safe_load_all(text))
-        request, templates = split_documents(docs, str(args.request))
-        demand, _ = demand_from(request, templates)
+        request, templates, objects = split_documents(docs, str(args.request))
+        demand, _ = demand_from(request, templates, objects)
     except yaml.YAMLError as err:
         raise UsageError(f"{args.request}: not valid YAML: {err}") from err
     except BadRequest as err:

@@ -19,6 +19,14 @@ from provider.demand import (
     Toleration,
     Topology,
 )
+from provider.devices.from_api import (
+    KINDS,
+    DocumentObjects,
+    DraObjects,
+    NoObjects,
+    is_dra_document,
+    pod_claims,
+)
 from provider.model import Resources
 from provider.pods import container_requests, pod_requests
 
@@ -55,9 +63,11 @@ def request_name(request: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
 
 
-def split_documents(docs: Iterable[Any], source: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The one ProvisioningRequest and the PodTemplates (by name) of a multi-document file."""
-    requests, templates = [], {}
+def split_documents(docs: Iterable[Any], source: str
+                    ) -> tuple[dict[str, Any], dict[str, Any], DocumentObjects]:
+    """The one ProvisioningRequest, the PodTemplates (by name) and the DRA objects
+    (ResourceClaimTemplates, ResourceClaims, DeviceClasses) of a multi-document file."""
+    requests, templates, dra = [], {}, []
     for index, doc in enumerate(docs):
         if doc is None:
             continue
@@ -66,14 +76,16 @@ def split_documents(docs: Iterable[Any], source: str) -> tuple[dict[str, Any], d
             requests.append(doc)
         elif kind == "PodTemplate":
             templates[(doc.get("metadata") or {}).get("name", "")] = doc
+        elif isinstance(doc, dict) and is_dra_document(doc):
+            dra.append(doc)
         else:
             raise BadRequest(source, [(f"document {index}",
-                                       f"kind {kind!r} is neither ProvisioningRequest nor "
-                                       "PodTemplate")])
+                                       f"kind {kind!r} is none of ProvisioningRequest, "
+                                       "PodTemplate, " + ", ".join(KINDS))])
     if len(requests) != 1:
         raise BadRequest(source, [("", f"expected exactly one ProvisioningRequest, found "
                                        f"{len(requests)}")])
-    return requests[0], templates
+    return requests[0], templates, DocumentObjects(dra)
 
 
 def parse_parameters(raw: Mapping[str, Any], name: str = "") -> Parameters:
@@ -115,10 +127,12 @@ def parse_parameters(raw: Mapping[str, Any], name: str = "") -> Parameters:
     return Parameters(**out)
 
 
-def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str, Any]]
-                ) -> tuple[Demand, Parameters]:
-    """The gang a ProvisioningRequest of our class asks for. Raises BadRequest."""
+def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str, Any]],
+                objects: DraObjects | None = None) -> tuple[Demand, Parameters]:
+    """The gang a ProvisioningRequest of our class asks for; its pods' DRA claims are
+    looked up in ``objects``. Raises BadRequest."""
     name = request_name(request)
+    namespace = str((request.get("metadata") or {}).get("namespace") or "default")
     problems: list[tuple[str, str]] = []
     api = str(request.get("apiVersion", ""))
     group, _, version = api.partition("/")
@@ -155,7 +169,8 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
                              f"PodTemplate {ref!r} not found in the request's namespace"))
             continue
         try:
-            pod_sets.append(pod_set_from(ref, count, template))
+            pod_sets.append(pod_set_from(ref, count, template, namespace,
+                                         objects or NoObjects()))
         except BadRequest as err:
             problems.extend((f"PodTemplate {ref}: {f}", m) for f, m in err.problems)
     names = [p.name for p in pod_sets]
@@ -175,7 +190,8 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
     return demand, params
 
 
-def pod_set_from(name: str, count: int, template: Mapping[str, Any]) -> PodSet:
+def pod_set_from(name: str, count: int, template: Mapping[str, Any], namespace: str = "default",
+                 objects: DraObjects | None = None) -> PodSet:
     problems: list[tuple[str, str]] = []
     spec = ((template.get("template") or {}).get("spec")) or {}
     if not spec.get("containers"):
@@ -206,6 +222,7 @@ def pod_set_from(name: str, count: int, template: Mapping[str, Any]) -> PodSet:
     tolerations = tuple(_toleration(t, i, problems)
                         for i, t in enumerate(spec.get("tolerations") or []))
     selector = spec.get("nodeSelector") or {}
+    claims = pod_claims(spec, namespace, objects or NoObjects(), problems)
     if problems:
         raise BadRequest(name, problems)
     return PodSet(
@@ -215,6 +232,7 @@ def pod_set_from(name: str, count: int, template: Mapping[str, Any]) -> PodSet:
         node_selector=MappingProxyType({str(k): str(v) for k, v in selector.items()}),
         affinity=affinity,
         tolerations=tolerations,
+        claims=claims,
     )
 
 

@@ -78,3 +78,21 @@ def test_every_example_config_loads() -> None:
         if path.name in ("aws.yaml", "gcp.yaml"):
             continue  # shapes come from the cloud; covered by the adapter tests
         assert load_config(path).groups
+
+
+DRA = ROOT / "deploy" / "examples" / "requests" / "dra-80gi.yaml"
+
+
+def test_plan_reads_dra_claims_and_explains_a_miss_by_group(tmp_path: Path) -> None:
+    result = allset_plan("--config", str(config(tmp_path)), "--request", str(DRA),
+                         "--output", "json")
+    assert result.returncode == 0, result.stderr
+    assert {p["nodeGroup"] for p in json.loads(result.stdout)["parts"]} == {"h100-a"}
+    bigger = tmp_path / "dra-96gi.yaml"
+    bigger.write_text(DRA.read_text().replace('quantity("80Gi")', 'quantity("96Gi")'))
+    result = allset_plan("--config", str(config(tmp_path)), "--request", str(bigger))
+    assert result.returncode == 2, result.stderr
+    assert "h100-a, h100-b: claim gpus request gpus: no device matches (memory 80Gi ≥ 96Gi " \
+           "is false)" in result.stdout
+    assert "a100-b: claim gpus request gpus: no device matches (memory 40Gi ≥ 96Gi is " \
+           "false)" in result.stdout

@@ -140,10 +140,11 @@ def test_bad_requests_name_the_field() -> None:
 
 def test_split_documents() -> None:
     req = request()
-    got, templates = split_documents([req, template(), None], "f.yaml")
+    got, templates, _ = split_documents([req, template(), None], "f.yaml")
     assert got == req and list(templates) == ["w"]
     with pytest.raises(BadRequest, match="exactly one ProvisioningRequest"):
         split_documents([template()], "f.yaml")
-    with pytest.raises(BadRequest, match="neither ProvisioningRequest nor PodTemplate"):
+    with pytest.raises(BadRequest, match="none of ProvisioningRequest, PodTemplate, "
+                                         "ResourceClaimTemplate"):
         split_documents([req, {"kind": "Pod"}], "f.yaml")
     assert copy.deepcopy(req) == req

@@ -16,6 +16,8 @@ from kubernetes.client.rest import ApiException
 GROUP = "autoscaling.x-k8s.io"
 VERSIONS = ("v1", "v1beta1")
 PLURAL = "provisioningrequests"
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSION = "v1"  # GA since Kubernetes 1.34
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,10 @@ CALLS: tuple[Call, ...] = (
     Call(GROUP, "provisioningrequests", ("get", "list", "watch", "patch")),
     Call(GROUP, "provisioningrequests/status", ("update",)),
     Call("", "podtemplates", ("get",)),
+    # DRA: the claims a request's pods make, and the classes their requests name.
+    Call("resource.k8s.io", "resourceclaimtemplates", ("get",)),
+    Call("resource.k8s.io", "resourceclaims", ("get",)),
+    Call("resource.k8s.io", "deviceclasses", ("get",)),
     Call("", "nodes", ("list", "watch", "patch")),
     Call("", "pods", ("list",)),
     Call("", "events", ("create",)),
@@ -140,6 +146,18 @@ class KubeApi:
         template: dict[str, Any] = _call(self._core.read_namespaced_pod_template, name,
                                          namespace, _preload_content=False)
         return template
+
+    def get_dra_object(self, plural: str, namespace: str | None, name: str
+                       ) -> dict[str, Any]:
+        """A resource.k8s.io/v1 object (namespace None: cluster-scoped). Raises Gone."""
+        found: dict[str, Any]
+        if namespace is None:
+            found = _call(self._custom.get_cluster_custom_object, DRA_GROUP, DRA_VERSION,
+                          plural, name)
+        else:
+            found = _call(self._custom.get_namespaced_custom_object, DRA_GROUP, DRA_VERSION,
+                          namespace, plural, name)
+        return found
 
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
         """Every Node and the resourceVersion to watch from (the node cache's list)."""

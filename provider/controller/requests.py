@@ -457,7 +457,7 @@ class RequestHandler:
                     f"spec.podSets[{index}].podTemplateRef.name",
                     f"PodTemplate {name!r} not found in namespace {namespace}",
                 )]) from None
-        return demand_from(obj, templates)
+        return demand_from(obj, templates, ApiObjects(self._kube))
 
     def _consumed(self, namespace: str, name: str, pods: int) -> bool:
         scheduled = 0
@@ -467,6 +467,28 @@ class RequestHandler:
                     (pod.get("spec") or {}).get("nodeName"):
                 scheduled += 1
         return scheduled >= pods
+
+
+class ApiObjects:
+    """A request's DRA objects, read from the API when its demand is built."""
+
+    def __init__(self, kube: KubeApi) -> None:
+        self._kube = kube
+
+    def _get(self, plural: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        try:
+            return self._kube.get_dra_object(plural, namespace, name)
+        except Gone:
+            return None
+
+    def resource_claim_template(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self._get("resourceclaimtemplates", namespace, name)
+
+    def resource_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self._get("resourceclaims", namespace, name)
+
+    def device_class(self, name: str) -> Mapping[str, Any] | None:
+        return self._get("deviceclasses", None, name)
 
 
 def _handed_over(obj: Obj) -> bool:

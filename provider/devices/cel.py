@@ -21,6 +21,8 @@ from typing import Any
 import celpy
 import lark
 from celpy import celtypes
+from celpy.celparser import CELParseError
+from celpy.evaluation import CELEvalError
 
 from provider.devices.explain import term_summary
 from provider.devices.model import AttrValue, Device, Version
@@ -177,7 +179,7 @@ class CelEnvironment:
             return found
         try:
             tree = self._env.compile(expression)
-        except celpy.CELParseError as err:
+        except CELParseError as err:
             where = " ".join(str(err).split())
             raise UnsupportedSelector(expression, f"does not parse ({where})") from err
         unknown = sorted(_called(tree) - self._known)
@@ -202,7 +204,7 @@ class CelEnvironment:
         verdict: Verdict
         try:
             result = compiled.program.evaluate(self._activation(driver, device))
-        except celpy.CELEvalError as err:
+        except (CELEvalError, ValueError, TypeError, ArithmeticError) as err:
             verdict = _error_text(err)
         else:
             if isinstance(result, celtypes.BoolType):
@@ -232,7 +234,7 @@ class CelEnvironment:
         return found
 
 
-def _error_text(err: celpy.CELEvalError) -> str:
+def _error_text(err: Exception) -> str:
     args = err.args
     text = str(args[0]) if args else str(err)
     return text.split(" (in activation")[0]

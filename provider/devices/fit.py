@@ -147,8 +147,8 @@ def why_not(env: CelEnvironment, claim: Claim, slices: Sequence[DeviceSlice]) ->
             matching = [nd for nd in devices if _matches(env, option, nd)]
             label = f"claim {claim.name} request {option.name}"
             if not matching:
-                out.append(f"{label}: no device matches: " + "; ".join(
-                    _closest(env, option, devices)))
+                out.append(f"{label}: no device matches (" + "; ".join(
+                    _closest(env, option, devices)) + ")")
             elif option.mode is AllocationMode.EXACT_COUNT and len(matching) < option.count:
                 out.append(f"{label}: needs {option.count} matching devices, a node has "
                            f"{len(matching)}")
@@ -164,7 +164,9 @@ def _closest(env: CelEnvironment, option: RequestOption,
     """The failing terms of the device that came closest (fewest failing terms)."""
     best: list[str] | None = None
     for nd in devices:
-        failing = [f"{s.origin}: {t}" for s in option.selectors
+        # The request's own terms speak for themselves; a class's are named as such.
+        failing = [t if s.origin.startswith("request") else f"{s.origin}: {t}"
+                   for s in option.selectors
                    for t in env.failing_terms(s.expression, nd.driver, nd.device)]
         if best is None or len(failing) < len(best):
             best = failing

@@ -24,10 +24,11 @@ from provider.planner.gang import (
     domain_of,
     gather,
 )
-from provider.planner.matching import Matcher
+from provider.planner.matching import Exclusion, Matcher
 from provider.unavailable import UnavailableOfferings
 
 _SHOWN = 4  # groups named per pod set before "and N more"
+_SHOWN_DEVICE_MISSES = 6  # distinct device reasons named per pod set
 
 
 def explain(inputs: Inputs, matcher: Matcher) -> Infeasible:
@@ -75,7 +76,11 @@ def _no_group(inputs: Inputs, matcher: Matcher, pod_set: PodSet) -> Reason:
         for rule, items in sorted(by_rule.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     )
     message = f"pod set {pod_set.name}: no node group can host its pods — {summary}"
-    if excluded:
+    devices = _device_misses(excluded)
+    if devices:
+        # A DRA miss is read group by group: which term failed on whose devices.
+        message += ". Devices: " + devices
+    elif excluded:
         # The near-miss: the group that fails the fewest rules (then fewest resource gaps).
         near = min(excluded.items(),
                    key=lambda kv: (len(kv[1]), kv[1][0].rule == "resources", kv[0]))
@@ -87,6 +92,17 @@ def _no_group(inputs: Inputs, matcher: Matcher, pod_set: PodSet) -> Reason:
         return Reason(ReasonCode.UNSUPPORTED_SELECTOR,
                       f"pod set {pod_set.name}: {unsupported.message}", pod_set.name)
     return Reason(ReasonCode.NO_MATCHING_GROUP, message, pod_set.name)
+
+
+def _device_misses(excluded: Mapping[str, list[Exclusion]]) -> str:
+    """Groups excluded by their devices alone, those with the same words together:
+    "h100-a, h100-b: claim g request g: no device matches (memory 80Gi ≥ 96Gi is false)"."""
+    by_words: dict[str, list[str]] = defaultdict(list)
+    for gid, exclusions in excluded.items():
+        if len(exclusions) == 1 and exclusions[0].rule == "devices":
+            by_words[exclusions[0].message].append(gid)
+    shown = sorted(by_words.items(), key=lambda kv: kv[1][0])[:_SHOWN_DEVICE_MISSES]
+    return " | ".join(f"{', '.join(gids)}: {words}" for words, gids in shown)
 
 
 def _reach(inputs: Inputs, groups: set[str], pod_set: PodSet,

@@ -226,6 +226,12 @@ def _resources(m: Matcher, d: Demand, p: PodSet, g: NodeGroup) -> Iterable[Exclu
 def _devices(m: Matcher, d: Demand, p: PodSet, g: NodeGroup) -> Iterable[Exclusion]:
     found = m.device_fit(p, g)
     if found.pods:
+        shared = [c.name for c in p.claims if c.shared]
+        # One allocation of node-local devices: every pod that shares it is on that node.
+        per_node = pods_per_node(p, g, found.pods)
+        if shared and per_node < p.count:
+            yield Exclusion("devices", f"the {p.count} pods share claim {shared[0]}, whose "
+                                       f"devices are on one node; a node holds {per_node}")
         return
     if found.unsupported is not None:
         yield Exclusion("unsupported-selector", found.reasons[0])

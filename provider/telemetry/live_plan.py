@@ -14,6 +14,7 @@ from typing import Any
 
 from provider.app import Provider
 from provider.demand import CLASS_NAME
+from provider.devices.from_api import DocumentObjects, is_dra_document
 from provider.model import ScaleUpMode
 from provider.planner.gang import plan
 from provider.planner.group import plan_group_delta
@@ -25,18 +26,23 @@ def live_plan(provider: Provider, documents: Sequence[Any], source: str) -> dict
     """Raises BadRequest for documents that are neither a request nor one Pod."""
     pods = [d for d in documents if isinstance(d, Mapping) and d.get("kind") == "Pod"]
     if pods:
-        if len(pods) != 1 or len([d for d in documents if d]) != 1:
-            raise BadRequest(source, [("", "a dry run takes exactly one Pod")])
-        return _dry_run(provider, pods[0])
-    request, templates = split_documents(documents, source)
-    demand, _ = demand_from(request, templates)
+        others = [d for d in documents if d and not (isinstance(d, Mapping) and (
+            d.get("kind") == "Pod" or is_dra_document(d)))]
+        if len(pods) != 1 or others:
+            raise BadRequest(source, [("", "a dry run takes exactly one Pod (and the "
+                                           "DRA objects its claims name)")])
+        dra = [d for d in documents if isinstance(d, Mapping) and is_dra_document(d)]
+        return _dry_run(provider, pods[0], DocumentObjects(dra))
+    request, templates, objects = split_documents(documents, source)
+    demand, _ = demand_from(request, templates, objects)
     result = plan(demand, provider.ledger.view(), provider.matcher,
                   provider.fleet.occupied())
     return {"kind": "ProvisioningRequest", "name": demand.name, "plan": plan_json(result),
             "text": plan_text(demand.name, result)}
 
 
-def _dry_run(provider: Provider, pod: Mapping[str, Any]) -> dict[str, Any]:
+def _dry_run(provider: Provider, pod: Mapping[str, Any], objects: DocumentObjects
+             ) -> dict[str, Any]:
     meta = pod.get("metadata") or {}
     name = str(meta.get("name") or "pod")
     # The pod as a one-pod request: the same parsing and matching a request gets.
@@ -47,7 +53,7 @@ def _dry_run(provider: Provider, pod: Mapping[str, Any]) -> dict[str, Any]:
     template = {"kind": "PodTemplate", "metadata": {"name": "pod"},
                 "template": {"metadata": {"labels": meta.get("labels") or {}},
                              "spec": pod.get("spec") or {}}}
-    demand, _ = demand_from(request, {"pod": template})
+    demand, _ = demand_from(request, {"pod": template}, objects)
     pod_set = demand.pod_sets[0]
     view = provider.ledger.view()
     fits = {c.group for c in provider.matcher.match(demand, pod_set)}
