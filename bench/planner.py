@@ -7,6 +7,8 @@
 2. On 1,000 random instances, the planner's on-demand spend against the exact optimum
    from one MIP per topology domain with no pruning and no greedy shortcut (aim: optimal
    on >= 99%, within 1% on all).
+3. The same gangs asked through DRA claims (CEL selectors on GPU model and memory) instead
+   of GPU counts and a GPU label, at 500 groups (aim: p99 within 1.5x of count-based).
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from adapters.base import CapacityType, CloudSnapshot, Quota, Reservation, Reser
 from bench.common import percentiles
 from provider.clock import ManualClock
 from provider.demand import Demand, PodSet, Toleration, Topology
+from provider.devices.catalog import MODELS, GpuDevices, gpu_slice
+from provider.devices.cel import CelEnvironment
+from provider.devices.claims import Claim, DeviceRequest, RequestOption, Selector
+from provider.devices.model import DeviceSlice
 from provider.ledger import Ledger
 from provider.model import GPU_RESOURCE, MILLI, NodeGroup, Resources, Taint
 from provider.plan import Plan
@@ -38,6 +44,8 @@ SHAPES = {
     "m7i.8xlarge": (None, 0, 31, 120, 1.61),
 }
 TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
+# The bench's GPU names as allset's GPU types (what the catalogue publishes devices for).
+GPU_TYPES = {"h100": "nvidia-h100-80gb", "a100": "nvidia-a100-40gb", "l4": "nvidia-l4"}
 
 
 def world(rng: random.Random, n_groups: int, n_res: int, n_zones: int = 12
@@ -57,6 +65,7 @@ def world(rng: random.Random, n_groups: int, n_res: int, n_zones: int = 12
             on_demand_price=price * rng.choice([1.0, 1.0, 1.1]),
             gpu_type=gpu, gpu_count=gpus, fabric=fabric,
             taints=(TAINT,) if gpu else (),
+            devices=_devices(gpu, gpus),
         ))
     by_key = defaultdict(list)
     for g in groups:
@@ -83,6 +92,11 @@ def world(rng: random.Random, n_groups: int, n_res: int, n_zones: int = 12
     ledger = Ledger(groups, clock, UnavailableOfferings(clock, 180))
     ledger.apply(CloudSnapshot(tuple(reservations), (), tuple(quotas)), NOW)
     return groups, ledger
+
+
+def _devices(gpu: str | None, gpus: int) -> tuple[DeviceSlice, ...]:
+    found = gpu_slice(GpuDevices(GPU_TYPES[gpu], gpus)) if gpu else None
+    return (found,) if found is not None else ()
 
 
 def gang(rng: random.Random, pod_sets: int, max_gpus: int) -> Demand:
@@ -138,6 +152,77 @@ def latency(args: argparse.Namespace) -> None:
               f"{feasible:>4}/{len(samples):<4}  {verdict}")
 
 
+_CLASS = Selector('device.driver == "gpu.nvidia.com"', "DeviceClass gpu.nvidia.com")
+
+
+def as_claims(d: Demand) -> Demand:
+    """The same gang asked through DRA: each GPU pod claims its GPUs by model and memory
+    (CEL), with no GPU count and no GPU label."""
+    sets = []
+    for p in d.pod_sets:
+        gpus = p.requests.get(GPU_RESOURCE) // MILLI
+        if not gpus:
+            sets.append(p)
+            continue
+        model = MODELS[GPU_TYPES[p.node_selector[GPU_LABEL]]]
+        want = Selector(
+            f'device.attributes["gpu.nvidia.com"].productName == "{model.product}" && '
+            f'device.capacity["gpu.nvidia.com"].memory.compareTo('
+            f'quantity("{model.memory_gib}Gi")) >= 0', "request gpus")
+        claim = Claim("gpus", (DeviceRequest("gpus", (
+            RequestOption("gpus", "gpu.nvidia.com", (_CLASS, want), count=gpus),)),))
+        requests = Resources.of((k, v) for k, v in p.requests.items() if k != GPU_RESOURCE)
+        sets.append(PodSet(p.name, p.count, requests, tolerations=p.tolerations,
+                           claims=(claim,)))
+    return Demand(d.name, tuple(sets), topology=d.topology, capacity_types=d.capacity_types)
+
+
+def dra_latency(args: argparse.Namespace) -> None:
+    print("\nDRA claims vs GPU count + label: the same gangs, the same worlds, 500 groups")
+    print(f"{'reserv.':>8} {'pod sets':>9} {'count p50':>10} {'count p99':>10} "
+          f"{'DRA p50':>8} {'DRA p99':>8} {'p99 ratio':>10}  aim <= 1.5x   same plans")
+    for n_res, n_sets in ((100, 8), (500, 32)):
+        rng = random.Random(500 * 7 + n_res + n_sets)
+        counted: list[float] = []
+        claimed: list[float] = []
+        same = total = 0
+        first: list[float] = []
+        for _ in range(3 if args.quick else 8):
+            groups, ledger = world(rng, 500, n_res)
+            count_matcher = Matcher(groups, GPU_LABEL)
+            # A fresh CEL environment per world: selector compiles and device verdicts
+            # are paid inside the measured plans, not warmed up beforehand.
+            dra_matcher = Matcher(groups, GPU_LABEL, CelEnvironment())
+            for i in range(10 if args.quick else 25):
+                d = gang(rng, n_sets, 1024)
+                start = time.perf_counter()
+                a = plan(d, ledger.view(), count_matcher)
+                counted.append(time.perf_counter() - start)
+                c = as_claims(d)
+                start = time.perf_counter()
+                b = plan(c, ledger.view(), dra_matcher)
+                took = time.perf_counter() - start
+                claimed.append(took)
+                if i == 0:
+                    first.append(took)
+                total += 1
+                same += _parts(a) == _parts(b)
+        cp50, cp99 = percentiles(counted)
+        dp50, dp99 = percentiles(claimed)
+        print(f"{n_res:>8} {n_sets:>9} {cp50:10.2f} {cp99:10.2f} {dp50:8.2f} {dp99:8.2f} "
+              f"{dp99 / cp99:9.2f}x  {'yes' if dp99 <= 1.5 * cp99 else 'NO ':>5}"
+              f"       {same}/{total}")
+        print(f"{'':>8} first plan of each world (cold CEL cache): max "
+              f"{1000 * max(first):.1f} ms")
+
+
+def _parts(result: object) -> object:
+    if not isinstance(result, Plan):
+        return None
+    return sorted((p.group, str(p.capacity_type), p.reservation, p.count)
+                  for p in result.parts)
+
+
 def exact_cost(inputs: Inputs) -> float | None:
     """One MIP per topology domain, no pruning, no greedy shortcut: the reference."""
     topology = inputs.demand.topology
@@ -190,6 +275,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer samples")
     args = parser.parse_args()
     latency(args)
+    dra_latency(args)
     optimality(args)
 
 

@@ -363,9 +363,12 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
 
     from provider.config.units import duration_seconds
     from provider.controller.controller import Controller
+    from provider.controller.gang_api import GangApi
+    from provider.controller.gang_bridge import GangBridge
     from provider.controller.kube import KubeApi
     from provider.controller.requests import Backoff
     from provider.controller.startup import RetryingStart, StartFailed, explain
+    from provider.gangs.sources import SOURCES
 
     def build() -> Controller:
         configuration = client.Configuration()
@@ -377,13 +380,20 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
         else:
             kubeconfig.load_incluster_config(client_configuration=configuration)
         settings = provider.config.schema.provisioning_requests
+        gangs = provider.config.schema.gangs
+        api = client.ApiClient(configuration)
+        kube = KubeApi(api)
+        bridge = GangBridge(GangApi(api), [SOURCES[s] for s in gangs.sources], provider.clock,
+                            resync_seconds=duration_seconds(gangs.resync)) \
+            if gangs.sources else None
         return Controller(
             provider,
-            KubeApi(client.ApiClient(configuration)),
+            kube,
             workers=settings.workers,
             backoff=Backoff(duration_seconds(settings.initial_backoff),
                             duration_seconds(settings.max_backoff)),
             resync_seconds=duration_seconds(settings.resync),
+            gangs=bridge,
         )
 
     return RetryingStart(build, explain=explain)

@@ -95,6 +95,38 @@ spec:
 """
 
 
+DRA_POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: claims, namespace: ml}
+spec:
+  tolerations: [{key: nvidia.com/gpu, operator: Exists}]
+  resourceClaims: [{name: g, resourceClaimTemplateName: big}]
+  containers: [{name: c, image: x, resources: {requests: {cpu: "8"}, claims: [{name: g}]}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: big, namespace: ml}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: g
+          exactly:
+            deviceClassName: gpu.nvidia.com
+            count: 8
+            selectors:
+              - cel:
+                  expression: >-
+                    device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("80Gi")) >= 0
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu.nvidia.com}
+spec: {selectors: [{cel: {expression: 'device.driver == "gpu.nvidia.com"'}}]}
+"""
+
+
 def test_plan_in_the_running_server_and_a_dry_run_of_cas_path(tmp_path: Path) -> None:
     """`allset plan --server` plans against the server's live view: the demo's cloud lives
     in the server, so after CA took 4 nodes of cr-h100-a, the request's gang no longer gets
@@ -136,6 +168,16 @@ def test_plan_in_the_running_server_and_a_dry_run_of_cas_path(tmp_path: Path) ->
         text = run_allset("plan", "--server", served.address, "--request", str(pod))
         assert "h100-b: fits; IncreaseSize(1) would launch 1 x h100-b" in text.stdout
         assert "a100-b: does not fit" in text.stdout
+
+        # A Pod claiming its GPUs through DRA, with the objects its claim names.
+        pod.write_text(DRA_POD)
+        dra = run_allset("plan", "--server", served.address, "--request", str(pod),
+                         "--output", "json")
+        assert dra.returncode == 0, dra.stderr
+        groups = {g["group"]: g for g in json.loads(dra.stdout)["groups"]}
+        assert groups["h100-b"]["fits"] and not groups["a100-b"]["fits"]
+        assert "memory 40Gi ≥ 80Gi is false" in json.dumps(groups["a100-b"]["why"],
+                                                          ensure_ascii=False)
 
         both = run_allset("plan", "--server", served.address, "--config", "x.yaml",
                           "--request", str(pod))

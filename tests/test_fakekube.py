@@ -15,7 +15,8 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import MaxRetryError, ProtocolError
 
-from provider.controller.kube import CALLS, GROUP, PLURAL, Conflict, KubeApi
+from provider.controller.gang_api import GangApi
+from provider.controller.kube import CALLS, DRA_GROUP, GROUP, PLURAL, Conflict, KubeApi
 from tests.fakekube import FakeKube, objects
 
 NS = "team-a"
@@ -576,6 +577,33 @@ def test_method_and_path_errors(api: Any, kube: FakeKube) -> None:
     assert json.loads(answer.data)["kind"] == "Status"
 
 
+def test_dra_objects_are_served_with_their_real_scope(kube: FakeKube, api: Any) -> None:
+    """ResourceClaimTemplates and ResourceClaims are namespaced, DeviceClasses are not
+    (resource.k8s.io/v1), read here through the official client's ResourceV1Api."""
+    gpu = objects.device_request("gpu", "gpu.nvidia.com",
+                                 'device.capacity["gpu.nvidia.com"].memory.compareTo('
+                                 'quantity("80Gi")) >= 0', count=8)
+    kube.create(objects.device_class("gpu.nvidia.com", 'device.driver == "gpu.nvidia.com"'))
+    kube.create(objects.resource_claim_template(NS, "big", gpu))
+    kube.create(objects.resource_claim(NS, "shared", gpu))
+    dra = client.ResourceV1Api(api)
+    found = dra.read_namespaced_resource_claim_template("big", NS)
+    assert found.spec.spec.devices.requests[0].exactly.count == 8
+    assert dra.read_namespaced_resource_claim("shared", NS).spec.devices.requests[0] \
+        .exactly.device_class_name == "gpu.nvidia.com"
+    assert dra.read_device_class("gpu.nvidia.com").spec.selectors[0].cel.expression == \
+        'device.driver == "gpu.nvidia.com"'
+    with pytest.raises(ApiException) as missing:
+        dra.read_namespaced_resource_claim_template("big", "elsewhere")
+    assert missing.value.status == 404
+    rest = api.rest_client
+    answer = rest.request("GET", f"{kube.url}/apis/resource.k8s.io/v1/namespaces/{NS}/"
+                          "deviceclasses/gpu.nvidia.com", headers={"Accept": "application/json"})
+    assert answer.status == 404  # cluster-scoped: no namespaced path
+    gone = dra.delete_namespaced_resource_claim("shared", NS)
+    assert gone.kind == "ResourceClaim"  # the deleted object, as the real server answers
+
+
 def test_cluster_state_controls_are_what_the_client_reads(kube: FakeKube, api: Any) -> None:
     kube.create(objects.node("n1", {"pool": "gpu"}, ready=False))
     kube.create(objects.node("n2", {"pool": "cpu"}))
@@ -601,6 +629,10 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     kube.create(objects.node("n1"))
     kube.create(objects.pod(NS, "p1", {"autoscaling.x-k8s.io/consume-provisioning-request":
                                        "r1"}))
+    gpu = objects.device_request("gpu", "gpu.nvidia.com", count=8)
+    kube.create(objects.resource_claim_template(NS, "big", gpu))
+    kube.create(objects.resource_claim(NS, "shared", gpu))
+    kube.create(objects.device_class("gpu.nvidia.com", 'device.driver == "gpu.nvidia.com"'))
     create_request(api, "r1")
     kube.reset_counts()
 
@@ -619,13 +651,35 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     assert [n["metadata"]["name"] for n in nodes] == ["n1"]
     assert [t for t, _ in k.watch_nodes(node_rv, timeout_seconds=1)] == ["BOOKMARK"]
     k.patch_node("n1", {"allset.dev/request": "r1"}, {})
-    assert [p["metadata"]["name"] for p in k.list_pods(NS)] == ["p1"]
+    pods, pod_rv = k.list_all_pods()
+    assert [p["metadata"]["name"] for p in pods] == ["p1"]
+    assert [t for t, _ in k.watch_all_pods(pod_rv, timeout_seconds=1)] == ["BOOKMARK"]
+    # The gang bridge's calls (provider/controller/gang_api.py).
+    g = GangApi(api)
+    g.annotate_pod(NS, "p1", {"autoscaling.x-k8s.io/consume-provisioning-request": "gang"})
+    g.create_pod_template(NS, {"apiVersion": "v1", "kind": "PodTemplate",
+                               "metadata": {"name": "gang-0", "namespace": NS},
+                               "template": {"spec": {"containers": [
+                                   {"name": "c", "image": "x"}]}}})
+    g.create_request(NS, {"apiVersion": f"{GROUP}/v1", "kind": "ProvisioningRequest",
+                          "metadata": {"name": "gang", "namespace": NS,
+                                       "labels": {"allset.dev/gang": "true"}},
+                          "spec": {"provisioningClassName": "atomic-reserved.allset.dev",
+                                   "podSets": [{"podTemplateRef": {"name": "gang-0"},
+                                                "count": 1}]}})
+    assert [r["metadata"]["name"] for r in g.gang_requests("allset.dev/gang=true")] == \
+        ["gang"]
+    g.delete_request(NS, "gang")
     k.create_event(NS, objects.event(NS, request, "Accepted", "planning"))
+    assert k.get_dra_object("resourceclaimtemplates", NS, "big")["kind"] == \
+        "ResourceClaimTemplate"
+    assert k.get_dra_object("resourceclaims", NS, "shared")["kind"] == "ResourceClaim"
+    assert k.get_dra_object("deviceclasses", None, "gpu.nvidia.com")["kind"] == "DeviceClass"
 
     # The controller's part of CALLS; the Lease and EndpointSlice calls are
-    # provider/leadership's, which this fake does not serve.
+    # provider/leadership's, and the PodGroup calls the gang bridge's (tests/gangs).
     granted = {(verb, f"{c.resource}") for c in CALLS for verb in c.verbs
-               if c.group in ("", GROUP)}
+               if c.group in ("", GROUP, DRA_GROUP)}
     assert set(kube.requests) == granted
 
 

@@ -18,6 +18,7 @@ from provider.config.base import Model
 from provider.config.gcp import GcpCloud, GcpGroup
 from provider.config.units import duration_seconds, quantity_milli
 from provider.devices.model import Version
+from provider.gangs.sources import SourceName
 from provider.model import ScaleUpMode
 
 _DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
@@ -408,6 +409,23 @@ class ProvisioningRequests(Model):
     resync: Duration = Field("30s", description="how often every request is looked at again")
 
 
+class Gangs(Model):
+    """Gangs of PodGroup APIs turned into requests of class atomic-reserved.allset.dev."""
+
+    sources: list[SourceName] = Field(
+        default_factory=lambda: list(SourceName), description="gang APIs watched: podgroup "
+        "(Kubernetes' Workload / PodGroup, behind its feature gates), coscheduling "
+        "(scheduler-plugins), volcano; each only where the cluster serves it; [] turns the "
+        "bridge off")
+    resync: Duration = Field("10s", description="how often pending gang pods are looked at")
+
+    @model_validator(mode="after")
+    def _once(self) -> Gangs:
+        if len(set(self.sources)) != len(self.sources):
+            raise ValueError("sources lists an API twice")
+        return self
+
+
 class Config(Model):
     """The whole file."""
 
@@ -422,6 +440,7 @@ class Config(Model):
     reconcile: Reconcile = Field(Reconcile(), description="orphans and removed groups")
     leader_election: LeaderElection = Field(LeaderElection(), description="replicas")
     provisioning_requests: ProvisioningRequests = ProvisioningRequests()
+    gangs: Gangs = Field(Gangs(), description="pending PodGroup gangs become requests")
     node_groups: list[NodeGroupConfig] = Field(min_length=1, description="the node "
                                                "groups CA sees")
 

@@ -16,8 +16,10 @@ from adapters.base import CloudInstance
 from provider.app import Provider
 from provider.controller import conditions as c
 from provider.controller import source_labels
+from provider.controller.gang_bridge import GangBridge
 from provider.controller.kube import KubeApi, resumable
 from provider.controller.nodes import Node, NodeCache, provider_id
+from provider.controller.pod_cache import PodCache
 from provider.controller.queue import WorkQueue
 from provider.controller.requests import Backoff, RequestHandler, ours
 from provider.controller.writes import key_of, uid_of
@@ -35,7 +37,9 @@ class Controller:
         backoff: Backoff | None = None,
         resync_seconds: float = 30.0,
         watch_seconds: int = 300,
+        gangs: GangBridge | None = None,
     ) -> None:
+        self.gangs = gangs
         self._p = provider
         self._kube = kube
         self._workers = workers
@@ -43,10 +47,15 @@ class Controller:
         self._watch_seconds = watch_seconds
         self.queue = WorkQueue(provider.clock)
         self.nodes = NodeCache(kube, self._node_changed, watch_seconds=watch_seconds)
-        self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes)
+        self.pods = PodCache(kube, self._pods_changed, watch_seconds=watch_seconds)
+        if gangs is not None:
+            gangs.use_pods(self.pods)
+        self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes,
+                                      self.pods)
         self._cache: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._label_wanted = threading.Event()
         self._threads: list[threading.Thread] = []
         self._states = Gauge("allset_provisioning_requests", "ProvisioningRequests of our "
                              "class by state.", ["state"], registry=provider.metrics.registry)
@@ -55,8 +64,12 @@ class Controller:
 
     def start(self) -> None:
         self._choose_version()
+        if self.gangs is not None:
+            self.gangs.use_version(self._kube.version)
         self._relist()
-        targets = [self._watch_loop, self._node_loop, self._resync_loop] + \
+        targets = [self._watch_loop, self._node_loop, self._pod_loop, self._resync_loop,
+                   self._label_loop] + \
+            ([self._gang_loop] if self.gangs is not None else []) + \
             [self._work] * self._workers
         for i, target in enumerate(targets):
             thread = threading.Thread(target=target, name=f"provreq-{i}", daemon=True)
@@ -75,6 +88,7 @@ class Controller:
     def sync_once(self, limit: int = 1000) -> int:
         """List, then handle every key that is due, in this thread (tests, simulation)."""
         self.nodes.relist()
+        self.pods.relist()
         self._relist()
         handled = 0
         while handled < limit:
@@ -84,6 +98,8 @@ class Controller:
             self._handle(key)
             handled += 1
         self.label_sources()
+        if self.gangs is not None:
+            self.gangs.pass_once()
         return handled
 
     # --- loops -----------------------------------------------------------------------------
@@ -153,8 +169,23 @@ class Controller:
                     log.warning("watching ProvisioningRequests failed: %s", err)
                     self._stop.wait(5.0)
 
+    def _gang_loop(self) -> None:
+        assert self.gangs is not None
+        self.gangs.run(self._stop)
+
     def _node_loop(self) -> None:
         self.nodes.run(self._stop)
+
+    def _pod_loop(self) -> None:
+        self.pods.run(self._stop)
+
+    def _pods_changed(self, key: str) -> None:
+        """A pod that consumes request ``key`` changed: look at the request (only ours: a
+        key not in the cache would read as a deleted request)."""
+        with self._lock:
+            known = key in self._cache
+        if known:
+            self.queue.add(key)
 
     def _node_changed(self, node: Node) -> None:
         """A Node of a request's gang registered, changed or went: look at the request.
@@ -162,6 +193,20 @@ class Controller:
         inst = self._p.fleet.instance(provider_id(node)) if provider_id(node) else None
         if inst is not None and inst.tags.request is not None:
             self.queue.add(inst.tags.request)
+        if inst is not None and source_labels.missing(node, inst):
+            self._label_wanted.set()  # labelled by its own thread, never this one
+
+    def _label_loop(self) -> None:
+        """Label Nodes with their capacity source soon after they register (and put right
+        a Node someone relabelled), without waiting for the next resync."""
+        while not self._stop.is_set():
+            if not self._label_wanted.wait(1.0):
+                continue
+            self._label_wanted.clear()
+            try:
+                self.label_sources()
+            except Exception:
+                log.exception("labelling Nodes with their capacity source failed")
 
     def label_sources(self) -> None:
         """Label each Node of ours with its capacity source (a pass of the resync loop:

@@ -34,15 +34,21 @@ LEASE = "allset"  # leaderElection.name's default; RBAC names it
 LEADER_SLICE = "allset-leader"  # provider.leadership.endpoint: the Service's EndpointSlice
 
 CALLS: tuple[Call, ...] = (
-    Call(GROUP, "provisioningrequests", ("get", "list", "watch", "patch")),
+    # create/delete: the gang bridge's own requests (provider/controller/gang_bridge.py).
+    Call(GROUP, "provisioningrequests", ("get", "list", "watch", "patch", "create", "delete")),
     Call(GROUP, "provisioningrequests/status", ("update",)),
-    Call("", "podtemplates", ("get",)),
+    Call("", "podtemplates", ("get", "create")),
     # DRA: the claims a request's pods make, and the classes their requests name.
     Call("resource.k8s.io", "resourceclaimtemplates", ("get",)),
     Call("resource.k8s.io", "resourceclaims", ("get",)),
     Call("resource.k8s.io", "deviceclasses", ("get",)),
     Call("", "nodes", ("list", "watch", "patch")),
-    Call("", "pods", ("list",)),
+    # patch: the gang bridge marks a gang's pods as consuming its request.
+    Call("", "pods", ("list", "watch", "patch")),
+    # Gangs: read minMember, write the request's state as an annotation.
+    Call("scheduling.k8s.io", "podgroups", ("get", "patch")),
+    Call("scheduling.x-k8s.io", "podgroups", ("get", "patch")),
+    Call("scheduling.volcano.sh", "podgroups", ("get", "patch")),
     Call("", "events", ("create",)),
     # Leader election (provider/leadership): the Lease, and routing CA to the leader.
     # RBAC cannot name an object on create, so create is granted on the kind.
@@ -113,7 +119,7 @@ class KubeApi:
                 response.close()
 
     def get_request(self, namespace: str, name: str) -> dict[str, Any]:
-        found: dict[str, Any] = _call(self._custom.get_namespaced_custom_object, GROUP,
+        found: dict[str, Any] = call(self._custom.get_namespaced_custom_object, GROUP,
                                       self.version, namespace, PLURAL, name)
         return found
 
@@ -126,7 +132,7 @@ class KubeApi:
         meta = request["metadata"]
         patch = {"metadata": {"finalizers": finalizers,
                               "resourceVersion": meta["resourceVersion"]}}
-        patched: dict[str, Any] = _call(self._custom.patch_namespaced_custom_object, GROUP,
+        patched: dict[str, Any] = call(self._custom.patch_namespaced_custom_object, GROUP,
                                         self.version, meta["namespace"], PLURAL, meta["name"],
                                         patch)
         return patched
@@ -135,7 +141,7 @@ class KubeApi:
         """Write ``request['status']``; the object's resourceVersion guards against lost
         updates (Conflict when someone wrote in between)."""
         meta = request["metadata"]
-        written: dict[str, Any] = _call(self._custom.replace_namespaced_custom_object_status,
+        written: dict[str, Any] = call(self._custom.replace_namespaced_custom_object_status,
                                         GROUP, self.version, meta["namespace"], PLURAL,
                                         meta["name"], request)
         return written
@@ -143,7 +149,7 @@ class KubeApi:
     # --- the rest --------------------------------------------------------------------------
 
     def get_pod_template(self, namespace: str, name: str) -> dict[str, Any]:
-        template: dict[str, Any] = _call(self._core.read_namespaced_pod_template, name,
+        template: dict[str, Any] = call(self._core.read_namespaced_pod_template, name,
                                          namespace, _preload_content=False)
         return template
 
@@ -152,16 +158,16 @@ class KubeApi:
         """A resource.k8s.io/v1 object (namespace None: cluster-scoped). Raises Gone."""
         found: dict[str, Any]
         if namespace is None:
-            found = _call(self._custom.get_cluster_custom_object, DRA_GROUP, DRA_VERSION,
+            found = call(self._custom.get_cluster_custom_object, DRA_GROUP, DRA_VERSION,
                           plural, name)
         else:
-            found = _call(self._custom.get_namespaced_custom_object, DRA_GROUP, DRA_VERSION,
+            found = call(self._custom.get_namespaced_custom_object, DRA_GROUP, DRA_VERSION,
                           namespace, plural, name)
         return found
 
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
         """Every Node and the resourceVersion to watch from (the node cache's list)."""
-        body: dict[str, Any] = _call(self._core.list_node, _preload_content=False)
+        body: dict[str, Any] = call(self._core.list_node, _preload_content=False)
         return list(body.get("items", [])), str(body["metadata"]["resourceVersion"])
 
     def watch_nodes(self, resource_version: str, timeout_seconds: int
@@ -173,19 +179,26 @@ class KubeApi:
     def patch_node(self, name: str, labels: Mapping[str, str | None],
                    annotations: Mapping[str, str | None]) -> None:
         """Set (or, with None, remove) labels and annotations on a node."""
-        _call(self._core.patch_node, name,
+        call(self._core.patch_node, name,
               {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}})
 
-    def list_pods(self, namespace: str) -> list[dict[str, Any]]:
-        body: dict[str, Any] = _call(self._core.list_namespaced_pod, namespace,
-                                     _preload_content=False)
-        return list(body.get("items", []))
+    def list_all_pods(self) -> tuple[list[dict[str, Any]], str]:
+        """Every Pod and the resourceVersion to watch from (the pod cache's list)."""
+        body: dict[str, Any] = call(self._core.list_pod_for_all_namespaces,
+                                    _preload_content=False)
+        return list(body.get("items", [])), str(body["metadata"]["resourceVersion"])
+
+    def watch_all_pods(self, resource_version: str, timeout_seconds: int
+                       ) -> Iterator[tuple[str, dict[str, Any]]]:
+        yield from self._stream(self._core.list_pod_for_all_namespaces,
+                                resource_version=resource_version,
+                                timeout_seconds=timeout_seconds)
 
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
-        _call(self._core.create_namespaced_event, namespace, dict(event))
+        call(self._core.create_namespaced_event, namespace, dict(event))
 
 
-def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
     import json
 
     try:

@@ -114,6 +114,7 @@ def _library(parse_quantity: ParseQuantity) -> dict[str, Callable[..., Any]]:
     }
 
 
+_MAX_REMEMBERED = 100_000  # compiled selectors, verdicts: forgotten all at once beyond this
 _MACROS = frozenset({"has", "all", "exists", "exists_one", "map", "filter"})
 
 
@@ -152,11 +153,36 @@ def _conjuncts(tree: lark.Tree[Any], source: str) -> list[str]:
 
 
 
+def _names_read(tree: lark.Tree[Any]) -> frozenset[str] | None:
+    """The identifiers and string literals of a selector: a device attribute or capacity
+    it can read is among them. None when it may read a whole map (a size() or a macro
+    over it), so nothing can be left out of its view of a device."""
+    if _called(tree) & (_MACROS - {"has"} | {"size"}):
+        return None
+    names = set()
+    for token in tree.scan_values(lambda v: isinstance(v, lark.Token)):
+        text = str(token)
+        if token.type in ("STRING_LIT", "MLSTRING_LIT"):
+            text = text.lstrip("rRbB").strip("\"'")
+        names.add(text)
+    return frozenset(names)
+
+
 @dataclass(frozen=True, slots=True)
 class Compiled:
     expression: str
     program: celpy.Runner
     conjuncts: tuple[str, ...]
+    reads: frozenset[str] | None  # see _names_read
+
+    def view(self, device: Device) -> object:
+        """What of the device the selector can see: devices alike in that get one verdict
+        (eight GPUs of a node differ only in their index)."""
+        if self.reads is None:
+            return device
+        reads = self.reads
+        return (tuple(kv for kv in device.attributes if kv[0].rpartition("/")[2] in reads),
+                tuple(kv for kv in device.capacity if kv[0].rpartition("/")[2] in reads))
 
 
 class CelEnvironment:
@@ -168,7 +194,7 @@ class CelEnvironment:
         self._known = (set(celpy.evaluation.base_functions) | set(self._functions)
                        | _MACROS)
         self._compiled: dict[str, Compiled] = {}
-        self._verdicts: dict[tuple[str, str, Device], Verdict] = {}
+        self._verdicts: dict[tuple[str, str, object], Verdict] = {}
         self._activations: dict[tuple[str, Device], Mapping[str, Any]] = {}
         self._lock = threading.Lock()
 
@@ -187,8 +213,11 @@ class CelEnvironment:
             raise UnsupportedSelector(
                 expression, f"uses {', '.join(unknown)}, which allset does not evaluate")
         program = self._env.program(tree, functions=self._functions)
-        compiled = Compiled(expression, program, tuple(_conjuncts(tree, expression)))
+        compiled = Compiled(expression, program, tuple(_conjuncts(tree, expression)),
+                            _names_read(tree))
         with self._lock:
+            if len(self._compiled) >= _MAX_REMEMBERED:
+                self._compiled.clear()
             self._compiled[expression] = compiled
         return compiled
 
@@ -196,11 +225,11 @@ class CelEnvironment:
         self.compile(expression)
 
     def evaluate(self, expression: str, driver: str, device: Device) -> Verdict:
-        key = (expression, driver, device)
+        compiled = self.compile(expression)
+        key = (expression, driver, compiled.view(device))
         found = self._verdicts.get(key)
         if found is not None:
             return found
-        compiled = self.compile(expression)
         verdict: Verdict
         try:
             result = compiled.program.evaluate(self._activation(driver, device))
@@ -212,6 +241,9 @@ class CelEnvironment:
             else:
                 verdict = f"evaluates to {type(result).__name__}, not a bool"
         with self._lock:
+            if len(self._verdicts) >= _MAX_REMEMBERED:
+                self._verdicts.clear()  # a long-lived process sees many selectors
+                self._activations.clear()
             self._verdicts[key] = verdict
         return verdict
 

@@ -56,6 +56,7 @@ def pods_per_node(pod_set: PodSet, group: NodeGroup, devices: int = UNLIMITED) -
 # Claims are judged against devices with one environment per process: selectors compile
 # once and each (selector, device) verdict is remembered across plans.
 _CEL = CelEnvironment()
+_MAX_CLAIM_SETS = 10_000
 
 
 class Matcher:
@@ -64,7 +65,13 @@ class Matcher:
     def __init__(self, groups: Sequence[NodeGroup], gpu_label: str,
                  cel: CelEnvironment | None = None) -> None:
         self.cel = cel or _CEL
-        self._fits: dict[tuple[object, ...], DeviceFit] = {}
+        self._fits: dict[tuple[int, int], DeviceFit] = {}
+        # Small tokens for device sets and claim sets: hashing the nested tuples themselves
+        # on every check would cost more than the check.
+        devices: dict[object, int] = {}
+        self._devices = {g.id: devices.setdefault(g.devices, len(devices)) for g in groups}
+        self._claims: dict[int, tuple[object, int]] = {}
+        self._claim_tokens: dict[object, int] = {}
         self.groups = {g.id: g for g in groups}
         self.gpu_label = gpu_label
         self.labels = {g.id: node_labels(g, gpu_label) for g in groups}
@@ -102,7 +109,12 @@ class Matcher:
         for item in pod_set.node_selector.items():
             found = self._index.get(item, set())
             ids = set(found) if ids is None else ids & found
-        pool = self.groups.keys() if ids is None else ids
+        pool: Iterable[str] = self.groups.keys() if ids is None else ids
+        if pod_set.claims:
+            # Claims play the part a GPU label does for an index: few distinct device
+            # sets, each judged once, rule out most groups before the per-kind checks.
+            pool = [gid for gid in pool
+                    if self.device_fit(pod_set, self.groups[gid]).pods > 0]
         by_name = _names_groups(pod_set)
         verdicts: dict[int | str, int | None] = {}  # kind -> pods per node
         out = []
@@ -145,12 +157,27 @@ class Matcher:
         kind share their devices)."""
         if not pod_set.claims:
             return DeviceFit(UNLIMITED)
-        key = (pod_set.claims, group.devices)
+        if len(self._fits) >= _MAX_CLAIM_SETS:
+            # A matcher lives as long as its config; requests come and go.
+            self._fits.clear()
+            self._claims.clear()
+            self._claim_tokens.clear()
+        key = (self._claims_token(pod_set.claims), self._devices[group.id])
         found = self._fits.get(key)
         if found is None:
             found = fit(self.cel, pod_set.claims, group.devices)
             self._fits[key] = found
         return found
+
+    def _claims_token(self, claims: object) -> int:
+        # By identity first (a pod set's claims are one tuple for its whole life), then by
+        # value, so equal claims of different requests share their verdicts.
+        held = self._claims.get(id(claims))
+        if held is not None and held[0] is claims:
+            return held[1]
+        token = self._claim_tokens.setdefault(claims, len(self._claim_tokens))
+        self._claims[id(claims)] = (claims, token)
+        return token
 
     def rule_for_key(self, key: str) -> str:
         if key == self.gpu_label:

@@ -40,6 +40,7 @@ cloud:
       - {{id: r-scarce, zone: us-east-1c, instanceType: p4d.24xlarge, count: 1}}
       - {{id: r-crash, zone: us-east-1d, instanceType: p5.48xlarge, count: 1}}
       - {{id: r-failover, zone: us-east-1e, instanceType: p5.48xlarge, count: 1}}
+      - {{id: r-dra-a100, zone: us-east-1f, instanceType: p4d.24xlarge, count: 2}}
     stockouts:
       - {{zone: us-east-1c, instanceType: p4d.24xlarge, capacityType: on-demand}}
 nodeGroups:
@@ -68,6 +69,20 @@ nodeGroups:
      price: {{onDemand: 98.32}}}}
   - {{id: direct, zone: us-east-1a, instanceType: m7i.8xlarge, maxSize: 8, cpu: 31,
      memory: 120Gi, price: {{onDemand: 1.61}}}}
+  # test_dra: the A100 group (40 GiB GPUs) is the cheapest and has free reserved slots, so
+  # only the pods' DRA claims keep their requests off it.
+  - {{id: dra-h100-a, zone: us-east-1f, instanceType: p5.48xlarge, maxSize: 4,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
+     price: {{onDemand: 98.32}}, labels: {{e2e.allset.dev/role: dra}},
+     taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
+  - {{id: dra-h100-b, zone: us-east-1f, instanceType: p5.48xlarge, maxSize: 4,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
+     price: {{onDemand: 98.32}}, labels: {{e2e.allset.dev/role: dra}},
+     taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
+  - {{id: dra-a100, zone: us-east-1f, instanceType: p4d.24xlarge, maxSize: 4,
+     gpu: {{type: nvidia-a100-40gb, count: 8}}, cpu: 95, memory: 1100Gi,
+     price: {{onDemand: 32.77}}, labels: {{e2e.allset.dev/role: dra}},
+     taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
 """
 
 

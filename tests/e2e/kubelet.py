@@ -2,6 +2,12 @@
 for every running instance, registered a configurable delay after the instance booted, and
 deleted once the instance is gone. kwok then makes each Node Ready and runs its pods.
 
+It also plays the DRA driver's kubelet plugin: each registered Node's devices (the group's
+`devices`, as provider/service/slices.py renders them) are published as resource.k8s.io/v1
+ResourceSlices owned by the Node, and deleted with it. kwok needs nothing for claims: the
+scheduler allocates and reserves them; the kubelet's NodePrepareResources call to the
+driver is what kwok does not run (no container starts anyway).
+
 It reads the simulated cloud's own store (adapters/fake/store.py), not allset: a real
 cloud's machines boot and register whether or not allset is up."""
 
@@ -18,6 +24,7 @@ from adapters.fake.store import FakeStore
 from provider.config.load import LoadedConfig
 from provider.model import NodeGroup, node_labels
 from provider.service.nodeinfo import quantity
+from provider.service.slices import resource_slice
 from tests.e2e.cluster import KWOK_ANNOTATION
 from tests.e2e.rest import ApiError, Obj, Rest
 
@@ -37,6 +44,24 @@ def node_for(instance: CloudInstance, group: NodeGroup, gpu_label: str) -> Obj:
                             for t in group.taints]},
         "status": {"capacity": resources, "allocatable": resources},
     }
+
+
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+def slices_for(node: Obj, group: NodeGroup) -> list[Obj]:
+    """The ResourceSlices a DRA driver publishes for ``node``: one per driver, in the pool
+    named after the node, owned by the Node so that deleting the Node collects them (the
+    ownerReference k8s.io/dynamic-resource-allocation's kubelet plugin helper sets)."""
+    meta = node["metadata"]
+    owner = {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"],
+             "controller": True}
+    out = []
+    for devices in group.devices:
+        found = resource_slice(meta["name"], devices)
+        found["metadata"]["ownerReferences"] = [owner]
+        out.append(found)
+    return out
 
 
 class Kubelet:
@@ -81,22 +106,55 @@ class Kubelet:
         now = time.time()
         nodes = {n["metadata"]["name"]: n for n in self._rest.call(
             "GET", "/api/v1/nodes?labelSelector=allset.dev/node-group")["items"]}
+        published = {s["metadata"]["name"] for s in self._rest.call("GET", SLICES)["items"]}
         live: set[str] = set()
         for inst in self.instances():
             if inst.state in (InstanceState.TERMINATED, InstanceState.TERMINATING):
                 continue
             live.add(inst.id)
             group = self._groups.get(inst.tags.node_group)
-            if group is None or self.never_join.get(group.id) or inst.id in nodes:
+            if group is None or self.never_join.get(group.id):
                 continue
-            if now < inst.launched_at + self._boot + self.join_seconds:
+            node = nodes.get(inst.id)
+            if node is None:
+                if now < inst.launched_at + self._boot + self.join_seconds:
+                    continue
+                try:
+                    node = self._rest.call("POST", "/api/v1/nodes",
+                                           node_for(inst, group, self._gpu_label))
+                except ApiError as err:
+                    if err.status != 409:
+                        raise
+                    continue  # registered meanwhile: its slices on the next pass
+            # Also for a Node registered before a restart of the API server or the suite
+            # cut its slices short.
+            self._publish(node, group, published)
+        for name in nodes:
+            if name not in live:
+                self._unpublish(name)
+                with contextlib.suppress(ApiError):  # already gone
+                    self._rest.call("DELETE", f"/api/v1/nodes/{name}")
+
+    def _publish(self, node: Obj, group: NodeGroup, published: set[str]) -> None:
+        for found in slices_for(node, group):
+            if found["metadata"]["name"] in published:
                 continue
             try:
-                self._rest.call("POST", "/api/v1/nodes", node_for(inst, group, self._gpu_label))
+                self._rest.call("POST", SLICES, found)
             except ApiError as err:
                 if err.status != 409:
                     raise
-        for name in nodes:
-            if name not in live:
-                with contextlib.suppress(ApiError):  # already gone
-                    self._rest.call("DELETE", f"/api/v1/nodes/{name}")
+
+    def _unpublish(self, node: str) -> None:
+        """A driver's plugin removes its slices when its node goes (the garbage collector
+        would too, through the ownerReference, but not at once)."""
+        for found in self._rest.call(
+                "GET", f"{SLICES}?fieldSelector=spec.nodeName={node}")["items"]:
+            with contextlib.suppress(ApiError):  # already gone
+                self._rest.call("DELETE", f"{SLICES}/{found['metadata']['name']}")
+
+    def slices(self, node: str) -> list[Obj]:
+        """The ResourceSlices published for ``node``."""
+        items: list[Obj] = self._rest.call(
+            "GET", f"{SLICES}?fieldSelector=spec.nodeName={node}")["items"]
+        return items

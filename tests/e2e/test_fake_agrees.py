@@ -11,7 +11,7 @@ import pytest
 
 from tests.e2e.conftest import World
 from tests.e2e.rest import ApiError, Obj, Rest
-from tests.fakekube import FakeKube
+from tests.fakekube import FakeKube, objects
 
 NS = "default"
 BASE = f"/apis/autoscaling.x-k8s.io/v1/namespaces/{NS}/provisioningrequests"
@@ -78,8 +78,33 @@ def probe_watch_from_expired_version(rest: Rest, tag: str) -> object:
     return (status, first.get("type"), obj.get("code"))
 
 
+def probe_dra_objects(rest: Rest, tag: str) -> object:
+    """The DRA objects a request's pods name: where each lives (a DeviceClass has no
+    namespaced path, a claim template none outside its namespace) and what DELETE
+    answers."""
+    dra = "/apis/resource.k8s.io/v1"
+    klass, template = f"gpu-{tag}.example.com", f"rct-{tag}"
+    gpu = objects.device_request("gpu", klass, count=2)
+    rest.call("POST", f"{dra}/deviceclasses",
+              objects.device_class(klass, f'device.driver == "{klass}"'))
+    rest.call("POST", f"{dra}/namespaces/{NS}/resourceclaimtemplates",
+              objects.resource_claim_template(NS, template, gpu))
+    rest.call("POST", f"{dra}/namespaces/{NS}/resourceclaims",
+              objects.resource_claim(NS, template, gpu))
+    got = rest.call("GET", f"{dra}/namespaces/{NS}/resourceclaimtemplates/{template}")
+    seen = (got["kind"], got["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"],
+            _status(lambda: rest.call("GET", f"{dra}/namespaces/{NS}/deviceclasses/{klass}")),
+            _status(lambda: rest.call(
+                "GET", f"{dra}/namespaces/elsewhere/resourceclaimtemplates/{template}")))
+    deleted = tuple(rest.call("DELETE", path).get("kind") for path in (
+        f"{dra}/namespaces/{NS}/resourceclaims/{template}",
+        f"{dra}/namespaces/{NS}/resourceclaimtemplates/{template}",
+        f"{dra}/deviceclasses/{klass}"))
+    return seen, deleted
+
+
 PROBES = [probe_invalid_pod_sets, probe_stale_status_write, probe_finalizer_holds_deletion,
-          probe_other_version, probe_watch_from_expired_version]
+          probe_other_version, probe_watch_from_expired_version, probe_dra_objects]
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,8 @@
 """A fake Kubernetes API server for the real `kubernetes` client (plain HTTP on
 127.0.0.1). Serves ProvisioningRequests (autoscaling.x-k8s.io v1 and v1beta1, one
-storage, status subresource), PodTemplates, Nodes, Pods and core Events.
+storage, status subresource), PodTemplates, Nodes, Pods, core Events, Leases,
+EndpointSlices, and DRA's ResourceClaimTemplates, ResourceClaims and DeviceClasses
+(resource.k8s.io v1).
 
     from kubernetes import client
     from provider.controller.kube import KubeApi

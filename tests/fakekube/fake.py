@@ -27,10 +27,12 @@ class FakeKube:
     """A fake Kubernetes API server on 127.0.0.1 (plain HTTP).
 
     Resources are named by plural: ``provisioningrequests`` (autoscaling.x-k8s.io, v1 and
-    v1beta1), ``podtemplates``, ``nodes``, ``pods``, ``events``. Direct calls (``create``,
-    ``modify``, ...) take effect exactly as API writes do — new resourceVersion, watch
-    event, finalizers honoured — but skip the status/spec split, immutability and
-    injected conflicts, so a test can set up any state."""
+    v1beta1), ``podtemplates``, ``nodes``, ``pods``, ``events``, ``leases``,
+    ``endpointslices``, and DRA's ``resourceclaimtemplates``, ``resourceclaims`` and
+    ``deviceclasses`` (resource.k8s.io v1). Direct calls (``create``, ``modify``, ...)
+    take effect exactly as API writes do — new resourceVersion, watch event, finalizers
+    honoured — but skip the status/spec split, immutability and injected conflicts, so a
+    test can set up any state."""
 
     def __init__(self, *, clock: Clock = _now, history_limit: int = 1000,
                  watch_timeout: float = 30.0) -> None:

@@ -70,3 +70,39 @@ def event(namespace: str, involved: Json, reason: str, message: str,
                                "uid": meta.get("uid", "")},
             "reason": reason, "message": message, "type": type_,
             "source": {"component": "allset"}}
+
+
+# --- DRA (resource.k8s.io/v1) -------------------------------------------------------------
+
+DRA_API = "resource.k8s.io/v1"
+
+
+def device_class(name: str, *expressions: str) -> Json:
+    """A DeviceClass whose devices pass every CEL expression (``device.driver ==
+    "gpu.nvidia.com"``)."""
+    return {"apiVersion": DRA_API, "kind": "DeviceClass", "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": e}} for e in expressions]}}
+
+
+def device_request(name: str, device_class_name: str, *expressions: str,
+                   count: int = 1) -> Json:
+    """One request of a claim: ``count`` devices of the class passing the expressions."""
+    exactly: Json = {"deviceClassName": device_class_name, "allocationMode": "ExactCount",
+                     "count": count}
+    if expressions:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in expressions]
+    return {"name": name, "exactly": exactly}
+
+
+def resource_claim_template(namespace: str, name: str, *requests: Json) -> Json:
+    """A ResourceClaimTemplate: each pod naming it gets its own claim of ``requests``."""
+    return {"apiVersion": DRA_API, "kind": "ResourceClaimTemplate",
+            "metadata": {"namespace": namespace, "name": name},
+            "spec": {"spec": {"devices": {"requests": list(requests)}}}}
+
+
+def resource_claim(namespace: str, name: str, *requests: Json) -> Json:
+    """A ResourceClaim: one claim shared by every pod naming it."""
+    return {"apiVersion": DRA_API, "kind": "ResourceClaim",
+            "metadata": {"namespace": namespace, "name": name},
+            "spec": {"devices": {"requests": list(requests)}}}

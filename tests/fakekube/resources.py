@@ -61,8 +61,27 @@ ENDPOINT_SLICES = Resource("discovery.k8s.io", ("v1",), "endpointslices", "Endpo
                            namespaced=True, status_subresource=False, custom=False,
                            delete_returns_object=False)
 
+# resource.k8s.io/v1 (DRA, GA since Kubernetes 1.34): the objects a pod's claims name.
+# Scope and the status subresource as the API reference has them
+# (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/resource-claim-v1/,
+# resource-claim-template-v1/, and config-and-storage-resources/device-class-v1/) and as
+# the e2e suite's kube-apiserver v1.36.3 lists them in discovery; DELETE answers with the
+# object there for all three (tests/e2e/test_fake_agrees.py probes it).
+DRA_GROUP = "resource.k8s.io"
+RESOURCE_CLAIM_TEMPLATES = Resource(DRA_GROUP, ("v1",), "resourceclaimtemplates",
+                                    "ResourceClaimTemplate", namespaced=True,
+                                    status_subresource=False, custom=False,
+                                    delete_returns_object=True)
+RESOURCE_CLAIMS = Resource(DRA_GROUP, ("v1",), "resourceclaims", "ResourceClaim",
+                           namespaced=True, status_subresource=True, custom=False,
+                           delete_returns_object=True)
+DEVICE_CLASSES = Resource(DRA_GROUP, ("v1",), "deviceclasses", "DeviceClass",
+                          namespaced=False, status_subresource=False, custom=False,
+                          delete_returns_object=True)
+
 RESOURCES: tuple[Resource, ...] = (PROVISIONING_REQUESTS, POD_TEMPLATES, NODES, PODS, EVENTS,
-                                   LEASES, ENDPOINT_SLICES)
+                                   LEASES, ENDPOINT_SLICES, RESOURCE_CLAIM_TEMPLATES,
+                                   RESOURCE_CLAIMS, DEVICE_CLASSES)
 BY_PLURAL = {r.plural: r for r in RESOURCES}
 
 

@@ -1,0 +1,104 @@
+"""The Kubernetes calls of the gang bridge (provider/controller/gang_bridge.py). Each is
+listed in CALLS (provider/controller/kube.py) and granted in deploy/."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from provider.controller.kube import GROUP, PLURAL, Gone, call
+from provider.gangs.sources import GangSource
+
+_SERVED_TTL = 300.0  # how long "this gang API is (not) served" is believed
+
+
+class GangApi:
+    def __init__(self, api: client.ApiClient, version: str = "v1") -> None:
+        self.version = version  # of ProvisioningRequests
+        self._core = client.CoreV1Api(api)
+        self._custom = client.CustomObjectsApi(api)
+        self._api = api
+        self._served: dict[str, tuple[bool, float]] = {}
+
+    def served(self, source: GangSource) -> bool:
+        """Is the source's API served? CRD-based ones exist only where installed, the native
+        one only behind feature gates; asked again every few minutes."""
+        known = self._served.get(source.api_version)
+        now = time.monotonic()
+        if known is not None and now - known[1] < _SERVED_TTL:
+            return known[0]
+        try:
+            self._api.call_api(f"/apis/{source.group}/{source.version}", "GET",
+                               auth_settings=["BearerToken"], response_type="object",
+                               _return_http_data_only=True)
+            found = True
+        except ApiException as err:
+            if err.status not in (403, 404):
+                raise
+            found = False
+        self._served[source.api_version] = (found, now)
+        return found
+
+    def pending_pods(self) -> list[dict[str, Any]]:
+        body: dict[str, Any] = call(self._core.list_pod_for_all_namespaces,
+                                     field_selector="status.phase=Pending",
+                                     _preload_content=False)
+        return list(body.get("items", []))
+
+    def pods(self, namespace: str) -> list[dict[str, Any]]:
+        body: dict[str, Any] = call(self._core.list_namespaced_pod, namespace,
+                                     _preload_content=False)
+        return list(body.get("items", []))
+
+    def gang(self, source: GangSource, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = call(self._custom.get_namespaced_custom_object,
+                                          source.group, source.version, namespace,
+                                          source.plural, name)
+        except Gone:
+            return None
+        return found
+
+    def annotate_gang(self, source: GangSource, namespace: str, name: str,
+                      annotations: Mapping[str, str | None]) -> None:
+        call(self._custom.patch_namespaced_custom_object, source.group, source.version,
+              namespace, source.plural, name, {"metadata": {"annotations": dict(annotations)}})
+
+    def request(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = call(self._custom.get_namespaced_custom_object, GROUP,
+                                          self.version, namespace, PLURAL, name)
+        except Gone:
+            return None
+        return found
+
+    def gang_requests(self, label: str) -> list[dict[str, Any]]:
+        """Requests the bridge made (labelled ``label``), in every namespace."""
+        body: dict[str, Any] = call(self._custom.list_cluster_custom_object, GROUP,
+                                    self.version, PLURAL, label_selector=label)
+        return list(body.get("items", []))
+
+    def create_request(self, namespace: str, body: Mapping[str, Any]) -> None:
+        call(self._custom.create_namespaced_custom_object, GROUP, self.version, namespace,
+              PLURAL, dict(body))
+
+    def delete_request(self, namespace: str, name: str) -> None:
+        with contextlib.suppress(Gone):  # gone already
+            call(self._custom.delete_namespaced_custom_object, GROUP, self.version,
+                 namespace, PLURAL, name)
+
+    def create_pod_template(self, namespace: str, body: Mapping[str, Any]) -> None:
+        call(self._core.create_namespaced_pod_template, namespace, dict(body))
+
+    def annotate_pod(self, namespace: str, name: str,
+                     annotations: Mapping[str, str | None]) -> None:
+        call(self._core.patch_namespaced_pod, name, namespace,
+              {"metadata": {"annotations": dict(annotations)}})
+
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        call(self._core.create_namespaced_event, namespace, dict(event))

@@ -1,0 +1,323 @@
+"""The gang bridge: pending pods of a gang the scheduler cannot place become one
+ProvisioningRequest of allset's class (provider/gangs/ says when; this module reads and
+writes the API).
+
+The request is owned by the gang object (a PodGroup), so deleting the gang deletes the
+request and allset rolls its nodes back. Its PodTemplates are cut from the pods
+themselves, one per shape. Its pods are annotated as consuming it, which keeps CA's own
+scale-up off them while it is open. The request's state is reported on the gang object:
+an annotation and an Event whenever its reason changes.
+
+The booked nodes are where the pods fit: they could not be scheduled before, and the new
+nodes are labelled for the booking and kept from scale-down until the pods land. A pod's
+nodeSelector cannot be changed once it exists (only while it is gated), so the bridge does
+not steer pods; it makes sure the nodes exist."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from provider.clock import Clock
+from provider.controller import conditions as c
+from provider.controller.gang_api import GangApi
+from provider.controller.kube import Conflict
+from provider.demand import CLASS_NAME
+from provider.gangs.decide import Ask, Mark, Member, RequestPhase, RequestState, decide
+from provider.gangs.sources import GangSource
+
+log = logging.getLogger(__name__)
+
+GANG_LABEL = "allset.dev/gang"  # on requests the bridge made
+GANG_ANNOTATION = "allset.dev/gang"  # on such a request: "<source>/<gang name>"
+REQUEST_ANNOTATION = "allset.dev/gang-request"  # on the gang: its current request
+STATUS_ANNOTATION = "allset.dev/provisioning"  # on the gang: "<reason>: <message>"
+_PLANNED_FIELDS = ("nodeSelector", "affinity", "tolerations", "resourceClaims", "overhead",
+                   "resources", "priorityClassName", "runtimeClassName")
+
+
+@dataclass(frozen=True, slots=True)
+class GangKey:
+    source: GangSource
+    namespace: str
+    name: str
+
+
+def request_name(gang: str, generation: int) -> str:
+    """A request per generation, named after the gang (DNS subdomain, stable)."""
+    digest = hashlib.sha256(gang.encode()).hexdigest()[:6]
+    return f"gang-{gang[:40]}-{digest}-{generation}"
+
+
+def planned_spec(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a pod decides where it fits: containers' resources and the placement
+    rules. Nothing that names this pod or its node."""
+    spec = pod.get("spec") or {}
+
+    def containers(key: str) -> list[dict[str, Any]]:
+        return [{k: v for k, v in ct.items() if k in ("name", "image", "resources",
+                                                       "restartPolicy")}
+                for ct in spec.get(key) or []]
+
+    out: dict[str, Any] = {"containers": containers("containers")}
+    if spec.get("initContainers"):
+        out["initContainers"] = containers("initContainers")
+    out.update({k: spec[k] for k in _PLANNED_FIELDS if spec.get(k)})
+    return out
+
+
+def shape_of(pod: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(planned_spec(pod), sort_keys=True).encode()
+                          ).hexdigest()[:16]
+
+
+def _scheduled(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def _unschedulable(pod: Mapping[str, Any]) -> bool:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and \
+                cond.get("reason") in ("Unschedulable", "SchedulerError"):
+            return True
+    return False
+
+
+def _member(pod: Mapping[str, Any]) -> Member:
+    meta = pod.get("metadata") or {}
+    notes = meta.get("annotations") or {}
+    return Member(
+        name=str(meta.get("name")),
+        scheduled=_scheduled(pod),
+        unschedulable=_unschedulable(pod),
+        consuming=notes.get(c.CONSUME_ANNOTATIONS[0]),
+        shape=shape_of(pod),
+    )
+
+
+def _live(pod: Mapping[str, Any]) -> bool:
+    meta = pod.get("metadata") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    return not meta.get("deletionTimestamp") and phase in (None, "Pending", "Running")
+
+
+def request_state(obj: Mapping[str, Any], generation: int) -> RequestState:
+    conds = c.read((obj.get("status") or {}).get("conditions"))
+    name = str((obj.get("metadata") or {}).get("name"))
+    failed = conds.get(c.FAILED)
+    if failed is not None and failed.status == "True":
+        return RequestState(name, generation, RequestPhase.FAILED, failed.reason,
+                            failed.message)
+    expired = conds.get(c.BOOKING_EXPIRED)
+    if expired is not None and expired.status == "True":
+        return RequestState(name, generation, RequestPhase.DONE, expired.reason,
+                            expired.message)
+    prov = conds.get(c.PROVISIONED)
+    if prov is not None:
+        return RequestState(name, generation, RequestPhase.OPEN, prov.reason, prov.message)
+    return RequestState(name, generation, RequestPhase.OPEN)
+
+
+class PodSource(Protocol):
+    """Where the bridge reads pods: the controller's pod cache (list and watch), so a pass
+    makes no list calls."""
+
+    def pending(self) -> list[dict[str, Any]]: ...
+
+    def in_namespace(self, namespace: str) -> list[dict[str, Any]]: ...
+
+
+class _ListedPods:
+    """Pods read by listing, for a bridge without a cache."""
+
+    def __init__(self, api: GangApi) -> None:
+        self._api = api
+
+    def pending(self) -> list[dict[str, Any]]:
+        return self._api.pending_pods()
+
+    def in_namespace(self, namespace: str) -> list[dict[str, Any]]:
+        return self._api.pods(namespace)
+
+
+class GangBridge:
+    def __init__(self, api: GangApi, sources: Sequence[GangSource], clock: Clock, *,
+                 resync_seconds: float = 10.0, pods: PodSource | None = None) -> None:
+        self._api = api
+        self._pods = pods or _ListedPods(api)
+        self._sources = tuple(sources)
+        self._clock = clock
+        self._resync = resync_seconds
+
+    def use_pods(self, pods: PodSource) -> None:
+        """Read pods from the controller's cache instead of listing them each pass."""
+        self._pods = pods
+
+    def use_version(self, version: str) -> None:
+        """The ProvisioningRequest version the cluster serves (the controller found it)."""
+        self._api.version = version
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.pass_once()
+            except Exception as err:  # the API may be down; the next pass tries again
+                log.warning("gang pass failed: %s", err)
+            stop.wait(self._resync)
+
+    def pass_once(self) -> None:
+        sources = [s for s in self._sources if self._api.served(s)]
+        if not sources:
+            return
+        keys: set[GangKey] = set()
+        for pod in self._pods.pending():
+            namespace = str((pod.get("metadata") or {}).get("namespace"))
+            for source in sources:
+                name = source.gang_of(pod)
+                if name:
+                    keys.add(GangKey(source, namespace, name))
+        pods: dict[str, list[dict[str, Any]]] = {}
+        for key in sorted(keys, key=lambda k: (k.namespace, k.name, k.source.name)):
+            if key.namespace not in pods:
+                pods[key.namespace] = self._pods.in_namespace(key.namespace)
+            try:
+                self._gang(key, pods[key.namespace])
+            except Exception as err:
+                log.warning("gang %s/%s (%s): %s", key.namespace, key.name, key.source.name,
+                            err)
+        self._drop_orphans(sources)
+
+    # --- one gang -------------------------------------------------------------------------
+
+    def _gang(self, key: GangKey, namespace_pods: list[dict[str, Any]]) -> None:
+        obj = self._api.gang(key.source, key.namespace, key.name)
+        if obj is None:
+            return  # pods name a gang that does not exist (yet)
+        min_member = key.source.min_member(obj)
+        if min_member is None:
+            return  # not a gang
+        pods = [p for p in namespace_pods
+                if _live(p) and key.source.gang_of(p) == key.name]
+        members = tuple(_member(p) for p in pods)
+        current = self._current(key, obj)
+        if current is not None:
+            self._report(key, obj, current)
+        decision = decide(members, min_member, current)
+        if isinstance(decision, Ask):
+            name = request_name(key.name, decision.generation)
+            stuck = [p for p in pods if not _scheduled(p)]
+            # The gang names its request before the request exists: a crash in between
+            # finds the name and creates the same request, never a second one.
+            self._api.annotate_gang(key.source, key.namespace, key.name,
+                                    {REQUEST_ANNOTATION: name})
+            self._create(key, obj, name, stuck)
+            self._mark(key.namespace, name, decision.pods)
+        elif isinstance(decision, Mark):
+            self._mark(key.namespace, decision.request, decision.pods)
+
+    def _current(self, key: GangKey, obj: Mapping[str, Any]) -> RequestState | None:
+        name = ((obj.get("metadata") or {}).get("annotations") or {}).get(REQUEST_ANNOTATION)
+        if not name:
+            return None
+        generation = int(str(name).rsplit("-", 1)[-1]) if str(name)[-1:].isdigit() else 1
+        found = self._api.request(key.namespace, str(name))
+        if found is None:
+            # Named but not there: created by a pass that died, or deleted by a person.
+            # Either way the gang is asked for again under the same name.
+            pods = [p for p in self._pods.in_namespace(key.namespace)
+                    if _live(p) and key.source.gang_of(p) == key.name and not _scheduled(p)]
+            if pods:
+                self._create(key, obj, str(name), pods)
+            return RequestState(str(name), generation, RequestPhase.OPEN)
+        return request_state(found, generation)
+
+    def _create(self, key: GangKey, gang: Mapping[str, Any], name: str,
+                pods: Sequence[Mapping[str, Any]]) -> None:
+        meta = gang.get("metadata") or {}
+        owner = [{"apiVersion": key.source.api_version, "kind": key.source.kind,
+                  "name": key.name, "uid": meta.get("uid"), "blockOwnerDeletion": False}]
+        shapes: dict[str, list[Mapping[str, Any]]] = {}
+        for pod in pods:
+            shapes.setdefault(shape_of(pod), []).append(pod)
+        pod_sets = []
+        for index, (_, same) in enumerate(sorted(shapes.items())):
+            template = f"{name}-{index}"
+            labels = (same[0].get("metadata") or {}).get("labels") or {}
+            with contextlib.suppress(Conflict):  # made by an earlier pass
+                self._api.create_pod_template(key.namespace, {
+                    "apiVersion": "v1", "kind": "PodTemplate",
+                    "metadata": {"name": template, "namespace": key.namespace,
+                                 "labels": {GANG_LABEL: "true"}, "ownerReferences": owner},
+                    "template": {"metadata": {"labels": dict(labels)},
+                                 "spec": planned_spec(same[0])},
+                })
+            pod_sets.append({"podTemplateRef": {"name": template}, "count": len(same)})
+        with contextlib.suppress(Conflict):
+            self._api.create_request(key.namespace, {
+                "apiVersion": f"autoscaling.x-k8s.io/{self._api.version}",
+                "kind": "ProvisioningRequest",
+                "metadata": {"name": name, "namespace": key.namespace,
+                             "labels": {GANG_LABEL: "true"},
+                             "annotations": {GANG_ANNOTATION: f"{key.source.name}/{key.name}"},
+                             "ownerReferences": owner},
+                "spec": {"provisioningClassName": CLASS_NAME, "podSets": pod_sets},
+            })
+            log.info("gang %s/%s (%s): asked for %d pods in request %s", key.namespace,
+                     key.name, key.source.name, len(pods), name)
+
+    def _mark(self, namespace: str, request: str, members: Sequence[Member]) -> None:
+        for m in members:
+            self._api.annotate_pod(namespace, m.name, {
+                c.CONSUME_ANNOTATIONS[0]: request,
+                "autoscaling.x-k8s.io/provisioning-class-name": CLASS_NAME,
+            })
+
+    def _report(self, key: GangKey, obj: Mapping[str, Any], state: RequestState) -> None:
+        if not state.reason:
+            return
+        text = f"{state.reason}: {state.message}"[:1024]
+        notes = (obj.get("metadata") or {}).get("annotations") or {}
+        if notes.get(STATUS_ANNOTATION) == text:
+            return
+        self._api.annotate_gang(key.source, key.namespace, key.name, {STATUS_ANNOTATION: text})
+        warning = state.phase is RequestPhase.FAILED or state.reason not in (
+            c.CAPACITY_IS_PROVISIONED, c.WAITING_FOR_NODES, c.BOOKING_CONSUMED)
+        meta = obj.get("metadata") or {}
+        stamp = c.rfc3339(self._clock.now())
+        try:
+            self._api.create_event(key.namespace, {
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{key.name}.", "namespace": key.namespace},
+                "involvedObject": {"apiVersion": key.source.api_version,
+                                   "kind": key.source.kind, "name": key.name,
+                                   "namespace": key.namespace, "uid": meta.get("uid")},
+                "reason": state.reason, "message": f"request {state.name}: {state.message}"
+                [:1024],
+                "type": "Warning" if warning else "Normal",
+                "source": {"component": "allset"},
+                "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+            })
+        except Exception as err:  # best effort: the annotation is the record
+            log.warning("event for gang %s/%s not recorded: %s", key.namespace, key.name, err)
+
+    def _drop_orphans(self, sources: Sequence[GangSource]) -> None:
+        """Requests whose gang is gone are deleted (the garbage collector does it too,
+        through the owner reference; this covers a gang deleted with --cascade=orphan)."""
+        by_name = {s.name.value: s for s in sources}
+        for req in self._api.gang_requests(f"{GANG_LABEL}=true"):
+            meta = req.get("metadata") or {}
+            source_name, _, gang = str((meta.get("annotations") or {}).get(GANG_ANNOTATION,
+                                                                             "")).partition("/")
+            source = by_name.get(source_name)
+            if source is None or not gang:
+                continue
+            if self._api.gang(source, str(meta.get("namespace")), gang) is None:
+                log.info("gang %s/%s is gone: deleting its request %s", meta.get("namespace"),
+                         gang, meta.get("name"))
+                self._api.delete_request(str(meta.get("namespace")), str(meta.get("name")))

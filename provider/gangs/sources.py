@@ -1,0 +1,73 @@
+"""How each gang API names a pod's gang and its minimum size (facts of each project).
+
+- Kubernetes 1.36 native gangs (KEP-4671, feature gates GenericWorkload + GangScheduling):
+  a pod names its PodGroup in `spec.schedulingGroup.podGroupName`; the PodGroup
+  (`scheduling.k8s.io/v1alpha2`) is a gang when `spec.schedulingPolicy.gang.minCount` is
+  set (k8s.io/api/scheduling/v1alpha2 and core/v1 PodSchedulingGroup).
+- scheduler-plugins coscheduling: label `scheduling.x-k8s.io/pod-group` on the pod,
+  PodGroup `scheduling.x-k8s.io/v1alpha1` with `spec.minMember`
+  (github.com/kubernetes-sigs/scheduler-plugins, apis/scheduling/v1alpha1).
+- Volcano: annotation `scheduling.k8s.io/group-name` on the pod, PodGroup
+  `scheduling.volcano.sh/v1beta1` with `spec.minMember` (volcano.sh/apis,
+  pkg/apis/scheduling/v1beta1)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class SourceName(enum.StrEnum):
+    NATIVE = "podgroup"  # Kubernetes' own Workload / PodGroup API
+    COSCHEDULING = "coscheduling"
+    VOLCANO = "volcano"
+
+
+@dataclass(frozen=True, slots=True)
+class GangSource:
+    name: SourceName
+    group: str
+    version: str
+    plural: str
+    kind: str
+    builtin: bool  # served by the API server itself (behind feature gates), not a CRD
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    def gang_of(self, pod: Mapping[str, Any]) -> str | None:
+        """The name of the pod's gang object (in the pod's namespace), if it has one."""
+        meta = pod.get("metadata") or {}
+        if self.name is SourceName.NATIVE:
+            group = ((pod.get("spec") or {}).get("schedulingGroup") or {})
+            return _name(group.get("podGroupName"))
+        if self.name is SourceName.COSCHEDULING:
+            return _name((meta.get("labels") or {}).get("scheduling.x-k8s.io/pod-group"))
+        return _name((meta.get("annotations") or {}).get("scheduling.k8s.io/group-name"))
+
+    def min_member(self, obj: Mapping[str, Any]) -> int | None:
+        """The gang's minimum size; None when the object is not a gang (a PodGroup with a
+        basic policy) or says nothing usable."""
+        spec = obj.get("spec") or {}
+        if self.name is SourceName.NATIVE:
+            value = ((spec.get("schedulingPolicy") or {}).get("gang") or {}).get("minCount")
+        else:
+            value = spec.get("minMember")
+        return value if isinstance(value, int) and value > 0 else None
+
+
+def _name(value: Any) -> str | None:
+    return str(value) if isinstance(value, str) and value else None
+
+
+SOURCES: Mapping[SourceName, GangSource] = {
+    SourceName.NATIVE: GangSource(SourceName.NATIVE, "scheduling.k8s.io", "v1alpha2",
+                                  "podgroups", "PodGroup", builtin=True),
+    SourceName.COSCHEDULING: GangSource(SourceName.COSCHEDULING, "scheduling.x-k8s.io",
+                                        "v1alpha1", "podgroups", "PodGroup", builtin=False),
+    SourceName.VOLCANO: GangSource(SourceName.VOLCANO, "scheduling.volcano.sh", "v1beta1",
+                                   "podgroups", "PodGroup", builtin=False),
+}
