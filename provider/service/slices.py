@@ -2,9 +2,9 @@
 
 One slice per driver, in the pool named after the node, as a node-local driver publishes
 them (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/resource-slice-v1/).
-CA's template node carries the protobuf form (`nodeinfo.template_slices`); the JSON form
-is what a DRA driver's kubelet plugin posts to the API, for the end-to-end harness to post
-for the Nodes it registers. Both read the same helpers, and a test holds them equal."""
+CA's template node carries the protobuf form (`nodeinfo.template_slices`); the end-to-end
+harness posts the JSON form for the Nodes it registers, as a DRA driver's kubelet plugin
+would. Both read the same helpers, and a test holds them equal."""
 
 from __future__ import annotations
 
