@@ -384,7 +384,8 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
         api = client.ApiClient(configuration)
         kube = KubeApi(api)
         bridge = GangBridge(GangApi(api), [SOURCES[s] for s in gangs.sources], provider.clock,
-                            resync_seconds=duration_seconds(gangs.resync)) \
+                            resync_seconds=duration_seconds(gangs.resync),
+                            sweep_seconds=300.0) \
             if gangs.sources else None
         return Controller(
             provider,

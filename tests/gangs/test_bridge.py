@@ -156,10 +156,16 @@ def test_a_whole_stuck_gang_becomes_one_request_owned_by_its_podgroup(k: Cluster
     stuck(k, "w0", "w1")
     k.pass_once()
     assert k.requests() == []  # 2 of its 3 pods exist
+    # Not asked for yet, but its pods already name the request they will consume: CA
+    # (which scales an unschedulable pod up once it is 2 s old) leaves them to allset.
+    upcoming = request_name("train", 1)
+    for pod in ("w0", "w1"):
+        assert k.pod(pod)["metadata"]["annotations"][CONSUME] == upcoming
 
     k.kube.create(gang_pod("ps", CPU))
     k.pass_once()
     assert k.requests() == []  # the scheduler has not tried the third pod yet
+    assert k.pod("ps")["metadata"]["annotations"][CONSUME] == upcoming
 
     stuck(k, "ps")
     k.pass_once()
