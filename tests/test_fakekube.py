@@ -15,6 +15,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import MaxRetryError, ProtocolError
 
+from provider.controller.gang_api import GangApi
 from provider.controller.kube import CALLS, DRA_GROUP, GROUP, PLURAL, Conflict, KubeApi
 from tests.fakekube import FakeKube, objects
 
@@ -650,7 +651,25 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     assert [n["metadata"]["name"] for n in nodes] == ["n1"]
     assert [t for t, _ in k.watch_nodes(node_rv, timeout_seconds=1)] == ["BOOKMARK"]
     k.patch_node("n1", {"allset.dev/request": "r1"}, {})
-    assert [p["metadata"]["name"] for p in k.list_pods(NS)] == ["p1"]
+    pods, pod_rv = k.list_all_pods()
+    assert [p["metadata"]["name"] for p in pods] == ["p1"]
+    assert [t for t, _ in k.watch_all_pods(pod_rv, timeout_seconds=1)] == ["BOOKMARK"]
+    # The gang bridge's calls (provider/controller/gang_api.py).
+    g = GangApi(api)
+    g.annotate_pod(NS, "p1", {"autoscaling.x-k8s.io/consume-provisioning-request": "gang"})
+    g.create_pod_template(NS, {"apiVersion": "v1", "kind": "PodTemplate",
+                               "metadata": {"name": "gang-0", "namespace": NS},
+                               "template": {"spec": {"containers": [
+                                   {"name": "c", "image": "x"}]}}})
+    g.create_request(NS, {"apiVersion": f"{GROUP}/v1", "kind": "ProvisioningRequest",
+                          "metadata": {"name": "gang", "namespace": NS,
+                                       "labels": {"allset.dev/gang": "true"}},
+                          "spec": {"provisioningClassName": "atomic-reserved.allset.dev",
+                                   "podSets": [{"podTemplateRef": {"name": "gang-0"},
+                                                "count": 1}]}})
+    assert [r["metadata"]["name"] for r in g.gang_requests("allset.dev/gang=true")] == \
+        ["gang"]
+    g.delete_request(NS, "gang")
     k.create_event(NS, objects.event(NS, request, "Accepted", "planning"))
     assert k.get_dra_object("resourceclaimtemplates", NS, "big")["kind"] == \
         "ResourceClaimTemplate"
@@ -658,7 +677,7 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     assert k.get_dra_object("deviceclasses", None, "gpu.nvidia.com")["kind"] == "DeviceClass"
 
     # The controller's part of CALLS; the Lease and EndpointSlice calls are
-    # provider/leadership's, which this fake does not serve.
+    # provider/leadership's, and the PodGroup calls the gang bridge's (tests/gangs).
     granted = {(verb, f"{c.resource}") for c in CALLS for verb in c.verbs
                if c.group in ("", GROUP, DRA_GROUP)}
     assert set(kube.requests) == granted

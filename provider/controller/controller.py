@@ -19,6 +19,7 @@ from provider.controller import source_labels
 from provider.controller.gang_bridge import GangBridge
 from provider.controller.kube import KubeApi, resumable
 from provider.controller.nodes import Node, NodeCache, provider_id
+from provider.controller.pod_cache import PodCache
 from provider.controller.queue import WorkQueue
 from provider.controller.requests import Backoff, RequestHandler, ours
 from provider.controller.writes import key_of, uid_of
@@ -46,7 +47,11 @@ class Controller:
         self._watch_seconds = watch_seconds
         self.queue = WorkQueue(provider.clock)
         self.nodes = NodeCache(kube, self._node_changed, watch_seconds=watch_seconds)
-        self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes)
+        self.pods = PodCache(kube, self._pods_changed, watch_seconds=watch_seconds)
+        if gangs is not None:
+            gangs.use_pods(self.pods)
+        self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes,
+                                      self.pods)
         self._cache: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -61,7 +66,7 @@ class Controller:
         if self.gangs is not None:
             self.gangs.use_version(self._kube.version)
         self._relist()
-        targets = [self._watch_loop, self._node_loop, self._resync_loop] + \
+        targets = [self._watch_loop, self._node_loop, self._pod_loop, self._resync_loop] + \
             ([self._gang_loop] if self.gangs is not None else []) + \
             [self._work] * self._workers
         for i, target in enumerate(targets):
@@ -81,6 +86,7 @@ class Controller:
     def sync_once(self, limit: int = 1000) -> int:
         """List, then handle every key that is due, in this thread (tests, simulation)."""
         self.nodes.relist()
+        self.pods.relist()
         self._relist()
         handled = 0
         while handled < limit:
@@ -167,6 +173,17 @@ class Controller:
 
     def _node_loop(self) -> None:
         self.nodes.run(self._stop)
+
+    def _pod_loop(self) -> None:
+        self.pods.run(self._stop)
+
+    def _pods_changed(self, key: str) -> None:
+        """A pod that consumes request ``key`` changed: look at the request (only ours: a
+        key not in the cache would read as a deleted request)."""
+        with self._lock:
+            known = key in self._cache
+        if known:
+            self.queue.add(key)
 
     def _node_changed(self, node: Node) -> None:
         """A Node of a request's gang registered, changed or went: look at the request.

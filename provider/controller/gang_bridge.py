@@ -22,7 +22,7 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from provider.clock import Clock
 from provider.controller import conditions as c
@@ -124,13 +124,40 @@ def request_state(obj: Mapping[str, Any], generation: int) -> RequestState:
     return RequestState(name, generation, RequestPhase.OPEN)
 
 
+class PodSource(Protocol):
+    """Where the bridge reads pods: the controller's pod cache (list and watch), so a pass
+    makes no list calls."""
+
+    def pending(self) -> list[dict[str, Any]]: ...
+
+    def in_namespace(self, namespace: str) -> list[dict[str, Any]]: ...
+
+
+class _ListedPods:
+    """Pods read by listing, for a bridge without a cache."""
+
+    def __init__(self, api: GangApi) -> None:
+        self._api = api
+
+    def pending(self) -> list[dict[str, Any]]:
+        return self._api.pending_pods()
+
+    def in_namespace(self, namespace: str) -> list[dict[str, Any]]:
+        return self._api.pods(namespace)
+
+
 class GangBridge:
     def __init__(self, api: GangApi, sources: Sequence[GangSource], clock: Clock, *,
-                 resync_seconds: float = 10.0) -> None:
+                 resync_seconds: float = 10.0, pods: PodSource | None = None) -> None:
         self._api = api
+        self._pods = pods or _ListedPods(api)
         self._sources = tuple(sources)
         self._clock = clock
         self._resync = resync_seconds
+
+    def use_pods(self, pods: PodSource) -> None:
+        """Read pods from the controller's cache instead of listing them each pass."""
+        self._pods = pods
 
     def use_version(self, version: str) -> None:
         """The ProvisioningRequest version the cluster serves (the controller found it)."""
@@ -149,7 +176,7 @@ class GangBridge:
         if not sources:
             return
         keys: set[GangKey] = set()
-        for pod in self._api.pending_pods():
+        for pod in self._pods.pending():
             namespace = str((pod.get("metadata") or {}).get("namespace"))
             for source in sources:
                 name = source.gang_of(pod)
@@ -158,7 +185,7 @@ class GangBridge:
         pods: dict[str, list[dict[str, Any]]] = {}
         for key in sorted(keys, key=lambda k: (k.namespace, k.name, k.source.name)):
             if key.namespace not in pods:
-                pods[key.namespace] = self._api.pods(key.namespace)
+                pods[key.namespace] = self._pods.in_namespace(key.namespace)
             try:
                 self._gang(key, pods[key.namespace])
             except Exception as err:
@@ -203,7 +230,7 @@ class GangBridge:
         if found is None:
             # Named but not there: created by a pass that died, or deleted by a person.
             # Either way the gang is asked for again under the same name.
-            pods = [p for p in self._api.pods(key.namespace)
+            pods = [p for p in self._pods.in_namespace(key.namespace)
                     if _live(p) and key.source.gang_of(p) == key.name and not _scheduled(p)]
             if pods:
                 self._create(key, obj, str(name), pods)

@@ -44,7 +44,7 @@ CALLS: tuple[Call, ...] = (
     Call("resource.k8s.io", "deviceclasses", ("get",)),
     Call("", "nodes", ("list", "watch", "patch")),
     # patch: the gang bridge marks a gang's pods as consuming its request.
-    Call("", "pods", ("list", "patch")),
+    Call("", "pods", ("list", "watch", "patch")),
     # Gangs: read minMember, write the request's state as an annotation.
     Call("scheduling.k8s.io", "podgroups", ("get", "patch")),
     Call("scheduling.x-k8s.io", "podgroups", ("get", "patch")),
@@ -182,10 +182,17 @@ class KubeApi:
         call(self._core.patch_node, name,
               {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}})
 
-    def list_pods(self, namespace: str) -> list[dict[str, Any]]:
-        body: dict[str, Any] = call(self._core.list_namespaced_pod, namespace,
-                                     _preload_content=False)
-        return list(body.get("items", []))
+    def list_all_pods(self) -> tuple[list[dict[str, Any]], str]:
+        """Every Pod and the resourceVersion to watch from (the pod cache's list)."""
+        body: dict[str, Any] = call(self._core.list_pod_for_all_namespaces,
+                                    _preload_content=False)
+        return list(body.get("items", [])), str(body["metadata"]["resourceVersion"])
+
+    def watch_all_pods(self, resource_version: str, timeout_seconds: int
+                       ) -> Iterator[tuple[str, dict[str, Any]]]:
+        yield from self._stream(self._core.list_pod_for_all_namespaces,
+                                resource_version=resource_version,
+                                timeout_seconds=timeout_seconds)
 
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
         call(self._core.create_namespaced_event, namespace, dict(event))

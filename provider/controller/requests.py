@@ -18,6 +18,7 @@ from provider.controller import conditions as c
 from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, Gang, owned, planned
 from provider.controller.kube import Gone, KubeApi
 from provider.controller.nodes import NodeCache, is_ready
+from provider.controller.pod_cache import PodCache
 from provider.controller.writes import Writer, key_of, uid_of
 from provider.demand import CLASS_NAME, Demand
 from provider.errors import DomainError
@@ -75,11 +76,12 @@ class RequestHandler:
     again (seconds, or None for "when it changes")."""
 
     def __init__(self, provider: Provider, kube: KubeApi, backoff: Backoff,
-                 nodes: NodeCache) -> None:
+                 nodes: NodeCache, pods: PodCache) -> None:
         self._p = provider
         self._kube = kube
         self._backoff = backoff
         self._nodes = nodes
+        self._pods = pods
         self._w = Writer(kube, provider.clock)
         self._tracked: dict[str, Tracked] = {}
         self._lock = threading.Lock()
@@ -460,13 +462,7 @@ class RequestHandler:
         return demand_from(obj, templates, ApiObjects(self._kube))
 
     def _consumed(self, namespace: str, name: str, pods: int) -> bool:
-        scheduled = 0
-        for pod in self._kube.list_pods(namespace):
-            notes = (pod.get("metadata") or {}).get("annotations") or {}
-            if any(notes.get(k) == name for k in c.CONSUME_ANNOTATIONS) and \
-                    (pod.get("spec") or {}).get("nodeName"):
-                scheduled += 1
-        return scheduled >= pods
+        return self._pods.scheduled_consumers(namespace, name) >= pods
 
 
 class ApiObjects:

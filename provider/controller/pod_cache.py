@@ -1,0 +1,146 @@
+"""A local cache of the cluster's Pods, kept by list and watch like the Node cache
+(provider/controller/nodes.py), so that no request and no gang pass lists pods.
+
+Most pods matter to allset only through a few fields: their labels and annotations (which
+request they consume, which gang they belong to), whether they are on a node, their
+phase. A slim copy with those is kept for every pod; the whole object only for pods not
+yet on a node (the gang bridge cuts PodTemplates from them), which are few once a cluster
+has settled. A change that concerns a request is handed to ``on_change`` with the
+request's key, so its booking is looked at again at once instead of on the next resync."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from provider.controller import conditions as c
+from provider.controller.kube import KubeApi, resumable
+
+log = logging.getLogger(__name__)
+
+Pod = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    namespace: str
+    name: str
+    consumes: str | None  # the request its annotation names, in its namespace
+    node: str | None
+    live: bool  # not finished and not being deleted
+
+
+def facts(pod: Pod) -> PodFacts:
+    meta = pod.get("metadata") or {}
+    notes = meta.get("annotations") or {}
+    consumes = next((notes[k] for k in c.CONSUME_ANNOTATIONS if notes.get(k)), None)
+    phase = (pod.get("status") or {}).get("phase")
+    return PodFacts(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        consumes=str(consumes) if consumes else None,
+        node=(pod.get("spec") or {}).get("nodeName") or None,
+        live=not meta.get("deletionTimestamp") and phase in (None, "Pending", "Running"),
+    )
+
+
+def slim(pod: Pod) -> Pod:
+    """The pod with only what allset reads of a placed pod (same shape as the object)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    return {
+        "metadata": {k: meta[k] for k in ("namespace", "name", "uid", "labels",
+                                          "annotations", "deletionTimestamp") if k in meta},
+        "spec": {k: spec[k] for k in ("nodeName", "schedulingGroup") if k in spec},
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
+
+
+class PodCache:
+    def __init__(self, kube: KubeApi, on_change: Callable[[str], None] | None = None,
+                 *, watch_seconds: int = 300) -> None:
+        self._kube = kube
+        self._on_change = on_change or (lambda _key: None)
+        self._watch_seconds = watch_seconds
+        self._lock = threading.Lock()
+        self._facts: dict[tuple[str, str], PodFacts] = {}
+        self._pods: dict[tuple[str, str], Pod] = {}  # whole when not on a node, else slim
+        self.synced = threading.Event()
+
+    # --- reads -------------------------------------------------------------------------
+
+    def scheduled_consumers(self, namespace: str, request: str) -> int:
+        """Pods of ``namespace`` that consume ``request`` and are on a node."""
+        with self._lock:
+            return sum(1 for f in self._facts.values()
+                       if f.namespace == namespace and f.consumes == request and f.node)
+
+    def pending(self) -> list[Pod]:
+        """Live pods not yet on a node, whole."""
+        with self._lock:
+            return [self._pods[k] for k, f in self._facts.items() if f.live and not f.node]
+
+    def in_namespace(self, namespace: str) -> list[Pod]:
+        """Every pod of a namespace: whole when not yet on a node, else slim."""
+        with self._lock:
+            return [self._pods[k] for k, f in self._facts.items() if f.namespace == namespace]
+
+    # --- keeping it current ------------------------------------------------------------
+
+    def relist(self) -> str:
+        items, version = self._kube.list_all_pods()
+        fresh = {}
+        kept = {}
+        for pod in items:
+            f = facts(pod)
+            fresh[(f.namespace, f.name)] = f
+            kept[(f.namespace, f.name)] = pod if not f.node else slim(pod)
+        with self._lock:
+            old = self._facts
+            self._facts, self._pods = fresh, kept
+        self.synced.set()
+        touched = {(f.namespace, f.consumes) for f in [*old.values(), *fresh.values()]
+                   if f.consumes and old.get((f.namespace, f.name)) != fresh.get(
+                       (f.namespace, f.name))}
+        for namespace, request in sorted(touched):
+            self._on_change(f"{namespace}/{request}")
+        return version
+
+    def apply(self, kind: str, pod: Pod) -> None:
+        f = facts(pod)
+        if not f.name or kind not in ("ADDED", "MODIFIED", "DELETED"):
+            return
+        key = (f.namespace, f.name)
+        with self._lock:
+            old = self._facts.pop(key, None)
+            self._pods.pop(key, None)
+            if kind != "DELETED":
+                self._facts[key] = f
+                self._pods[key] = pod if not f.node else slim(pod)
+        if kind == "DELETED" or old != f:
+            for consumed in {x.consumes for x in (old, f) if x is not None and x.consumes}:
+                self._on_change(f"{f.namespace}/{consumed}")
+
+    def run(self, stop: threading.Event) -> None:
+        version = ""
+        while not stop.is_set():
+            try:
+                version = version or self.relist()
+                for kind, obj in self._kube.watch_all_pods(version, self._watch_seconds):
+                    if stop.is_set():
+                        return
+                    version = str((obj.get("metadata") or {}).get("resourceVersion")
+                                  or version)
+                    self.apply(kind, obj)
+            except Exception as err:
+                if stop.is_set():
+                    return
+                version = version if resumable(err) else ""
+                if not (isinstance(err, ApiException) and err.status == 410):
+                    log.warning("watching Pods failed: %s", err)
+                    stop.wait(5.0)
