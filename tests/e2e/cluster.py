@@ -176,6 +176,10 @@ class ControlPlane:
         wait_for("kube-apiserver /readyz", ready, timeout,
                  explain=self.procs["kube-apiserver"].tail)
 
+    def api_ready(self) -> bool:
+        """/readyz answers ok (the authorizer's informers have synced, among others)."""
+        return _readyz(self.rest)
+
     def restart_apiserver(self, between: Any = None) -> None:
         """Stop the API server (SIGTERM, as a rolling upgrade does), run ``between`` while
         it is down, and start it again on the same port."""

@@ -69,7 +69,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     try:
         cluster.start()
         kueue.install(cluster.rest)
-        relay = Relay(cluster.api_port)
+        relay = Relay(cluster.api_port, ready=cluster.api_ready)
         # allset runs as the ServiceAccount deploy/ binds, with only deploy's RBAC.
         for doc in rbac_documents():
             cluster.rest.apply(doc)
