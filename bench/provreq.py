@@ -5,7 +5,11 @@ instance as soon as it sees it (a request is Provisioned once its Nodes are regi
 Ready and labelled). Prints the time until every request is terminal and checks that no
 reservation slot was promised twice. Aim: under 10 s.
 
-    python -m bench.provreq [--requests 100] [--nodes 8] [--workers 16]
+    python -m bench.provreq [--requests 100] [--nodes 8] [--workers 16] [--steady 60]
+
+Then, with every request Provisioned and booked, it counts the API requests the controller
+makes in ``--steady`` seconds of nothing happening (aim: no more than 10 a minute,
+whatever the number of requests and nodes).
 """
 
 from __future__ import annotations
@@ -65,6 +69,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=100)
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--steady", type=float, default=60.0,
+                        help="seconds of steady state to count API requests in")
+    parser.add_argument("--resync", type=float, default=30.0,
+                        help="the controller's resync period (config default 30s)")
     args = parser.parse_args()
     cfg = load_config_text(config(args.workers), "<bench>")
     clock = SystemClock()
@@ -77,7 +85,7 @@ def main() -> None:
         template["template"]["spec"]["tolerations"] = [{"operator": "Exists"}]
         kube.create(template)
         controller = Controller(provider, KubeApi(api), workers=args.workers,
-                                resync_seconds=1.0)
+                                resync_seconds=args.resync)
         controller.start()
         kube.wait_for_watchers(1)
         stop = threading.Event()
@@ -106,6 +114,16 @@ def main() -> None:
             time.sleep(0.05)
         elapsed = time.perf_counter() - start
         done, failed = terminal()
+        settle = time.perf_counter()
+        while True:  # the last Node labels and status writes land
+            kube.reset_counts()
+            time.sleep(3.0)
+            if not sum(kube.requests.values()) or time.perf_counter() - settle > 120:
+                break
+        settled = time.perf_counter() - settle
+        kube.reset_counts()
+        time.sleep(args.steady)
+        steady = Counter(kube.requests)
         stop.set()
         kubelets.join()
         controller.stop()
@@ -125,6 +143,14 @@ def main() -> None:
           f"over-booked: {over or 'none'}")
     wrong = {r: n for r, n in per_request.items() if n != args.nodes}
     print(f"  requests with other than {args.nodes} nodes: {wrong or 'none'}")
+    per_minute = sum(steady.values()) * 60 / args.steady
+    by_verb = ", ".join(f"{verb} {resource}: {n}" for (verb, resource), n in
+                        sorted(steady.items())) or "none"
+    print(f"  writes after the last Provisioned (Node labels, statuses) ended within "
+          f"{settled:.1f} s")
+    print(f"  steady state ({args.steady:.0f} s, resync {args.resync:g} s, every request "
+          f"booked): {per_minute:.1f} API requests/min ({by_verb}); aim <= 10/min "
+          f"-> {per_minute / 10:.2f}x")
 
 
 if __name__ == "__main__":

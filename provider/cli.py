@@ -412,8 +412,9 @@ def _plan(args: argparse.Namespace) -> int:
     from provider.plan import Infeasible
     from provider.planner.gang import plan
     from provider.planner.matching import Matcher
+    from provider.planner.timing import wait_or_buy
     from provider.provreq import BadRequest, demand_from, split_documents
-    from provider.render import plan_json, plan_text
+    from provider.render import plan_json, plan_text, timing_json, timing_text
     from provider.unavailable import UnavailableOfferings
 
     if (args.config is None) == (args.server is None):
@@ -449,12 +450,21 @@ def _plan(args: argparse.Namespace) -> int:
     sizes: dict[str, int] = {}
     for inst in snapshot.instances:
         sizes[inst.tags.node_group] = sizes.get(inst.tags.node_group, 0) + 1
-    result = plan(demand, ledger.view(), Matcher(config.groups, config.schema.gpu_label), sizes)
+    matcher = Matcher(config.groups, config.schema.gpu_label)
+    view = ledger.view()
+    result = plan(demand, view, matcher, sizes)
+    wait = wait_or_buy(demand, view, matcher, sizes, result)
+    timing = timing_json(demand, wait)
     if args.output == "json":
-        print(json.dumps(plan_json(result), indent=2))
+        body = plan_json(result)
+        if timing is not None:
+            body["timing"] = timing
+        print(json.dumps(body, indent=2))
     else:
         print(plan_text(demand.name, result))
-    return 2 if isinstance(result, Infeasible) else 0
+        if timing is not None:
+            print(timing_text(demand, wait))
+    return 2 if isinstance(result, Infeasible) and wait is None else 0
 
 
 def _plan_on_server(args: argparse.Namespace, text: str) -> int:

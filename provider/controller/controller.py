@@ -55,6 +55,7 @@ class Controller:
         self._cache: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._label_wanted = threading.Event()
         self._threads: list[threading.Thread] = []
         self._states = Gauge("allset_provisioning_requests", "ProvisioningRequests of our "
                              "class by state.", ["state"], registry=provider.metrics.registry)
@@ -66,7 +67,8 @@ class Controller:
         if self.gangs is not None:
             self.gangs.use_version(self._kube.version)
         self._relist()
-        targets = [self._watch_loop, self._node_loop, self._pod_loop, self._resync_loop] + \
+        targets = [self._watch_loop, self._node_loop, self._pod_loop, self._resync_loop,
+                   self._label_loop] + \
             ([self._gang_loop] if self.gangs is not None else []) + \
             [self._work] * self._workers
         for i, target in enumerate(targets):
@@ -191,6 +193,20 @@ class Controller:
         inst = self._p.fleet.instance(provider_id(node)) if provider_id(node) else None
         if inst is not None and inst.tags.request is not None:
             self.queue.add(inst.tags.request)
+        if inst is not None and source_labels.missing(node, inst):
+            self._label_wanted.set()  # labelled by its own thread, never this one
+
+    def _label_loop(self) -> None:
+        """Label Nodes with their capacity source soon after they register (and put right
+        a Node someone relabelled), without waiting for the next resync."""
+        while not self._stop.is_set():
+            if not self._label_wanted.wait(1.0):
+                continue
+            self._label_wanted.clear()
+            try:
+                self.label_sources()
+            except Exception:
+                log.exception("labelling Nodes with their capacity source failed")
 
     def label_sources(self) -> None:
         """Label each Node of ours with its capacity source (a pass of the resync loop:

@@ -70,6 +70,10 @@ class PodCache:
         self._lock = threading.Lock()
         self._facts: dict[tuple[str, str], PodFacts] = {}
         self._pods: dict[tuple[str, str], Pod] = {}  # whole when not on a node, else slim
+        # Indexes, so a read costs what it returns, not the cluster's pod count.
+        self._by_namespace: dict[str, set[str]] = {}
+        self._consumers: dict[tuple[str, str], set[str]] = {}  # (ns, request) -> placed pods
+        self._pending: set[tuple[str, str]] = set()
         self.synced = threading.Event()
 
     # --- reads -------------------------------------------------------------------------
@@ -77,18 +81,37 @@ class PodCache:
     def scheduled_consumers(self, namespace: str, request: str) -> int:
         """Pods of ``namespace`` that consume ``request`` and are on a node."""
         with self._lock:
-            return sum(1 for f in self._facts.values()
-                       if f.namespace == namespace and f.consumes == request and f.node)
+            return len(self._consumers.get((namespace, request), ()))
 
     def pending(self) -> list[Pod]:
         """Live pods not yet on a node, whole."""
         with self._lock:
-            return [self._pods[k] for k, f in self._facts.items() if f.live and not f.node]
+            return [self._pods[k] for k in self._pending]
 
     def in_namespace(self, namespace: str) -> list[Pod]:
         """Every pod of a namespace: whole when not yet on a node, else slim."""
         with self._lock:
-            return [self._pods[k] for k, f in self._facts.items() if f.namespace == namespace]
+            return [self._pods[(namespace, n)] for n in self._by_namespace.get(namespace, ())]
+
+    def _index(self, f: PodFacts, add: bool) -> None:
+        key = (f.namespace, f.name)
+        sets: list[tuple[dict[Any, set[Any]], Any, Any]] = [
+            (self._by_namespace, f.namespace, f.name)]
+        if f.consumes and f.node:
+            sets.append((self._consumers, (f.namespace, f.consumes), f.name))
+        for index, bucket, item in sets:
+            if add:
+                index.setdefault(bucket, set()).add(item)
+            else:
+                found = index.get(bucket)
+                if found is not None:
+                    found.discard(item)
+                    if not found:
+                        del index[bucket]
+        if f.live and not f.node and add:
+            self._pending.add(key)
+        else:
+            self._pending.discard(key)
 
     # --- keeping it current ------------------------------------------------------------
 
@@ -103,6 +126,9 @@ class PodCache:
         with self._lock:
             old = self._facts
             self._facts, self._pods = fresh, kept
+            self._by_namespace, self._consumers, self._pending = {}, {}, set()
+            for f in fresh.values():
+                self._index(f, add=True)
         self.synced.set()
         touched = {(f.namespace, f.consumes) for f in [*old.values(), *fresh.values()]
                    if f.consumes and old.get((f.namespace, f.name)) != fresh.get(
@@ -119,9 +145,12 @@ class PodCache:
         with self._lock:
             old = self._facts.pop(key, None)
             self._pods.pop(key, None)
+            if old is not None:
+                self._index(old, add=False)
             if kind != "DELETED":
                 self._facts[key] = f
                 self._pods[key] = pod if not f.node else slim(pod)
+                self._index(f, add=True)
         if kind == "DELETED" or old != f:
             for consumed in {x.consumes for x in (old, f) if x is not None and x.consumes}:
                 self._on_change(f"{f.namespace}/{consumed}")
