@@ -155,6 +155,10 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--plot", type=Path, metavar="FILE.png", help="plot the fleet over time")
     sim.add_argument("--seed", type=int, default=0,
                      help="seed of the baselines' random tie-breaks (default 0)")
+    sim.add_argument("--runtimes", choices=["declared", "undeclared"],
+                     help="whether jobs tell allset their expected runtime and deadline "
+                     "(default: the trace's settings.runtimes.declared, true unless set); "
+                     "undeclared is allset before time-aware planning")
     sim.set_defaults(run=_simulate)
     return parser
 
@@ -492,7 +496,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
     from provider.sim.generate import generate
     from provider.sim.report import as_json, text
-    from provider.sim.run import STRATEGIES, simulate
+    from provider.sim.run import STRATEGIES, simulate, with_runtimes
     from provider.sim.trace import load_trace
 
     if args.trace is not None:
@@ -502,6 +506,8 @@ def _simulate(args: argparse.Namespace) -> int:
             raise UsageError("--jobs must be at least 1 and --days positive")
         trace = generate(args.generate, args.jobs, args.days)
         name = f"generated (seed {args.generate}, {args.jobs} jobs, {args.days:g} days)"
+    if args.runtimes is not None:
+        trace = with_runtimes(trace, args.runtimes == "declared")
     if args.plot is not None:
         _check_plot(args.plot)
     names = list(STRATEGIES) if args.strategy == "all" else [args.strategy]

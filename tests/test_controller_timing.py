@@ -93,3 +93,18 @@ def test_a_request_that_buys_now_says_nothing_of_waiting(timed: World) -> None:
     assert len(live(w)) == 2 and {i.tags.reservation for i in live(w)} == {None}
     cond = w.condition(c.PROVISIONED, "job")
     assert cond is None or cond.reason != c.WAITING_FOR_RESERVATION
+
+
+
+def test_the_deadline_counts_from_the_requests_creation(timed: World) -> None:
+    # Regression (found with the simulation, issue 19): maxWaitSeconds was measured from
+    # each pass, so a request planned late (or again after a failed attempt) could wait
+    # past its deadline. Created at 08:00 with 20 minutes to wait, first planned at 08:15:
+    # the block opening at 08:30 is after its deadline (08:20), so it buys now.
+    w = timed
+    create(w, "job", {"workers": 16}, expectedRuntimeSeconds="21600", maxWaitSeconds="1200")
+    w.h.clock.advance(15 * 60)
+    w.sync()
+    cond = w.condition(c.PROVISIONED, "job")
+    assert cond is None or cond.reason != c.WAITING_FOR_RESERVATION, cond.message
+    assert len(live(w)) == 2 and {i.tags.reservation for i in live(w)} == {None}

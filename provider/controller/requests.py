@@ -6,6 +6,7 @@ that loses a node is rolled back whole before it is provisioned, and revoked aft
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -257,6 +258,14 @@ class RequestHandler:
         arrives later does not take them first. None: plan and launch now."""
         if demand.expected_runtime_seconds is None:
             return None
+        # The deadline counts from the request's creation, not from this pass.
+        window = demand.max_wait_seconds if demand.max_wait_seconds is not None else \
+            demand.valid_until_seconds
+        if window is not None:
+            now = self._p.clock.now()
+            created = c.epoch((obj.get("metadata") or {}).get("creationTimestamp")) or now
+            demand = dataclasses.replace(demand, max_wait_seconds=max(0.0, created + window
+                                                                      - now))
         view = self._p.ledger.view(holder=key)
         sizes = self._p.fleet.occupied()
         wait = wait_or_buy(demand, view, self._p.matcher, sizes,
