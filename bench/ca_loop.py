@@ -1,11 +1,16 @@
 """CA-facing performance of `allset serve` on the simulated cloud.
 
-For 1,000 node groups and 10,000 instances, from a real gRPC client in another process:
+For 1,000 node groups and 5,000 instances, from a real gRPC client in another process:
 p50/p99 of each read RPC, the time of one CA-loop-equivalent pass (Refresh, NodeGroups,
 then TargetSize, Nodes and GetOptions for every group), IncreaseSize acknowledgement
 latency, and the server's peak RSS. Targets: pass < 1 s, ack p99 < 20 ms, RSS < 200 MB.
 
-    python -m bench.ca_loop [--groups 1000] [--instances 10000]
+Then the same pass against bench/trivial_server (static answers built once, same gRPC
+server and thread pool) and the ratio of the two: what allset adds over gRPC's own floor
+(aim <= 1.1x). Both servers run at once and the passes alternate between them, so load
+from other work on the machine falls on both alike.
+
+    python -m bench.ca_loop [--groups 1000] [--instances 5000]
 
 Two clients drive the server: a Python gRPC client (this process), and, when Go is
 installed, bench/caloop, a Go client like CA's own, built on the fly from protos/.
@@ -18,10 +23,13 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -228,11 +236,108 @@ def go_client(binary: Path, address: str, pid: int, args: argparse.Namespace) ->
     report_rss(pid)
 
 
+def restore(directory: Path, pristine: Path) -> None:
+    """Put the seeded cloud state back (the previous run scaled groups up)."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(directory, "cloud.db" + suffix).unlink(missing_ok=True)
+    shutil.copy(pristine, directory / "cloud.db")
+
+
+@contextmanager
+def trivial(args: argparse.Namespace) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """bench/trivial_server in a child process; yields it and its address."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.trivial_server", "--groups", str(args.groups),
+         "--instances", str(args.instances)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        address = proc.stdout.readline().strip()
+        if not address:
+            raise RuntimeError("the trivial server did not start")
+        yield proc, address
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def python_passes(address: str, passes: int) -> list[float]:
+    """CA-loop passes from this process's gRPC client, after one warm-up pass."""
+    channel = grpc.insecure_channel(address)
+    stub = pb_grpc.CloudProviderStub(channel)
+    opts = defaults()
+    out: list[float] = []
+    for p in range(passes + 1):
+        start = time.perf_counter()
+        stub.Refresh(pb.RefreshRequest())
+        ids = [g.id for g in stub.NodeGroups(pb.NodeGroupsRequest()).nodeGroups]
+        for gid in ids:
+            stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=gid))
+            stub.NodeGroupNodes(pb.NodeGroupNodesRequest(id=gid))
+            stub.NodeGroupGetOptions(pb.NodeGroupAutoscalingOptionsRequest(id=gid, defaults=opts))
+        if p:
+            out.append(time.perf_counter() - start)
+    channel.close()
+    return out
+
+
+def go_passes(binary: Path, address: str, passes: int) -> list[float]:
+    result = subprocess.run(
+        [str(binary), "-addr", address, "-passes", str(passes), "-increases", "0"],
+        capture_output=True, text=True, check=True, timeout=600,
+    )
+    figures: list[float] = json.loads(result.stdout)["passSeconds"]
+    return figures
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process (/proc/PID/stat fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def compare(config: Path, binary: Path | None, args: argparse.Namespace) -> None:
+    """allset and the trivial server side by side, passes alternating between them.
+
+    Wall time of a pass is what CA waits; on a machine shared with other work it moves
+    with the load, so the servers' CPU seconds per pass are printed too (each run of a
+    client is 3 passes, the first a warm-up)."""
+    clients: list[tuple[str, Callable[[str], list[float]]]] = []
+    if binary is not None:
+        clients.append(("Go", lambda a: go_passes(binary, a, 2)))
+    clients.append(("Python", lambda a: python_passes(a, 2)))
+    print(f"\n[allset against a trivial server: {args.rounds} alternating rounds of 2 passes, "
+          f"load average {os.getloadavg()[0]:.1f}]")
+    print(f"{'client':8} {'pass s: allset':>15} {'trivial':>8} {'ratio':>6}   "
+          f"{'server CPU s/pass: allset':>26} {'trivial':>8} {'ratio':>6}   aim")
+    with serve(config) as (ours_proc, address), trivial(args) as (floor_proc, floor):
+        for name, run in clients:
+            wall: dict[int, list[float]] = {ours_proc.pid: [], floor_proc.pid: []}
+            cpu: dict[int, list[float]] = {ours_proc.pid: [], floor_proc.pid: []}
+            for r in range(args.rounds):
+                # Alternate who goes first, so neither always follows the other's garbage.
+                order = [(ours_proc.pid, address), (floor_proc.pid, floor)]
+                for pid, target in (order if r % 2 == 0 else order[::-1]):
+                    before = cpu_seconds(pid)
+                    wall[pid].extend(run(target))
+                    cpu[pid].append((cpu_seconds(pid) - before) / 3)
+            a, t = (statistics.median(wall[p]) for p in (ours_proc.pid, floor_proc.pid))
+            ca, ct = (statistics.median(cpu[p]) for p in (ours_proc.pid, floor_proc.pid))
+            print(f"{name:8} {a:15.3f} {t:8.3f} {a / t:5.2f}x   {ca:26.3f} {ct:8.3f} "
+                  f"{ca / ct:5.2f}x   <= 1.1x")
+    print(f"(load average after: {os.getloadavg()[0]:.1f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", type=int, default=1000)
-    parser.add_argument("--instances", type=int, default=10_000)
+    parser.add_argument("--instances", type=int, default=5_000)
     parser.add_argument("--passes", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="alternating rounds of the comparison with the trivial server")
+    parser.add_argument("--only-ratio", action="store_true",
+                        help="skip the per-RPC figures; run only the comparison")
     args = parser.parse_args()
     print(f"allset CA-facing bench: {args.groups} groups, {args.instances} instances "
           f"({machine()})")
@@ -240,17 +345,18 @@ def main() -> None:
         config = write_fleet(Path(tmp), args.groups, args.instances)
         pristine = Path(tmp) / "cloud.db.orig"
         shutil.copy(Path(tmp) / "cloud.db", pristine)
-        with serve(config) as (proc, address):
-            python_client(address, proc.pid, args)
         binary = build_go_client()
-        if binary is None:
-            print("\n(Go is not installed: the Go client run is skipped)")
-            return
-        for suffix in ("", "-wal", "-shm"):
-            Path(tmp, "cloud.db" + suffix).unlink(missing_ok=True)
-        shutil.copy(pristine, Path(tmp) / "cloud.db")
-        with serve(config) as (proc, address):
-            go_client(binary, address, proc.pid, args)
+        if not args.only_ratio:
+            with serve(config) as (proc, address):
+                python_client(address, proc.pid, args)
+            if binary is None:
+                print("\n(Go is not installed: the Go client run is skipped)")
+            else:
+                restore(Path(tmp), pristine)
+                with serve(config) as (proc, address):
+                    go_client(binary, address, proc.pid, args)
+        restore(Path(tmp), pristine)
+        compare(config, binary, args)
 
 
 if __name__ == "__main__":

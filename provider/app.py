@@ -81,6 +81,7 @@ class Provider:
             attempt_deadline_seconds=config.attempt_deadline_seconds,
             metrics=self.metrics)
         self._booked: dict[str, set[str]] = {}  # request -> provider ids it holds
+        self._booker: dict[str, str] = {}  # provider id -> the request that books it
         self._booked_lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         # Guards only who watches and what they last heard; never held across I/O, so the
@@ -221,16 +222,29 @@ class Provider:
 
     def book(self, request: str, provider_ids: set[str]) -> None:
         with self._booked_lock:
+            self._drop(request)
             self._booked[request] = set(provider_ids)
+            self._booker.update(dict.fromkeys(provider_ids, request))
 
     def unbook(self, request: str) -> set[str]:
         with self._booked_lock:
+            self._drop(request)
             return self._booked.pop(request, set())
+
+    def _drop(self, request: str) -> None:
+        for pid in self._booked.get(request, ()):
+            if self._booker.get(pid) == request:
+                del self._booker[pid]
 
     def bookings(self) -> dict[str, str]:
         """provider id -> the request that books it."""
         with self._booked_lock:
-            return {pid: req for req, ids in self._booked.items() for pid in ids}
+            return dict(self._booker)
+
+    def booked(self, provider_id: str) -> bool:
+        """Whether a request books this node (per Node event: no copy of every booking)."""
+        with self._booked_lock:
+            return provider_id in self._booker
 
     def request_refresh(self) -> None:
         """CA's Refresh: never blocks on the cloud; wakes the loop if the data is stale."""

@@ -86,6 +86,12 @@ class Fleet:
         self._state = {g.id: _GroupState(g) for g in groups}
         self._views: dict[str, GroupView] = {}
         self._owner: dict[str, str] = {}  # provider id -> group id
+        # ProvisioningRequest uid -> {provider id: group id} of its instances in the views,
+        # so a request's gang is read without walking every node of the fleet. Each inner
+        # dict is replaced, never changed, and holds a superset while a view is replaced
+        # (entries go in before the new view, out after it): a reader taking each node from
+        # its group's current view finds what a walk of every view would.
+        self._by_request: dict[str, dict[str, str]] = {}
         self._version = itertools.count(1)
         self._seq = itertools.count(1)
         # Live committed instances whose group is no longer configured: never CA's, never
@@ -113,6 +119,22 @@ class Fleet:
 
     def owner_of(self, provider_id: str) -> str | None:
         return self._owner.get(provider_id)
+
+    def request_nodes(self, uid: str) -> list[NodeView]:
+        """The nodes whose instance belongs to the ProvisioningRequest with this UID, each as
+        its group's current view shows it (lock-free; O(the groups holding them))."""
+        by_group: dict[str, set[str]] = {}
+        for pid, gid in self._by_request.get(uid, {}).items():
+            by_group.setdefault(gid, set()).add(pid)
+        out: list[NodeView] = []
+        for gid, pids in by_group.items():
+            view = self._views.get(gid)
+            for node in view.nodes if view is not None else ():
+                inst = node.instance
+                if node.provider_id in pids and inst is not None and \
+                        inst.tags.request_uid == uid:
+                    out.append(node)
+        return out
 
     def instance(self, provider_id: str) -> CloudInstance | None:
         gid = self._owner.get(provider_id)
@@ -469,9 +491,33 @@ class Fleet:
             pid = node.provider_id
             if pid not in current and self._owner.get(pid) == group_id:
                 self._owner.pop(pid, None)
+        now_held, before = _by_request(nodes), _by_request(old.nodes if old else ())
+        for uid, pids in now_held.items():
+            have = self._by_request.get(uid, {})
+            if any(have.get(pid) != group_id for pid in pids):
+                self._by_request[uid] = {**have, **dict.fromkeys(pids, group_id)}
         self._views[group_id] = GroupView(
             state.group, self._target(state), tuple(nodes), next(self._version)
         )
+        for uid, pids in before.items():
+            gone = pids - now_held.get(uid, set())
+            if not gone:
+                continue
+            kept = {pid: gid for pid, gid in self._by_request.get(uid, {}).items()
+                    if not (pid in gone and gid == group_id)}
+            if kept:
+                self._by_request[uid] = kept
+            else:
+                self._by_request.pop(uid, None)
+
+
+def _by_request(nodes: Iterable[NodeView]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for node in nodes:
+        uid = node.instance.tags.request_uid if node.instance is not None else None
+        if uid:
+            out.setdefault(uid, set()).add(node.provider_id)
+    return out
 
 
 def _node_state(inst: CloudInstance) -> NodeState:

@@ -65,14 +65,14 @@ def test_node_cache_wakes_requests_only_for_what_they_read() -> None:
     from typing import Any, cast
 
     from provider.controller.kube import KubeApi
-    from provider.controller.nodes import NodeCache
+    from provider.controller.nodes import NodeCache, slim
     from tests.fakekube import objects
 
     woken: list[str] = []
     cache = NodeCache(cast(KubeApi, None), lambda n: woken.append(n["metadata"]["name"]))
     node: dict[str, Any] = objects.node("n1", provider_id="fake://a/n1", ready=False)
     cache.apply("ADDED", node)
-    assert cache.get("fake://a/n1") == node and woken == ["n1"]
+    assert cache.get("fake://a/n1") == slim(node) and woken == ["n1"]
     heartbeat = {**node, "status": {**node["status"], "allocatable": {"cpu": "8"}}}
     cache.apply("MODIFIED", heartbeat)
     assert woken == ["n1"]  # a kubelet heartbeat: nothing a request reads changed
@@ -81,3 +81,55 @@ def test_node_cache_wakes_requests_only_for_what_they_read() -> None:
     cache.apply("MODIFIED", labelled)
     cache.apply("DELETED", labelled)
     assert woken == ["n1"] * 4 and cache.get("fake://a/n1") is None
+
+
+def test_node_cache_takes_our_own_write_without_waking_anyone() -> None:
+    from typing import cast
+
+    from provider.controller.kube import KubeApi
+    from provider.controller.nodes import NodeCache, slim
+    from tests.fakekube import objects
+
+    woken: list[str] = []
+    cache = NodeCache(cast(KubeApi, None), lambda n: woken.append(n["metadata"]["name"]))
+    cache.apply("ADDED", objects.node("n1", provider_id="fake://a/n1"))
+    labelled = objects.node("n1", {"allset.dev/booking": "ml.job"}, provider_id="fake://a/n1")
+    cache.wrote(labelled)
+    assert cache.get("fake://a/n1") == slim(labelled) and woken == ["n1"]
+    cache.apply("MODIFIED", labelled)  # the write's own watch event: nothing new
+    assert woken == ["n1"]
+    cache.apply("DELETED", labelled)
+    cache.wrote(labelled)  # a write answered after the Node went: not brought back
+    assert cache.get("fake://a/n1") is None
+
+
+def test_bookings_are_indexed_by_node() -> None:
+    from tests.helpers import harness
+
+    h = harness()
+    try:
+        p = h.provider
+        p.book("ml/a", {"n1", "n2"})
+        p.book("ml/b", {"n3"})
+        assert p.booked("n1") and p.booked("n3") and not p.booked("n4")
+        p.book("ml/a", {"n2"})  # a gang that lost a node
+        assert not p.booked("n1") and p.booked("n2")
+        assert p.bookings() == {"n2": "ml/a", "n3": "ml/b"}
+        assert p.unbook("ml/a") == {"n2"}
+        assert not p.booked("n2") and p.bookings() == {"n3": "ml/b"}
+    finally:
+        h.provider.stop()
+
+
+def test_the_node_cache_keeps_only_what_allset_reads() -> None:
+    from provider.controller.nodes import is_ready, provider_id, slim
+    from tests.fakekube import objects
+
+    node = objects.node("n1", {"allset.dev/booking": "ml.job"}, provider_id="fake://a/n1")
+    node["metadata"]["managedFields"] = [{"manager": "kwok"}]
+    node["status"]["images"] = [{"names": ["x"]}]
+    kept = slim(node)
+    assert kept["metadata"]["labels"] == node["metadata"]["labels"]
+    assert provider_id(kept) == "fake://a/n1" and is_ready(kept)
+    assert "managedFields" not in kept["metadata"] and "images" not in kept["status"]
+    assert not is_ready(slim(objects.node("n2", ready=False)))

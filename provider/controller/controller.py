@@ -57,6 +57,7 @@ class Controller:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._label_wanted = threading.Event()
+        self._labelling = threading.Lock()  # one label_sources pass at a time
         self._threads: list[threading.Thread] = []
         self._states = Gauge("allset_provisioning_requests", "ProvisioningRequests of our "
                              "class by state.", ["state"], registry=provider.metrics.registry)
@@ -196,6 +197,8 @@ class Controller:
         inst = self._p.fleet.instance(provider_id(node)) if provider_id(node) else None
         if inst is not None and inst.tags.request is not None:
             self.queue.add(inst.tags.request)
+            if self._p.booked(inst.provider_id):
+                return  # its request labels it, with the booking label in the same patch
         if inst is not None and source_labels.missing(node, inst):
             self._label_wanted.set()  # labelled by its own thread, never this one
 
@@ -213,11 +216,22 @@ class Controller:
 
     def label_sources(self) -> None:
         """Label each Node of ours with its capacity source (a pass of the resync loop:
-        never on the watch thread, which one slow PATCH would stall)."""
-        for node in self.nodes.all():
-            inst = self._p.fleet.instance(provider_id(node)) if provider_id(node) else None
-            if inst is not None:
-                self._label_source(node, inst)
+        never on the watch thread, which one slow PATCH would stall). One pass at a time:
+        the resync loop and the labelling thread both run it, and two passes over Nodes
+        not yet labelled would patch each twice; the one that finds a pass running leaves
+        a note for the labelling thread instead."""
+        if not self._labelling.acquire(blocking=False):
+            self._label_wanted.set()
+            return
+        try:
+            booked = self._p.bookings()  # their requests label them (RequestHandler._label)
+            for node in self.nodes.all():
+                pid = provider_id(node)
+                inst = self._p.fleet.instance(pid) if pid and pid not in booked else None
+                if inst is not None:
+                    self._label_source(node, inst)
+        finally:
+            self._labelling.release()
 
     def _label_source(self, node: Node, inst: CloudInstance) -> None:
         changes = source_labels.missing(node, inst)
@@ -225,7 +239,7 @@ class Controller:
         if not changes or not name or not inst.tags.committed or not self._p.acting():
             return
         try:
-            self._kube.patch_node(str(name), changes, {})
+            self.nodes.wrote(self._kube.patch_node(str(name), changes, {}))
         except Exception as err:  # the next resync tries again
             log.warning("labelling Node %s with its capacity source failed: %s", name, err)
 

@@ -38,15 +38,14 @@ def owned(fleet: Fleet, uid: str) -> tuple[list[CloudInstance], list[CloudInstan
     """(live, going): this request's committed instances in the fleet, split into those
     that still count and those CA or the cloud is taking away."""
     live, going = [], []
-    for group in fleet.groups():
-        for node in fleet.view(group.id).nodes:
-            inst = node.instance
-            if inst is None or inst.tags.request_uid != uid:
-                continue
-            if node.state is NodeState.DELETING or _leaving(inst):
-                going.append(inst)
-            else:
-                live.append(inst)
+    for node in fleet.request_nodes(uid):  # not a walk of every node: once per request pass
+        inst = node.instance
+        if inst is None or inst.tags.request_uid != uid:
+            continue
+        if node.state is NodeState.DELETING or _leaving(inst):
+            going.append(inst)
+        else:
+            live.append(inst)
     # A group the config dropped still holds a gang committed in it (a restart must not
     # launch a second one); reconcile.unknownGroups decides whether those nodes stay.
     for inst in fleet.unknown():

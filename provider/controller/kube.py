@@ -5,13 +5,17 @@ that the two agree."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import socket
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client, watch
+from kubernetes import client
 from kubernetes.client.rest import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 GROUP = "autoscaling.x-k8s.io"
 VERSIONS = ("v1", "v1beta1")
@@ -75,8 +79,9 @@ class KubeApi:
         self.version = version
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
-        self._watches: list[Any] = []  # open watches, closed by stop_watching
+        self._watches: list[Any] = []  # open watch responses, closed by stop_watching
         self._watches_lock = threading.Lock()
+        self._stopped = False  # by stop_watching: a watch opened after it ends at once
 
     # --- ProvisioningRequests --------------------------------------------------------------
 
@@ -95,28 +100,50 @@ class KubeApi:
 
     def _stream(self, fn: Any, *args: Any, resource_version: str, timeout_seconds: int
                 ) -> Iterator[tuple[str, dict[str, Any]]]:
-        w = watch.Watch()
+        """One watch request's events as plain JSON. Not the client's Watch: it builds a
+        model of every object (a V1Node, a V1Pod), ten times the cost of the JSON, and
+        nothing here reads models; at thousands of Nodes that was most of a CPU."""
+        response = fn(*args, watch=True, resource_version=resource_version,
+                      timeout_seconds=timeout_seconds, allow_watch_bookmarks=True,
+                      _preload_content=False)  # a status other than 2xx raises ApiException
         with self._watches_lock:
-            self._watches.append(w)
+            stopped = self._stopped
+            if not stopped:
+                self._watches.append(response)
+        if stopped:  # stop_watching ran while this watch was being opened: never read it
+            response.close()
+            response.release_conn()
+            return
         try:
-            for event in w.stream(fn, *args, resource_version=resource_version,
-                                  timeout_seconds=timeout_seconds, allow_watch_bookmarks=True):
-                yield str(event["type"]), event["raw_object"]
+            for line in iter_resp_lines(response):
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind, obj = str(event.get("type")), event.get("object") or {}
+                if kind == "ERROR":
+                    # A watch refused in its stream, as a 410 for a version too old is.
+                    raise ApiException(status=int(obj.get("code") or 500),
+                                       reason=f"{obj.get('reason')}: {obj.get('message')}")
+                yield kind, obj
         finally:
             with self._watches_lock:
-                if w in self._watches:
-                    self._watches.remove(w)
+                if response in self._watches:
+                    self._watches.remove(response)
+            response.close()
+            response.release_conn()
 
     def stop_watching(self) -> None:
-        """End the watches blocked in other threads (on shutdown): stop each and close its
-        connection, which the blocked read sees at once."""
+        """End the watches blocked in other threads (on shutdown): shut each one's socket
+        down, which the blocked read sees at once (closing it from here would not wake
+        that read, and may wait on the lock it holds); the reading thread closes it."""
         with self._watches_lock:
+            self._stopped = True
             watches = list(self._watches)
-        for w in watches:
-            w.stop()
-            response = getattr(w, "_resp", None)  # the client keeps the open response here
-            if response is not None:
-                response.close()
+        for response in watches:
+            sock = getattr(getattr(response, "connection", None), "sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def get_request(self, namespace: str, name: str) -> dict[str, Any]:
         found: dict[str, Any] = call(self._custom.get_namespaced_custom_object, GROUP,
@@ -177,10 +204,14 @@ class KubeApi:
                                 timeout_seconds=timeout_seconds)
 
     def patch_node(self, name: str, labels: Mapping[str, str | None],
-                   annotations: Mapping[str, str | None]) -> None:
-        """Set (or, with None, remove) labels and annotations on a node."""
-        call(self._core.patch_node, name,
-              {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}})
+                   annotations: Mapping[str, str | None]) -> dict[str, Any]:
+        """Set (or, with None, remove) labels and annotations on a node; returns the Node
+        as written (plain JSON: the client's models cost more than the Node is worth)."""
+        written: dict[str, Any] = call(
+            self._core.patch_node, name,
+            {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}},
+            _preload_content=False)
+        return written
 
     def list_all_pods(self) -> tuple[list[dict[str, Any]], str]:
         """Every Pod and the resourceVersion to watch from (the pod cache's list)."""
@@ -199,8 +230,6 @@ class KubeApi:
 
 
 def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    import json
-
     try:
         out = fn(*args, **kwargs)
     except ApiException as err:
