@@ -155,6 +155,10 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--plot", type=Path, metavar="FILE.png", help="plot the fleet over time")
     sim.add_argument("--seed", type=int, default=0,
                      help="seed of the baselines' random tie-breaks (default 0)")
+    sim.add_argument("--runtimes", choices=["declared", "undeclared"],
+                     help="whether jobs tell allset their expected runtime and deadline "
+                     "(default: the trace's settings.runtimes.declared, true unless set); "
+                     "undeclared is allset before time-aware planning")
     sim.set_defaults(run=_simulate)
     return parser
 
@@ -384,7 +388,8 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
         api = client.ApiClient(configuration)
         kube = KubeApi(api)
         bridge = GangBridge(GangApi(api), [SOURCES[s] for s in gangs.sources], provider.clock,
-                            resync_seconds=duration_seconds(gangs.resync)) \
+                            resync_seconds=duration_seconds(gangs.resync),
+                            sweep_seconds=300.0) \
             if gangs.sources else None
         return Controller(
             provider,
@@ -412,8 +417,9 @@ def _plan(args: argparse.Namespace) -> int:
     from provider.plan import Infeasible
     from provider.planner.gang import plan
     from provider.planner.matching import Matcher
+    from provider.planner.timing import wait_or_buy
     from provider.provreq import BadRequest, demand_from, split_documents
-    from provider.render import plan_json, plan_text
+    from provider.render import plan_json, plan_text, timing_json, timing_text
     from provider.unavailable import UnavailableOfferings
 
     if (args.config is None) == (args.server is None):
@@ -449,12 +455,21 @@ def _plan(args: argparse.Namespace) -> int:
     sizes: dict[str, int] = {}
     for inst in snapshot.instances:
         sizes[inst.tags.node_group] = sizes.get(inst.tags.node_group, 0) + 1
-    result = plan(demand, ledger.view(), Matcher(config.groups, config.schema.gpu_label), sizes)
+    matcher = Matcher(config.groups, config.schema.gpu_label)
+    view = ledger.view()
+    result = plan(demand, view, matcher, sizes)
+    wait = wait_or_buy(demand, view, matcher, sizes, result)
+    timing = timing_json(demand, wait)
     if args.output == "json":
-        print(json.dumps(plan_json(result), indent=2))
+        body = plan_json(result)
+        if timing is not None:
+            body["timing"] = timing
+        print(json.dumps(body, indent=2))
     else:
         print(plan_text(demand.name, result))
-    return 2 if isinstance(result, Infeasible) else 0
+        if timing is not None:
+            print(timing_text(demand, wait))
+    return 2 if isinstance(result, Infeasible) and wait is None else 0
 
 
 def _plan_on_server(args: argparse.Namespace, text: str) -> int:
@@ -481,7 +496,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
     from provider.sim.generate import generate
     from provider.sim.report import as_json, text
-    from provider.sim.run import STRATEGIES, simulate
+    from provider.sim.run import STRATEGIES, simulate, with_runtimes
     from provider.sim.trace import load_trace
 
     if args.trace is not None:
@@ -491,6 +506,8 @@ def _simulate(args: argparse.Namespace) -> int:
             raise UsageError("--jobs must be at least 1 and --days positive")
         trace = generate(args.generate, args.jobs, args.days)
         name = f"generated (seed {args.generate}, {args.jobs} jobs, {args.days:g} days)"
+    if args.runtimes is not None:
+        trace = with_runtimes(trace, args.runtimes == "declared")
     if args.plot is not None:
         _check_plot(args.plot)
     names = list(STRATEGIES) if args.strategy == "all" else [args.strategy]

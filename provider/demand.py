@@ -111,6 +111,14 @@ class Demand:
     no_retry: bool = False
     # A CA scale-up: nodes of this one group (pods of the single pod set are nodes).
     pinned_group: str | None = None
+    # Time. How long the gang expects to run once its nodes are up: reserved capacity
+    # that ends sooner is not used unless interruption is allowed. How long it may wait
+    # for reserved capacity that has not opened yet, and what a GPU-hour of waiting is
+    # worth against on-demand spend (provider/planner/timing.py).
+    expected_runtime_seconds: float | None = None
+    allow_interruption: bool = False
+    max_wait_seconds: float | None = None
+    wait_value_per_gpu_hour: float | None = None
 
     @property
     def pods(self) -> int:

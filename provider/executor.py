@@ -434,7 +434,8 @@ class Executor:
             def build_now(view: CapacityView, done: list[Part] = already) -> Plan | Infeasible:
                 return build(view, done)
 
-            plan = self._ledger.plan(spec.id, build_now, self._admit(spec, already))
+            plan = self._ledger.plan(spec.id, build_now, self._admit(spec, already),
+                                     holder=spec.request)
             if isinstance(plan, Infeasible):
                 infeasible = plan
                 break

@@ -73,6 +73,9 @@ class Ledger:
         self._snapshot = CloudSnapshot((), (), ())
         self._taken_at = float("-inf")
         self._claims: list[_Claim] = []
+        # Slots of reservations not yet open, held for requests waiting for them, so work
+        # that arrives later does not take them first: holder -> (reservation, slots, until)
+        self._holds: dict[str, tuple[str, int, float]] = {}
 
     @property
     def snapshot(self) -> CloudSnapshot:
@@ -89,24 +92,40 @@ class Ledger:
                 c for c in self._claims if c.settled_at is None or c.settled_at > taken_at
             ]
 
-    def view(self) -> CapacityView:
+    def view(self, holder: str | None = None) -> CapacityView:
+        """Capacity as a plan of ``holder`` sees it: other holders' held slots are gone."""
         with self._lock:
-            return self._view()
+            return self._view(holder)
+
+    def hold(self, holder: str, reservation: str, slots: int, until: float) -> None:
+        """Keep ``slots`` of ``reservation`` for ``holder`` until it plans (or ``until``)."""
+        with self._lock:
+            self._holds[holder] = (reservation, slots, until)
+
+    def unhold(self, holder: str) -> None:
+        with self._lock:
+            self._holds.pop(holder, None)
+
+    def held(self) -> dict[str, tuple[str, int, float]]:
+        with self._lock:
+            return dict(self._holds)
 
     def plan(
         self, attempt: str, build: Callable[[CapacityView], Plan | Infeasible],
-        admit: Callable[[Plan], str | None] | None = None,
+        admit: Callable[[Plan], str | None] | None = None, holder: str | None = None,
     ) -> Plan | Infeasible:
         """Plan against current capacity and claim what the plan uses, atomically.
         ``admit`` may still refuse the plan (it holds the groups' maxSize) with a reason;
-        a refused plan claims nothing."""
+        a refused plan claims nothing. A plan that claims ends its holder's hold."""
         with self._lock:
-            result = build(self._view())
+            result = build(self._view(holder))
             if isinstance(result, Plan):
                 refused = admit(result) if admit is not None else None
                 if refused is not None:
                     return Infeasible((Reason(ReasonCode.MAX_SIZE, refused),))
                 self._claims.extend(_Claim(attempt, p) for p in result.parts)
+                if holder is not None:
+                    self._holds.pop(holder, None)
             return result
 
     def release(self, attempt: str, parts: Sequence[Part] | None = None) -> None:
@@ -148,11 +167,17 @@ class Ledger:
                     out[c.part.reservation] = out.get(c.part.reservation, 0) + c.part.count
             return out
 
-    def _view(self) -> CapacityView:
+    def _view(self, holder: str | None = None) -> CapacityView:
         claimed: dict[str, int] = {}
         for c in self._claims:
             if c.part.reservation:
                 claimed[c.part.reservation] = claimed.get(c.part.reservation, 0) + c.part.count
+        now = self._clock.now()
+        for who, (rid, slots, until) in list(self._holds.items()):
+            if until < now:
+                del self._holds[who]  # its holder never came: the slots are free again
+            elif who != holder:
+                claimed[rid] = claimed.get(rid, 0) + slots
         reservations = tuple(
             dataclasses.replace(r, free=max(0, r.free - claimed[r.id])) if r.id in claimed else r
             for r in self._snapshot.reservations

@@ -52,10 +52,21 @@ class Parameters:
     valid_until_seconds: float | None = None
     no_retry: bool = False
     wait_for_nodes: bool = False
+    expected_runtime_seconds: float | None = None
+    max_wait_seconds: float | None = None
+    allow_interruption: bool = False
+    wait_value_per_gpu_hour: float | None = None
 
 
 PARAMETERS = ("topology", "capacityTypes", "bookingDurationSeconds", "validUntilSeconds",
-              "noRetry", "waitForNodes")
+              "noRetry", "waitForNodes", "expectedRuntimeSeconds", "maxWaitSeconds",
+              "allowInterruption", "waitValuePerGpuHour")
+_SECONDS = {"bookingDurationSeconds": "booking_seconds",
+            "validUntilSeconds": "valid_until_seconds",
+            "expectedRuntimeSeconds": "expected_runtime_seconds",
+            "maxWaitSeconds": "max_wait_seconds"}
+_FLAGS = {"noRetry": "no_retry", "waitForNodes": "wait_for_nodes",
+          "allowInterruption": "allow_interruption"}
 
 
 def request_name(request: Mapping[str, Any]) -> str:
@@ -107,18 +118,26 @@ def parse_parameters(raw: Mapping[str, Any], name: str = "") -> Parameters:
                                         "on-demand, spot"))
             else:
                 out["capacity_types"] = tuple(dict.fromkeys(CapacityType(t) for t in items))
-        elif key in ("bookingDurationSeconds", "validUntilSeconds"):
+        elif key in _SECONDS:
             if not text.isdigit() or int(text) <= 0:
                 problems.append((field, f"{text!r} is not a positive number of seconds"))
             else:
-                attr = "booking_seconds" if key == "bookingDurationSeconds" else \
-                    "valid_until_seconds"
-                out[attr] = float(text)
-        elif key in ("noRetry", "waitForNodes"):
+                out[_SECONDS[key]] = float(text)
+        elif key in _FLAGS:
             if text.lower() not in ("true", "false"):
                 problems.append((field, f"{text!r} must be \"true\" or \"false\""))
             else:
-                out["no_retry" if key == "noRetry" else "wait_for_nodes"] = text.lower() == "true"
+                out[_FLAGS[key]] = text.lower() == "true"
+        elif key == "waitValuePerGpuHour":
+            try:
+                value = float(text)
+            except ValueError:
+                value = -1.0
+            if not value >= 0 or value == float("inf"):
+                problems.append((field, f"{text!r} is not a non-negative number (USD per "
+                                        "GPU-hour)"))
+            else:
+                out["wait_value_per_gpu_hour"] = value
         else:
             problems.append((field, f"unknown parameter of class {CLASS_NAME}; known: "
                                     + ", ".join(PARAMETERS)))
@@ -186,6 +205,10 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
         booking_seconds=params.booking_seconds,
         valid_until_seconds=params.valid_until_seconds,
         no_retry=params.no_retry,
+        expected_runtime_seconds=params.expected_runtime_seconds,
+        allow_interruption=params.allow_interruption,
+        max_wait_seconds=params.max_wait_seconds,
+        wait_value_per_gpu_hour=params.wait_value_per_gpu_hour,
     )
     return demand, params
 

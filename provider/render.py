@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
+from provider.demand import Demand
 from provider.plan import Infeasible, Plan, Reason
+from provider.planner.timing import Wait
 
 
 def plan_json(result: Plan | Infeasible) -> dict[str, Any]:
@@ -52,3 +55,27 @@ def plan_text(name: str, result: Plan | Infeasible) -> str:
     for note in result.notes:
         lines.append(f"  note: {note.message}")
     return "\n".join(lines)
+
+
+def timing_json(demand: Demand, wait: Wait | None) -> dict[str, Any] | None:
+    """Wait or buy, for a request that states its runtime (None otherwise)."""
+    if demand.expected_runtime_seconds is None:
+        return None
+    if wait is None:
+        return {"decision": "buy-now"}
+    return {"decision": "wait", "reservation": wait.reservation,
+            "opensAt": rfc3339(wait.opens_at), "slots": wait.slots,
+            "savesUsd": round(wait.saves, 2), "costNowUsd": round(wait.cost_now, 2),
+            "costWaitingUsd": round(wait.cost_then, 2)}
+
+
+def timing_text(demand: Demand, wait: Wait | None) -> str:
+    if demand.expected_runtime_seconds is None:
+        return ""
+    if wait is None:
+        return "  decision: launch now (no reserved window before the deadline is cheaper)"
+    return "  decision: " + wait.text(rfc3339(wait.opens_at))
+
+
+def rfc3339(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PROTOS = ("externalgrpc.proto", "k8s_core_v1.proto")
+PROTOS = ("externalgrpc.proto", "k8s_core_v1.proto", "k8s_resource_v1.proto")
 PACKAGE = "provider/wire"
 HEADER = '"""Generated from protos/ by scripts/gen_protos.py. Do not edit."""\n'
 

@@ -99,6 +99,12 @@ def test_top_level_errors(patch: str, field: str, words: str) -> None:
          "nodeGroups[0] (id g).options.maxNodeProvisionTime", "not a duration"),
         ("options: {scaleDownUtilizationThreshold: 2}",
          "nodeGroups[0] (id g).options.scaleDownUtilizationThreshold", "less than or equal to 1"),
+        # resource.k8s.io/v1 int attributes are int64 (the template's slices carry them).
+        ("gpu: {type: h100, count: 1, dra: {attributes: {rack: 9223372036854775808}}}",
+         "nodeGroups[0] (id g).gpu.dra.attributes",
+         "rack: 9223372036854775808 does not fit a DRA int attribute (64-bit)"),
+        ("devices: [{driver: dra.net, count: 2, spread: {numa: 99999999999999999999}}]",
+         "nodeGroups[0] (id g).devices[0].spread", "numa: 99999999999999999999 does not fit"),
     ],
 )
 def test_group_field_errors(group: str, field: str, words: str) -> None:

@@ -27,6 +27,8 @@ def _anchors(page: Path) -> set[str]:
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(page: Path) -> None:
     text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
+    # Markdown makes no link inside inline code (a regex in the config reference has "](").
+    text = re.sub(r"`[^`\n]*`", "", text)
     for target in _LINK.findall(text):
         if re.match(r"[a-z]+:", target):
             continue  # an absolute URL

@@ -16,7 +16,8 @@ from kubernetes.client.rest import ApiException
 from urllib3.exceptions import MaxRetryError, ProtocolError
 
 from provider.controller.gang_api import GangApi
-from provider.controller.kube import CALLS, DRA_GROUP, GROUP, PLURAL, Conflict, KubeApi
+from provider.controller.kube import CALLS, GROUP, PLURAL, Conflict, KubeApi
+from provider.gangs.sources import SOURCES
 from tests.fakekube import FakeKube, objects
 
 NS = "team-a"
@@ -623,8 +624,9 @@ def test_cluster_state_controls_are_what_the_client_reads(kube: FakeKube, api: A
 
 def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeKube,
                                                                      api: Any) -> None:
-    """Each KubeApi method against the fake; the requests it made are exactly the
-    (verb, resource) pairs CALLS grants, so the controller's RBAC and its calls agree."""
+    """Each KubeApi and GangApi method against the fake; the requests they made are
+    exactly the (group, verb, resource) triples CALLS grants, so the controller's RBAC and
+    its calls agree."""
     kube.create(objects.pod_template(NS, "gpu", {"nvidia.com/gpu": "8"}))
     kube.create(objects.node("n1"))
     kube.create(objects.pod(NS, "p1", {"autoscaling.x-k8s.io/consume-provisioning-request":
@@ -670,6 +672,19 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     assert [r["metadata"]["name"] for r in g.gang_requests("allset.dev/gang=true")] == \
         ["gang"]
     g.delete_request(NS, "gang")
+    g.delete_request(NS, "gang")  # gone already: nothing to do
+    assert g.request(NS, "gang") is None
+    assert all(g.served(source) for source in SOURCES.values())
+    assert [p["metadata"]["name"] for p in g.pending_pods()] == ["p1"]
+    assert [p["metadata"]["name"] for p in g.pods(NS)] == ["p1"]
+    for source in SOURCES.values():
+        kube.create({"apiVersion": source.api_version, "kind": "PodGroup",
+                     "metadata": {"namespace": NS, "name": "gang"}, "spec": {}})
+        g.annotate_gang(source, NS, "gang", {"allset.dev/provisioning": "x"})
+        found = g.gang(source, NS, "gang")
+        assert found is not None and found["metadata"]["annotations"] == {
+            "allset.dev/provisioning": "x"}
+    g.create_event(NS, objects.event(NS, request, "Accepted", "gang"))
     k.create_event(NS, objects.event(NS, request, "Accepted", "planning"))
     assert k.get_dra_object("resourceclaimtemplates", NS, "big")["kind"] == \
         "ResourceClaimTemplate"
@@ -677,10 +692,10 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     assert k.get_dra_object("deviceclasses", None, "gpu.nvidia.com")["kind"] == "DeviceClass"
 
     # The controller's part of CALLS; the Lease and EndpointSlice calls are
-    # provider/leadership's, and the PodGroup calls the gang bridge's (tests/gangs).
-    granted = {(verb, f"{c.resource}") for c in CALLS for verb in c.verbs
-               if c.group in ("", GROUP, DRA_GROUP)}
-    assert set(kube.requests) == granted
+    # provider/leadership's, which this fake does not serve.
+    granted = {(c.group, verb, c.resource) for c in CALLS for verb in c.verbs
+               if c.group not in ("coordination.k8s.io", "discovery.k8s.io")}
+    assert set(kube.calls) == granted
 
 
 def test_concurrent_read_modify_write_loses_no_update(kube: FakeKube, api: Any) -> None:
@@ -727,3 +742,102 @@ def test_reset_empties_the_cluster_and_resource_versions_keep_rising(kube: FakeK
     assert created["metadata"]["creationTimestamp"] == "2030-01-01T00:00:00Z"
     names = [n.metadata.name for n in client.CoreV1Api(api).list_node().items]
     assert names == ["n2"]  # the server answers from the new, empty cluster
+
+
+# --- gang APIs: PodGroups of three groups, discovery, groups not installed ------------------
+
+
+def test_podgroups_of_three_groups_are_three_resources(kube: FakeKube, api: Any) -> None:
+    """One plural, three groups: an object in one is not in the others, and the helpers
+    ask which group is meant."""
+    kube.create(objects.coscheduling_pod_group(NS, "g", 3))
+    kube.create(objects.volcano_pod_group(NS, "g", 5))
+    got = custom(api).get_namespaced_custom_object("scheduling.x-k8s.io", "v1alpha1", NS,
+                                                    "podgroups", "g")
+    assert (got["apiVersion"], got["spec"]["minMember"]) == ("scheduling.x-k8s.io/v1alpha1", 3)
+    with pytest.raises(ApiException) as err:
+        custom(api).get_namespaced_custom_object("scheduling.k8s.io", "v1alpha2", NS,
+                                                 "podgroups", "g")
+    assert err.value.status == 404
+    with pytest.raises(KeyError, match="pass group="):
+        kube.get("podgroups", "g", NS)
+    volcano = kube.get("podgroups", "g", NS, group="scheduling.volcano.sh")
+    assert volcano is not None and volcano["spec"]["minMember"] == 5
+    assert kube.delete("podgroups", "g", NS, group="scheduling.volcano.sh")
+    assert kube.get("podgroups", "g", NS, group="scheduling.x-k8s.io") is not None
+
+
+def test_merge_patch_of_a_podgroup_annotation_and_its_removal(kube: FakeKube, api: Any
+                                                               ) -> None:
+    kube.create(objects.coscheduling_pod_group(NS, "g", 3))
+    patched = custom(api).patch_namespaced_custom_object(
+        "scheduling.x-k8s.io", "v1alpha1", NS, "podgroups", "g",
+        {"metadata": {"annotations": {"a": "1", "b": "2"}}})
+    assert patched["metadata"]["annotations"] == {"a": "1", "b": "2"}
+    again = custom(api).patch_namespaced_custom_object(
+        "scheduling.x-k8s.io", "v1alpha1", NS, "podgroups", "g",
+        {"metadata": {"annotations": {"a": None}}})
+    assert again["metadata"]["annotations"] == {"b": "2"}
+    assert again["spec"] == {"minMember": 3}
+
+
+def test_discovery_lists_what_is_served_and_404s_what_is_not() -> None:
+    with FakeKube(absent_groups=["scheduling.volcano.sh"]) as kube, kube.client() as api:
+        apis = custom(api)
+        found = apis.get_api_resources("scheduling.x-k8s.io", "v1alpha1")
+        assert found.group_version == "scheduling.x-k8s.io/v1alpha1"
+        assert [(r.name, r.namespaced, r.kind) for r in found.resources] == [
+            ("podgroups", True, "PodGroup"), ("podgroups/status", True, "PodGroup")]
+        for group, version in (("scheduling.volcano.sh", "v1beta1"),
+                               ("scheduling.x-k8s.io", "v1"), ("example.com", "v1")):
+            with pytest.raises(ApiException) as err:
+                apis.get_api_resources(group, version)
+            assert err.value.status == 404
+        # Not installed means no path at all, not only no discovery.
+        with pytest.raises(ApiException) as err:
+            custom(api).list_namespaced_custom_object("scheduling.volcano.sh", "v1beta1", NS,
+                                                      "podgroups")
+        assert err.value.status == 404
+        with pytest.raises(ValueError, match="absent_groups"):
+            kube.create(objects.volcano_pod_group(NS, "g", 2))
+        assert kube.discoveries("scheduling.volcano.sh/v1beta1") == 1
+    with pytest.raises(ValueError, match="absent_groups"):
+        FakeKube(absent_groups=["volcano.sh"])
+
+
+def test_pending_pods_across_namespaces_and_annotating_a_pod(kube: FakeKube, api: Any
+                                                             ) -> None:
+    kube.create(objects.pod(NS, "waiting"))
+    kube.create(objects.pod("team-b", "also-waiting"))
+    kube.create(objects.pod(NS, "running", node_name="n1"))
+    pending = core(api).list_pod_for_all_namespaces(field_selector="status.phase=Pending")
+    assert sorted(p.metadata.name for p in pending.items) == ["also-waiting", "waiting"]
+    core(api).patch_namespaced_pod("waiting", NS, {"metadata": {"annotations": {"k": "v"}}})
+    stored = kube.get("pods", "waiting", NS)
+    assert stored is not None and stored["metadata"]["annotations"] == {"k": "v"}
+    assert stored["spec"]["containers"][0]["name"] == "main"  # the rest is kept
+
+
+def test_the_scheduler_marks_a_pod_unschedulable(kube: FakeKube, api: Any) -> None:
+    kube.create(objects.pod(NS, "p"))
+    kube.set_pod_unschedulable(NS, "p", "0/2 nodes are available: 2 Insufficient gpu")
+    got = core(api).read_namespaced_pod("p", NS)
+    assert [(c.type, c.status, c.reason) for c in got.status.conditions] == [
+        ("PodScheduled", "False", "Unschedulable")]
+    assert got.status.phase == "Pending"
+
+
+def test_provisioning_requests_listed_by_label_in_every_namespace(kube: FakeKube, api: Any
+                                                                  ) -> None:
+    for ns, name, labelled in ((NS, "a", True), ("team-b", "b", True), (NS, "c", False)):
+        body = objects.provisioning_request(ns, name, {"t": 1})
+        if labelled:
+            body["metadata"]["labels"] = {"allset.dev/gang": "true"}
+        custom(api).create_namespaced_custom_object(GROUP, "v1", ns, PLURAL, body)
+    found = custom(api).list_cluster_custom_object(GROUP, "v1", PLURAL,
+                                                   label_selector="allset.dev/gang=true")
+    assert sorted(i["metadata"]["name"] for i in found["items"]) == ["a", "b"]
+    gone = custom(api).delete_namespaced_custom_object(GROUP, "v1", NS, PLURAL, "a")
+    # Gone at once (no finalizer): a Success Status, as the real server answers.
+    assert (gone["kind"], gone["status"], gone["details"]["group"]) == (
+        "Status", "Success", GROUP)

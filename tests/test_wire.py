@@ -3,6 +3,7 @@ we send and are understood when they send to us, through test-only clients."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import tempfile
@@ -16,6 +17,7 @@ import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from provider.wire import externalgrpc_pb2 as pb
+from provider.wire import k8s_resource_v1_pb2 as rpb
 
 ROOT = Path(__file__).resolve().parent.parent
 WIRE = Path(__file__).resolve().parent / "wire"
@@ -29,6 +31,15 @@ def test_generated_stubs_match_protos() -> None:
         capture_output=True, text=True, check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_every_proto_is_generated() -> None:
+    """A new file in protos/ is covered by the regeneration check above."""
+    spec = importlib.util.spec_from_file_location("gen_protos", ROOT / "scripts" / "gen_protos.py")
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert sorted(gen.PROTOS) == sorted(p.name for p in (ROOT / "protos").glob("*.proto"))
 
 
 def _compile(proto: str) -> Callable[[str], type[Any]]:
@@ -121,6 +132,39 @@ def test_current_ca_reads_template_node_and_options(
     assert got.scaleDownUtilizationThreshold == 0.5
 
 
+def test_dra_ca_reads_template_slices(
+    channel: grpc.Channel, current: Callable[[str], type[Any]]
+) -> None:
+    """What kubernetes/autoscaler PR 10303 decodes: each item of resourceSliceBytes is one
+    k8s.io.api.resource.v1.ResourceSlice."""
+    resource = _compile("k8s_resource.proto")
+    slice_type = resource("k8s.io.api.resource.v1.ResourceSlice")
+    resp = _call(channel, "NodeGroupTemplateNodeInfo",
+                 current(PKG + "NodeGroupTemplateNodeInfoRequest")(id="gpu"),
+                 current(PKG + "NodeGroupTemplateNodeInfoResponse"))
+    (raw,) = resp.resourceSliceBytes
+    got = slice_type.FromString(raw)
+    assert got.metadata.name == "gpu-template-gpu-nvidia-com"
+    spec = got.spec
+    assert (spec.driver, spec.nodeName) == ("gpu.nvidia.com", "gpu-template")
+    assert (spec.pool.name, spec.pool.generation, spec.pool.resourceSliceCount) == (
+        "gpu-template", 1, 1)
+    assert not spec.HasField("allNodes") and not spec.HasField("perDeviceNodeSelection")
+    assert [d.name for d in spec.devices] == [f"gpu-{i}" for i in range(8)]
+    for i, device in enumerate(spec.devices):
+        assert device.capacity["memory"].value.string == "80Gi"
+        assert device.attributes["index"].int == i
+        assert device.attributes["productName"].string == "NVIDIA H100 80GB HBM3"
+        assert device.attributes["cudaComputeCapability"].version == "9.0.0"
+        assert not device.HasField("nodeName") and not device.HasField("allNodes")
+        assert not any(a.ints or a.bools or a.strings or a.versions
+                       for a in device.attributes.values())
+    none = _call(channel, "NodeGroupTemplateNodeInfo",
+                 current(PKG + "NodeGroupTemplateNodeInfoRequest")(id="cpu"),
+                 current(PKG + "NodeGroupTemplateNodeInfoResponse"))
+    assert list(none.resourceSliceBytes) == []
+
+
 def test_both_generations_price_the_same(
     channel: grpc.Channel, legacy: Callable[[str], type[Any]],
     current: Callable[[str], type[Any]],
@@ -158,7 +202,8 @@ def test_our_proto_keeps_documented_numbers() -> None:
         "NodeGroupDecreaseTargetSizeRequest": {"delta": 1, "id": 2},
         "PricingPodPriceRequest": {"pod": 1, "startTime": 2, "endTime": 3, "pod_bytes": 4,
                                    "startTimestamp": 5, "endTimestamp": 6},
-        "NodeGroupTemplateNodeInfoResponse": {"nodeInfo": 1, "nodeBytes": 2},
+        "NodeGroupTemplateNodeInfoResponse": {"nodeInfo": 1, "nodeBytes": 2,
+                                              "resourceSliceBytes": 3},
         "InstanceErrorInfo": {"errorCode": 1, "errorMessage": 2, "instanceErrorClass": 3},
         "NodeGroupAutoscalingOptions": {
             "scaleDownUtilizationThreshold": 1, "scaleDownGpuUtilizationThreshold": 2,
@@ -172,6 +217,19 @@ def test_our_proto_keeps_documented_numbers() -> None:
         descriptor = pb.DESCRIPTOR.message_types_by_name[message]
         got = {name: descriptor.fields_by_name[name].number for name in fields}
         assert got == fields, message
+    # k8s.io/api resource/v1 generated.proto (v0.36).
+    resource = {
+        "ResourceSlice": {"metadata": 1, "spec": 2},
+        "ResourceSliceSpec": {"driver": 1, "pool": 2, "nodeName": 3, "devices": 6},
+        "ResourcePool": {"name": 1, "generation": 2, "resourceSliceCount": 3},
+        "Device": {"name": 1, "attributes": 2, "capacity": 3},
+        "DeviceAttribute": {"int": 2, "bool": 3, "string": 4, "version": 5},
+        "DeviceCapacity": {"value": 1},
+    }
+    assert rpb.DESCRIPTOR.package == "k8s.io.api.resource.v1"
+    for message, fields in resource.items():
+        descriptor = rpb.DESCRIPTOR.message_types_by_name[message]
+        assert {f.name: f.number for f in descriptor.fields} == fields, message
     service = pb.DESCRIPTOR.services_by_name["CloudProvider"]
     assert len(service.methods) == 15
     options = service.methods_by_name["NodeGroupGetOptions"]

@@ -10,7 +10,7 @@ import datetime as dt
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
 from adapters.base import CapacityType, ReservationKind
 from provider.config.aws import AwsCloud, AwsGroup
@@ -87,6 +87,16 @@ class DeviceAttributes(Model):
     spread: dict[AttributeName, Annotated[int, Field(gt=0)]] = Field(
         default_factory=dict, description="attributes shared by consecutive devices: "
         "{numaNode: 2} over 8 devices gives 0,0,0,0,1,1,1,1")
+
+    @field_validator("attributes", "spread")
+    @classmethod
+    def _int64(cls, values: dict[str, object]) -> dict[str, object]:
+        # resource.k8s.io/v1 holds an int attribute in an int64: a larger number would load
+        # here and fail only when the template's ResourceSlices are encoded, at start.
+        for name, value in values.items():
+            if type(value) is int and not -(2**63) <= value < 2**63:
+                raise ValueError(f"{name}: {value} does not fit a DRA int attribute (64-bit)")
+        return values
 
 
 class GpuDra(DeviceAttributes):

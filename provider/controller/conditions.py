@@ -21,6 +21,9 @@ BOOKING_TIME_EXPIRED = "CapacityReservationTimeExpired"
 BOOKING_CONSUMED = "CapacityBookingConsumed"
 EXPIRED = "Expired"
 WAITING_FOR_NODES = "WaitingForNodes"
+# Reserved capacity that serves the request opens before its deadline and waiting for it
+# costs less than buying now (provider/planner/timing.py).
+WAITING_FOR_RESERVATION = "WaitingForReservation"
 INVALID_REQUEST = "InvalidRequest"
 
 BOOKING_LABEL = "allset.dev/booking"

@@ -47,7 +47,8 @@ class Controller:
         self._watch_seconds = watch_seconds
         self.queue = WorkQueue(provider.clock)
         self.nodes = NodeCache(kube, self._node_changed, watch_seconds=watch_seconds)
-        self.pods = PodCache(kube, self._pods_changed, watch_seconds=watch_seconds)
+        self.pods = PodCache(kube, self._pods_changed, watch_seconds=watch_seconds,
+                             on_pending=gangs.wake if gangs is not None else None)
         if gangs is not None:
             gangs.use_pods(self.pods)
         self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes,
@@ -81,6 +82,8 @@ class Controller:
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()
+        if self.gangs is not None:
+            self.gangs.wake()  # out of its wait, to see the stop
         self.queue.close()
         self._kube.stop_watching()
         for thread in self._threads:

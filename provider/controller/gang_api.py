@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import client
@@ -18,24 +18,23 @@ _SERVED_TTL = 300.0  # how long "this gang API is (not) served" is believed
 
 
 class GangApi:
-    def __init__(self, api: client.ApiClient, version: str = "v1") -> None:
+    def __init__(self, api: client.ApiClient, version: str = "v1", *,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.version = version  # of ProvisioningRequests
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
-        self._api = api
+        self._monotonic = monotonic
         self._served: dict[str, tuple[bool, float]] = {}
 
     def served(self, source: GangSource) -> bool:
         """Is the source's API served? CRD-based ones exist only where installed, the native
         one only behind feature gates; asked again every few minutes."""
         known = self._served.get(source.api_version)
-        now = time.monotonic()
+        now = self._monotonic()
         if known is not None and now - known[1] < _SERVED_TTL:
             return known[0]
-        try:
-            self._api.call_api(f"/apis/{source.group}/{source.version}", "GET",
-                               auth_settings=["BearerToken"], response_type="object",
-                               _return_http_data_only=True)
+        try:  # GET /apis/<group>/<version>: the group version's discovery document
+            self._custom.get_api_resources(source.group, source.version)
             found = True
         except ApiException as err:
             if err.status not in (403, 404):

@@ -34,6 +34,7 @@ from provider.gangs.sources import GangSource
 
 log = logging.getLogger(__name__)
 
+_MIN_PASS_GAP = 0.5  # seconds between passes however often pods wake the bridge
 GANG_LABEL = "allset.dev/gang"  # on requests the bridge made
 GANG_ANNOTATION = "allset.dev/gang"  # on such a request: "<source>/<gang name>"
 REQUEST_ANNOTATION = "allset.dev/gang-request"  # on the gang: its current request
@@ -52,7 +53,8 @@ class GangKey:
 def request_name(gang: str, generation: int) -> str:
     """A request per generation, named after the gang (DNS subdomain, stable)."""
     digest = hashlib.sha256(gang.encode()).hexdigest()[:6]
-    return f"gang-{gang[:40]}-{digest}-{generation}"
+    # Cut where it may, a subdomain can end in "." or "-": ".-" is not a DNS subdomain.
+    return f"gang-{gang[:40].rstrip('.-')}-{digest}-{generation}"
 
 
 def planned_spec(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -148,12 +150,23 @@ class _ListedPods:
 
 class GangBridge:
     def __init__(self, api: GangApi, sources: Sequence[GangSource], clock: Clock, *,
-                 resync_seconds: float = 10.0, pods: PodSource | None = None) -> None:
+                 resync_seconds: float = 10.0, pods: PodSource | None = None,
+                 sweep_seconds: float = 0.0) -> None:
+        """``sweep_seconds``: how often requests of gone gangs are looked for (each pass
+        by default; the garbage collector does it first, so a service sweeps rarely)."""
         self._api = api
         self._pods = pods or _ListedPods(api)
         self._sources = tuple(sources)
         self._clock = clock
         self._resync = resync_seconds
+        self._sweep = sweep_seconds
+        self._swept_at = float("-inf")
+        self._wake = threading.Event()
+
+    def wake(self) -> None:
+        """A pod that may belong to a gang appeared or changed: pass now, before CA's own
+        loop sees it (CA scales an unschedulable pod up once it is 2 s old)."""
+        self._wake.set()
 
     def use_pods(self, pods: PodSource) -> None:
         """Read pods from the controller's cache instead of listing them each pass."""
@@ -169,7 +182,9 @@ class GangBridge:
                 self.pass_once()
             except Exception as err:  # the API may be down; the next pass tries again
                 log.warning("gang pass failed: %s", err)
-            stop.wait(self._resync)
+            self._wake.wait(self._resync)
+            self._wake.clear()
+            stop.wait(_MIN_PASS_GAP)  # a burst of pods is one pass, not one each
 
     def pass_once(self) -> None:
         sources = [s for s in self._sources if self._api.served(s)]
@@ -191,7 +206,10 @@ class GangBridge:
             except Exception as err:
                 log.warning("gang %s/%s (%s): %s", key.namespace, key.name, key.source.name,
                             err)
-        self._drop_orphans(sources)
+        now = self._clock.now()
+        if now - self._swept_at >= self._sweep:
+            self._swept_at = now
+            self._drop_orphans(sources)
 
     # --- one gang -------------------------------------------------------------------------
 
@@ -220,6 +238,14 @@ class GangBridge:
             self._mark(key.namespace, name, decision.pods)
         elif isinstance(decision, Mark):
             self._mark(key.namespace, decision.request, decision.pods)
+        elif current is None or current.phase is RequestPhase.DONE:
+            # Not asked for yet (not whole, or the scheduler has not tried every pod): its
+            # pods already name the request they will consume, so CA's per-pod scale-up
+            # leaves them alone meanwhile instead of half-building the gang.
+            upcoming = request_name(key.name, 1 if current is None else current.generation + 1)
+            early = tuple(m for m in members if not m.scheduled and m.consuming != upcoming)
+            if early:
+                self._mark(key.namespace, upcoming, early)
 
     def _current(self, key: GangKey, obj: Mapping[str, Any]) -> RequestState | None:
         name = ((obj.get("metadata") or {}).get("annotations") or {}).get(REQUEST_ANNOTATION)
@@ -246,8 +272,12 @@ class GangBridge:
         for pod in pods:
             shapes.setdefault(shape_of(pod), []).append(pod)
         pod_sets = []
-        for index, (_, same) in enumerate(sorted(shapes.items())):
-            template = f"{name}-{index}"
+        for shape, same in sorted(shapes.items()):
+            # Named for this gang (its uid) and this shape, so a template that exists
+            # already is this one, made by an earlier pass: never a same-named template
+            # of a gang deleted and recreated under its name, which may hold other pods.
+            digest = hashlib.sha256(f"{meta.get('uid')}/{shape}".encode()).hexdigest()[:10]
+            template = f"{name}-{digest}"
             labels = (same[0].get("metadata") or {}).get("labels") or {}
             with contextlib.suppress(Conflict):  # made by an earlier pass
                 self._api.create_pod_template(key.namespace, {
@@ -308,7 +338,9 @@ class GangBridge:
 
     def _drop_orphans(self, sources: Sequence[GangSource]) -> None:
         """Requests whose gang is gone are deleted (the garbage collector does it too,
-        through the owner reference; this covers a gang deleted with --cascade=orphan)."""
+        through the owner reference; this covers a gang deleted with --cascade=orphan).
+        A gang recreated under the same name is another owner (another uid): the old
+        request is not its own, and would hold it to the old one's outcome."""
         by_name = {s.name.value: s for s in sources}
         for req in self._api.gang_requests(f"{GANG_LABEL}=true"):
             meta = req.get("metadata") or {}
@@ -317,7 +349,19 @@ class GangBridge:
             source = by_name.get(source_name)
             if source is None or not gang:
                 continue
-            if self._api.gang(source, str(meta.get("namespace")), gang) is None:
+            found = self._api.gang(source, str(meta.get("namespace")), gang)
+            owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
+            uid = ((found or {}).get("metadata") or {}).get("uid")
+            if found is None or (owners and uid not in owners):
                 log.info("gang %s/%s is gone: deleting its request %s", meta.get("namespace"),
                          gang, meta.get("name"))
                 self._api.delete_request(str(meta.get("namespace")), str(meta.get("name")))
+                continue
+            # A gang whose pods all landed between two passes is not looked at by a pass
+            # (it has no pending pod): its state is brought up to date here.
+            notes = (found.get("metadata") or {}).get("annotations") or {}
+            if notes.get(REQUEST_ANNOTATION) == meta.get("name"):
+                name = str(meta.get("name"))
+                generation = int(name.rsplit("-", 1)[-1]) if name[-1:].isdigit() else 1
+                self._report(GangKey(source, str(meta.get("namespace")), gang), found,
+                             request_state(req, generation))

@@ -63,9 +63,12 @@ def slim(pod: Pod) -> Pod:
 
 class PodCache:
     def __init__(self, kube: KubeApi, on_change: Callable[[str], None] | None = None,
-                 *, watch_seconds: int = 300) -> None:
+                 *, watch_seconds: int = 300,
+                 on_pending: Callable[[], None] | None = None) -> None:
+        """``on_pending``: a pod not yet on a node appeared or changed (gangs look)."""
         self._kube = kube
         self._on_change = on_change or (lambda _key: None)
+        self._on_pending = on_pending or (lambda: None)
         self._watch_seconds = watch_seconds
         self._lock = threading.Lock()
         self._facts: dict[tuple[str, str], PodFacts] = {}
@@ -154,6 +157,8 @@ class PodCache:
         if kind == "DELETED" or old != f:
             for consumed in {x.consumes for x in (old, f) if x is not None and x.consumes}:
                 self._on_change(f"{f.namespace}/{consumed}")
+        if kind != "DELETED" and f.live and not f.node:
+            self._on_pending()
 
     def run(self, stop: threading.Event) -> None:
         version = ""

@@ -6,6 +6,7 @@ that loses a node is rolled back whole before it is provisioned, and revoked aft
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,7 @@ from provider.executor import AttemptSpec, Result
 from provider.ledger import CapacityView
 from provider.plan import Infeasible, Part, Plan, ReasonCode
 from provider.planner.gang import plan
+from provider.planner.timing import wait_or_buy
 from provider.provreq import BadRequest, Parameters, demand_from
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,7 @@ SUSPECTS_DELAY = 10.0  # an earlier attempt's uncommitted instances are being se
 # refresh loop's listings show lost (no listing of our own: many waiting requests would
 # each start one).
 WAITING_RECHECK = 5.0
+HOLD_GRACE = 600.0  # seconds a window's held slots wait for their request after it opens
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +203,9 @@ class RequestHandler:
         key = key_of(obj)
         demand = t.demand
         assert demand is not None
+        waiting = self._wait_for_window(obj, key, demand)
+        if waiting is not None:
+            return waiting
         attempt = self._p.new_attempt_id("r")
         # The attempt is named in the request before its first cloud call, so a restart
         # knows which instances are this request's gang.
@@ -246,6 +252,32 @@ class RequestHandler:
         t.retry_at = self._p.clock.now() + delay
         self._w.update(obj, changes, warning=True, note=f"retrying in {delay:.0f}s")
         return delay
+
+    def _wait_for_window(self, obj: Obj, key: str, demand: Demand) -> float | None:
+        """Wait for reserved capacity that opens before the deadline when that is cheaper
+        than buying now; its slots are held for this request meanwhile, so work that
+        arrives later does not take them first. None: plan and launch now."""
+        if demand.expected_runtime_seconds is None:
+            return None
+        # The deadline counts from the request's creation, not from this pass.
+        window = demand.max_wait_seconds if demand.max_wait_seconds is not None else \
+            demand.valid_until_seconds
+        if window is not None:
+            now = self._p.clock.now()
+            created = c.epoch((obj.get("metadata") or {}).get("creationTimestamp")) or now
+            demand = dataclasses.replace(demand, max_wait_seconds=max(0.0, created + window
+                                                                      - now))
+        view = self._p.ledger.view(holder=key)
+        sizes = self._p.fleet.occupied()
+        wait = wait_or_buy(demand, view, self._p.matcher, sizes,
+                           plan(demand, view, self._p.matcher, sizes))
+        if wait is None:
+            self._p.ledger.unhold(key)
+            return None
+        self._p.ledger.hold(key, wait.reservation, wait.slots, wait.opens_at + HOLD_GRACE)
+        self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_RESERVATION,
+                              wait.text(c.rfc3339(wait.opens_at)))])
+        return max(0.0, wait.opens_at - self._p.clock.now())
 
     def _waiting(self, obj: Obj, t: Tracked, found: Gang) -> float | None:
         """Committed: Provisioned once every planned Node is registered, Ready and carries
@@ -441,6 +473,7 @@ class RequestHandler:
         """End a booking: CA may scale the nodes down again, and pods no longer select
         them."""
         ids = self._p.unbook(key)
+        self._p.ledger.unhold(key)
         if uid is not None:
             live, going = owned(self._p.fleet, uid)
             ids |= {i.provider_id for i in (*live, *going)}

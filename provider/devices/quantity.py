@@ -43,7 +43,11 @@ def format_quantity(milli: int) -> str:
     if milli % 1000:
         return f"{milli}m"
     units = milli // 1000
-    for suffix, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+    # The shortest exact form, binary or decimal: 80Gi, 400G, 141Gi, 3.
+    forms = [str(units)]
+    for suffix, size in (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30),
+                         ("Mi", 2**20), ("Ki", 2**10), ("E", 10**18), ("P", 10**15),
+                         ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3)):
         if units and units % size == 0:
-            return f"{units // size}{suffix}"
-    return str(units)
+            forms.append(f"{units // size}{suffix}")
+    return min(forms, key=len)

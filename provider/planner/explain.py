@@ -22,6 +22,7 @@ from provider.planner.gang import (
     allocate,
     best_solution,
     domain_of,
+    ends_early_reasons,
     gather,
 )
 from provider.planner.matching import Exclusion, Matcher
@@ -55,6 +56,7 @@ def explain(inputs: Inputs, matcher: Matcher) -> Infeasible:
     if not reasons:
         reasons.extend(_no_capacity(inputs))
         reasons.extend(_type_mismatch(inputs))
+    reasons.extend(ends_early_reasons(inputs))
     return Infeasible(tuple(reasons))
 
 

@@ -1,8 +1,11 @@
-"""Template nodes for NodeGroupTemplateNodeInfo, encoded as core/v1 Node protobuf bytes."""
+"""Template nodes for NodeGroupTemplateNodeInfo: the core/v1 Node and its node-local
+resource.k8s.io/v1 ResourceSlices, each encoded as protobuf bytes."""
 
 from __future__ import annotations
 
 from provider.model import MILLI, NodeGroup, Resources, node_labels
+from provider.service.slices import resource_slice_proto
+from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import k8s_core_v1_pb2 as core
 
 
@@ -36,6 +39,22 @@ def template_node(group: NodeGroup, gpu_label: str) -> core.Node:
 
 def template_node_bytes(group: NodeGroup, gpu_label: str) -> bytes:
     return template_node(group, gpu_label).SerializeToString(deterministic=True)
+
+
+def template_info(group: NodeGroup, gpu_label: str) -> pb.NodeGroupTemplateNodeInfoResponse:
+    """The whole answer: the same Node in both generations' fields, and the slices for CAs
+    with DRA support (the GPU label and extended resources stay in the Node for the others)."""
+    node = template_node_bytes(group, gpu_label)
+    return pb.NodeGroupTemplateNodeInfoResponse(nodeInfo=node, nodeBytes=node,
+                                                resourceSliceBytes=template_slices(group))
+
+
+def template_slices(group: NodeGroup) -> list[bytes]:
+    """One ResourceSlice per DRA driver of the group, for the template node (none when the
+    group publishes no devices). CA renames the pool and node when it copies a template."""
+    name = template_name(group)
+    return [resource_slice_proto(name, s).SerializeToString(deterministic=True)
+            for s in group.devices]
 
 
 def _fill(target: object, resources: Resources) -> None:

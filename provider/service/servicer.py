@@ -25,7 +25,7 @@ from provider.errors import (
 from provider.fleet import GroupView
 from provider.model import GROUP_LABEL
 from provider.service import convert
-from provider.service.nodeinfo import template_node_bytes
+from provider.service.nodeinfo import template_info
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 from provider.wire import k8s_core_v1_pb2 as core
@@ -80,9 +80,7 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
         )
         self._group_pb = {g.id: convert.node_group(g) for g in groups}
         self._no_group = pb.NodeGroupForNodeResponse(nodeGroup=pb.NodeGroup())
-        self._templates = {
-            g.id: template_node_bytes(g, provider.config.schema.gpu_label) for g in groups
-        }
+        self._templates = {g.id: template_info(g, provider.config.schema.gpu_label) for g in groups}
         self._gpu_types = pb.GetAvailableGPUTypesResponse(
             gpuTypes={g.gpu_type: _EMPTY for g in groups if g.gpu_type}
         )
@@ -206,10 +204,10 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
     @rpc
     def NodeGroupTemplateNodeInfo(self, request: pb.NodeGroupTemplateNodeInfoRequest,
                                   context: Any) -> pb.NodeGroupTemplateNodeInfoResponse:
-        node = self._templates.get(request.id)
-        if node is None:
+        template = self._templates.get(request.id)
+        if template is None:
             raise NotFound(f"node group {request.id!r} not found")
-        return pb.NodeGroupTemplateNodeInfoResponse(nodeInfo=node, nodeBytes=node)
+        return template
 
     @rpc
     def NodeGroupGetOptions(self, request: pb.NodeGroupAutoscalingOptionsRequest,

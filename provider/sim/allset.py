@@ -25,10 +25,14 @@ from provider.ledger import CapacityView
 from provider.model import GPU_RESOURCE, INSTANCE_TYPE_LABEL, MILLI, Resources
 from provider.plan import Infeasible, Part, Plan
 from provider.planner.gang import plan
+from provider.planner.timing import wait_or_buy
 from provider.sim.trace import JobSpec, ShapeSpec, TraceModel
 from provider.sim.world import Job, Node, World
 
 CLUSTER = "sim"
+# Seconds a window's held slots wait for their request after it opens: the controller's
+# (provider.controller.requests.HOLD_GRACE; the domain does not import the controller).
+HOLD_GRACE = 600.0
 GPU_LABEL = "allset.dev/accelerator"
 
 
@@ -84,10 +88,14 @@ def pod_set(name: str, shape: ShapeSpec, nodes: int) -> PodSet:
                   tolerations=(Toleration(None, "Exists"),))
 
 
-def demand_of(spec: JobSpec, shapes: dict[str, ShapeSpec]) -> Demand:
+def demand_of(spec: JobSpec, shapes: dict[str, ShapeSpec], runtime: float | None = None,
+              max_wait: float | None = None) -> Demand:
+    """The request's demand; ``runtime`` and ``max_wait`` are its expectedRuntimeSeconds
+    and maxWaitSeconds (None: not given)."""
     return Demand(f"sim/{spec.name}",
                   tuple(pod_set(p.shape, shapes[p.shape], p.nodes) for p in spec.pod_sets),
-                  topology=spec.topology)
+                  topology=spec.topology, expected_runtime_seconds=runtime,
+                  max_wait_seconds=max_wait)
 
 
 class Allset:
@@ -96,7 +104,7 @@ class Allset:
     def __init__(self) -> None:
         self._ids = itertools.count(1)
         self._counts = {"attempts": 0, "failedAttempts": 0, "rollbacks": 0,
-                        "rolledBackNodes": 0, "plansTried": 0}
+                        "rolledBackNodes": 0, "plansTried": 0, "windowWaits": 0}
         self._failures: dict[int, int] = {}
 
     def attach(self, world: World) -> None:
@@ -106,6 +114,7 @@ class Allset:
                                  runner=inline_runner,
                                  ids=lambda: f"s-{next(self._ids)}")
         settings = config.schema.provisioning_requests
+        self._runtimes = world.settings.runtimes
         self._initial = duration_seconds(settings.initial_backoff)
         self._max = duration_seconds(settings.max_backoff)
         self._refresh = config.refresh_interval_seconds
@@ -128,10 +137,49 @@ class Allset:
         self._failures[job.index] = 0
         self._attempt(job, job.epoch)
 
+    def _demand(self, job: Job) -> Demand:
+        """What the request says: with runtimes declared, the job's declaration and the time
+        left until its deadline (maxWaitSeconds counts from the request's arrival)."""
+        model = self._runtimes
+        if not model.declared or job.declared is None:
+            return demand_of(job.spec, self.world.shapes)
+        left = job.spec.arrival + model.max_wait - self.world.now
+        return demand_of(job.spec, self.world.shapes, job.declared,
+                         left if left > 0 else None)
+
+    def _wait_for_window(self, job: Job, demand: Demand, epoch: int) -> bool:
+        """The controller's step before an attempt (RequestHandler._wait_for_window): wait
+        for reserved capacity that opens before the deadline when that is cheaper than
+        buying now, holding its slots so later work does not take them; retry at the
+        opening. False: plan and launch now."""
+        if demand.expected_runtime_seconds is None:
+            return False
+        ledger = self.provider.ledger
+        view = ledger.view(holder=demand.name)
+        window = demand.max_wait_seconds or 0.0
+        if not any(r.starts_at is not None and view.now < r.starts_at <= view.now + window
+                   for r in view.reservations):
+            ledger.unhold(demand.name)  # nothing opens in time: skip two plans
+            return False
+        sizes = self.provider.fleet.occupied()
+        matcher = self.provider.matcher
+        wait = wait_or_buy(demand, view, matcher, sizes, plan(demand, view, matcher, sizes))
+        if wait is None:
+            ledger.unhold(demand.name)
+            return False
+        ledger.hold(demand.name, wait.reservation, wait.slots, wait.opens_at + HOLD_GRACE)
+        delay = max(0.0, wait.opens_at - self.world.clock.now())
+        self._counts["windowWaits"] += 1
+        job.window_wait += delay
+        self.world.after(delay, lambda: self._attempt(job, epoch))
+        return True
+
     def _attempt(self, job: Job, epoch: int) -> None:
         if job.epoch != epoch or job.done or job.nodes:
             return
-        demand = demand_of(job.spec, self.world.shapes)
+        demand = self._demand(job)
+        if self._wait_for_window(job, demand, epoch):
+            return
         fleet = self.provider.fleet
 
         attempt = f"r-{next(self._ids)}"

@@ -12,7 +12,7 @@ from provider.sim.allset import Allset
 from provider.sim.ca_atomic import CaAtomic
 from provider.sim.per_pod import PerPod
 from provider.sim.trace import TraceModel
-from provider.sim.world import Strategy, World
+from provider.sim.world import Interruption, Strategy, World
 
 STRATEGIES: dict[str, Callable[[int], Strategy]] = {
     "allset": lambda seed: Allset(),
@@ -36,6 +36,13 @@ def percentile(values: list[float], p: float) -> float:
         return 0.0
     ordered = sorted(values)
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def with_runtimes(trace: TraceModel, declared: bool) -> TraceModel:
+    """The trace with jobs' runtimes declared to allset or not (not: today's allset)."""
+    runtimes = trace.settings.runtimes.model_copy(update={"declared": declared})
+    return trace.model_copy(update={
+        "settings": trace.settings.model_copy(update={"runtimes": runtimes})})
 
 
 def simulate(trace: TraceModel, strategy: str, seed: int = 0,
@@ -76,6 +83,8 @@ def figures(world: World) -> dict[str, float]:
     offered = reserved_node_seconds(world)
     waits = [(j.first_start - j.spec.arrival) / 60 for j in world.jobs
              if j.first_start is not None]
+    windows = [j.window_wait / 60 for j in world.jobs if j.window_wait > 0]
+    why = [w for j in world.jobs for w in j.interrupted]
     return {
         "busyGpuHours": hours[State.BUSY],
         "strandedGpuHours": hours[State.STRANDED],
@@ -97,6 +106,16 @@ def figures(world: World) -> dict[str, float]:
         "jobsCompleted": sum(1 for j in world.jobs if j.done),
         "jobsNeverStarted": len(world.jobs) - len(waits),
         "interruptions": sum(j.interruptions for j in world.jobs),
+        **{_camel("interruptions", k): float(why.count(k)) for k in Interruption},
+        # Jobs that waited for a reserved window to open rather than buy on demand.
+        "jobsWaitedForWindow": len(windows),
+        "windowWaitHours": sum(windows) / 60,
+        "windowWaitP95Minutes": percentile(windows, 95),
         "gangEvictions": sum(j.evictions for j in world.jobs),
         "simulatedDays": world.end / 86400,
     }
+
+
+def _camel(prefix: str, kind: str) -> str:
+    """interruptions + "outlived-declared-runtime" -> interruptionsOutlivedDeclaredRuntime"""
+    return prefix + "".join(w.capitalize() for w in kind.split("-"))

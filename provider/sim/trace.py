@@ -132,6 +132,9 @@ class JobSpec(Model):
     name: str = Field(min_length=1)
     arrival: Seconds
     duration: Seconds
+    expected_runtime: Seconds | None = Field(
+        None, description="what the job declares (expectedRuntimeSeconds); default: drawn "
+        "by settings.runtimes from its duration")
     topology: Topology = Topology.ZONE
     pod_sets: list[PodSetSpec] = Field(min_length=1, max_length=8)
 
@@ -139,6 +142,8 @@ class JobSpec(Model):
     def _checks(self) -> JobSpec:
         if self.duration <= 0:
             raise ValueError("duration must be positive")
+        if self.expected_runtime is not None and self.expected_runtime <= 0:
+            raise ValueError("expectedRuntime must be positive")
         shapes = [p.shape for p in self.pod_sets]
         if len(set(shapes)) != len(shapes):
             raise ValueError("podSets name a shape twice; merge them")
@@ -147,6 +152,23 @@ class JobSpec(Model):
     @property
     def nodes(self) -> int:
         return sum(p.nodes for p in self.pod_sets)
+
+
+class RuntimeSettings(Model):
+    """What jobs declare about how long they run (provider/sim/runtimes.py), and how long
+    they may wait for reserved capacity that has not opened yet."""
+
+    declared: bool = Field(True, description="allset is told each job's declared runtime "
+                           "and deadline; false: today's allset, which knows neither")
+    sigma: float = Field(0.3, ge=0, le=2, description="declared = duration x lognormal(0, "
+                         "sigma): the spread of users' estimates")
+    max_factor: float = Field(3.0, ge=1, description="declared stays within duration / "
+                              "maxFactor and duration x maxFactor")
+    undeclared: float = Field(0.1, ge=0, le=1, description="share of jobs that declare "
+                              "nothing")
+    max_wait: Seconds = Field(14400.0, description="maxWaitSeconds of every job: how long "
+                              "after arrival it may wait for a window")
+    seed: int = 0
 
 
 class Settings(Model):
@@ -159,6 +181,7 @@ class Settings(Model):
     requeue_delay: Seconds = Field(60.0, description="an evicted gang is requeued after this")
     ca_loop: Seconds = Field(10.0, description="Cluster Autoscaler's scan interval")
     sample_interval: Seconds = Field(3600.0, description="time-series step for the plot")
+    runtimes: RuntimeSettings = RuntimeSettings()
 
 
 class TraceModel(Model):

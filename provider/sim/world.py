@@ -10,6 +10,7 @@ on failure) is the strategy's."""
 
 from __future__ import annotations
 
+import enum
 import heapq
 import itertools
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ from adapters.base import (
 from adapters.fake import FakeCloud, FakeSettings, Stockout
 from provider.clock import ManualClock
 from provider.sim.accounting import Accounting, State
+from provider.sim.runtimes import declared_runtime
 from provider.sim.trace import JobSpec, ReservationSpec, ShapeSpec, TraceModel
 
 START = 1_800_000_000.0  # virtual epoch of the simulation's t = 0
@@ -45,6 +47,7 @@ class Node:
     job: Job | None = None
     state: State | None = None  # None: not yet counted, or gone
     idle_since: float = 0.0
+    launched_at: float = 0.0
 
     @property
     def id(self) -> str:
@@ -63,6 +66,12 @@ class Job:
     given_up: bool = False  # the strategy will never run it (e.g. request expired)
     evictions: int = 0
     interruptions: int = 0
+    # What the job declares about its runtime (provider/sim/runtimes.py), None: nothing.
+    declared: float | None = None
+    started_at: float | None = None  # of the current run
+    window_wait: float = 0.0  # seconds spent waiting for a reservation to open
+    # Why each interruption happened (Interruption values), in order.
+    interrupted: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -71,6 +80,23 @@ class Job:
     @property
     def needs(self) -> dict[str, int]:
         return {p.shape: p.nodes for p in self.spec.pod_sets}
+
+
+class Interruption(enum.StrEnum):
+    """Why a capacity block's end caught a gang, judged from what the planner knew when it
+    placed the gang (its declared runtime) against when the block ended."""
+
+    # It ran longer than it declared: the block would have outlived the declared runtime.
+    # The planner could not have foreseen it.
+    OUTLIVED = "outlived-declared-runtime"
+    # It declared nothing: the planner had nothing to go by.
+    UNDECLARED = "undeclared"
+    # It would have finished in time had it run as long as it declared from its launch
+    # (what the planner checks), but its nodes took the boot time to come up first.
+    BOOT = "boot-time"
+    # Its declared runtime from its launch already ran past the block's end: a planner that
+    # used the declaration would not have placed it there.
+    AVOIDABLE = "avoidable"
 
 
 class Strategy(Protocol):
@@ -106,7 +132,9 @@ class World:
         self.horizon = self.settings.horizon if self.settings.horizon is not None else last
         self.end = self.horizon + self.settings.drain
         self.acct = Accounting(START, self.settings.sample_interval)
-        self.jobs = [Job(spec, i) for i, spec in enumerate(trace.jobs)]
+        runtimes = self.settings.runtimes
+        self.jobs = [Job(spec, i, declared=declared_runtime(spec, runtimes))
+                     for i, spec in enumerate(trace.jobs)]
         self.nodes: dict[str, Node] = {}
         self._events: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
@@ -211,11 +239,25 @@ class World:
         self.cloud.terminate([n.id for n in doomed])
         self.cloud_version += 1
         hit = {n.job for n in doomed if n.job is not None}
+        launched = {n.job: n.launched_at for n in doomed if n.job is not None}
         for n in doomed:
             self.node_gone(n)
         for job in sorted(hit, key=lambda j: j.index):
             job.interruptions += 1
+            job.interrupted.append(self._why(job, launched[job]))
             self.requeue(job, 0.0)
+
+    def _why(self, job: Job, launched_at: float) -> Interruption:
+        if job.declared is None:
+            return Interruption.UNDECLARED
+        # The planner plans at launch; the block ends now.
+        started = job.started_at if job.running and job.started_at is not None \
+            else launched_at + self.settings.boot_seconds
+        if started + job.declared <= self.now:
+            return Interruption.OUTLIVED
+        if launched_at + job.declared <= self.now:
+            return Interruption.BOOT
+        return Interruption.AVOIDABLE
 
     def _reservation_started(self, spec: ReservationSpec) -> None:
         self.cloud.add_reservation(self._reservation(spec))
@@ -267,6 +309,7 @@ class World:
         if not all(n.booted for n in job.nodes):
             return
         job.running = True
+        job.started_at = self.now
         if job.first_start is None:
             job.first_start = self.now
         self.acct.pending(-1)
@@ -320,7 +363,8 @@ class World:
         for inst in instances:
             shape = self.shapes[self.shape_of_type[inst.instance_type]]
             node = Node(inst, inst.tags.node_group, shape.gpus,
-                        inst.tags.source is CapacityType.RESERVED, shape.on_demand_price)
+                        inst.tags.source is CapacityType.RESERVED, shape.on_demand_price,
+                        launched_at=self.now)
             self.nodes[node.id] = node
             self.acct.bill(node.gpus, node.reserved, node.price, 1)
             if job is not None:

@@ -18,8 +18,9 @@ from provider.devices.from_api import DocumentObjects, is_dra_document
 from provider.model import ScaleUpMode
 from provider.planner.gang import plan
 from provider.planner.group import plan_group_delta
+from provider.planner.timing import wait_or_buy
 from provider.provreq import BadRequest, demand_from, split_documents
-from provider.render import plan_json, plan_text
+from provider.render import plan_json, plan_text, timing_json, timing_text
 
 
 def live_plan(provider: Provider, documents: Sequence[Any], source: str) -> dict[str, Any]:
@@ -35,10 +36,15 @@ def live_plan(provider: Provider, documents: Sequence[Any], source: str) -> dict
         return _dry_run(provider, pods[0], DocumentObjects(dra))
     request, templates, objects = split_documents(documents, source)
     demand, _ = demand_from(request, templates, objects)
-    result = plan(demand, provider.ledger.view(), provider.matcher,
-                  provider.fleet.occupied())
+    view = provider.ledger.view()
+    sizes = provider.fleet.occupied()
+    result = plan(demand, view, provider.matcher, sizes)
+    wait = wait_or_buy(demand, view, provider.matcher, sizes, result)
+    text = plan_text(demand.name, result)
+    if demand.expected_runtime_seconds is not None:
+        text += "\n" + timing_text(demand, wait)
     return {"kind": "ProvisioningRequest", "name": demand.name, "plan": plan_json(result),
-            "text": plan_text(demand.name, result)}
+            "timing": timing_json(demand, wait), "text": text}
 
 
 def _dry_run(provider: Provider, pod: Mapping[str, Any], objects: DocumentObjects

@@ -823,7 +823,11 @@ class NodeGroupTemplateNodeInfoResponse(_message.Message):
     nodeBytes: _builtins.bytes
     @_builtins.property
     def resourceSliceBytes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
-        """Newer CAs: serialized resource.k8s.io ResourceSlices of the template node (DRA). Unused."""
+        """The template node's node-local DRA devices: each item is one proto-serialized
+        k8s.io.api.resource.v1.ResourceSlice (see k8s_resource_v1.proto). Field as proposed in
+        kubernetes/autoscaler PR 10303 (issue 10277), not yet in a released CA: released CAs
+        skip it as an unknown field. Empty for groups that publish no devices.
+        """
 
     def __init__(
         self,

@@ -31,8 +31,9 @@ def test_bad_quantities_are_refused(text: str) -> None:
 
 
 def test_format_quantity() -> None:
-    assert [format_quantity(parse_milli(t)) for t in ("80Gi", "141Gi", "5Mi", "3", "500m")] \
-        == ["80Gi", "141Gi", "5Mi", "3", "500m"]
+    assert [format_quantity(parse_milli(t))
+            for t in ("80Gi", "141Gi", "5Mi", "3", "500m", "400G", "1k", "0")] \
+        == ["80Gi", "141Gi", "5Mi", "3", "500m", "400G", "1k", "0"]
 
 
 def test_semver_orders_pre_releases_before_the_release() -> None:

@@ -28,6 +28,7 @@ refreshInterval: 1s
 reconcile: {{orphanGrace: 1s}}
 attempts: {{deadline: 30s}}
 provisioningRequests: {{workers: 4, initialBackoff: 2s, maxBackoff: 4s, resync: 2s}}
+gangs: {{resync: 2s}}
 cloud:
   provider: fake
   fake:
@@ -83,6 +84,26 @@ nodeGroups:
      gpu: {{type: nvidia-a100-40gb, count: 8}}, cpu: 95, memory: 1100Gi,
      price: {{onDemand: 32.77}}, labels: {{e2e.allset.dev/role: dra}},
      taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
+  # test_gangs: a GPU and a CPU group per gang API, a GPU group too small for a gang of
+  # three, and a group whose nodes never register (a gang deleted while it waits).
+  - {{id: native-h100, zone: us-east-1b, instanceType: p5.48xlarge, maxSize: 4,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
+     price: {{onDemand: 98.32}},
+     taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
+  - {{id: native-cpu, zone: us-east-1b, instanceType: c7i.4xlarge, maxSize: 4, cpu: 15,
+     memory: 30Gi, price: {{onDemand: 0.71}}}}
+  - {{id: cosched-h100, zone: us-east-1b, instanceType: p5.48xlarge, maxSize: 4,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
+     price: {{onDemand: 98.32}},
+     taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
+  - {{id: cosched-cpu, zone: us-east-1b, instanceType: c7i.4xlarge, maxSize: 4, cpu: 15,
+     memory: 30Gi, price: {{onDemand: 0.71}}}}
+  - {{id: small-h100, zone: us-east-1b, instanceType: p5.48xlarge, maxSize: 2,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
+     price: {{onDemand: 98.32}},
+     taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
+  - {{id: gang-nojoin, zone: us-east-1b, instanceType: m7i.2xlarge, maxSize: 4, cpu: 7,
+     memory: 30Gi, price: {{onDemand: 0.4}}}}
 """
 
 

@@ -32,6 +32,17 @@ KWOK_STAGES = ("node/fast/node-initialize.yaml",
 # Not pod-complete: a Job's pods would end at once and the next pod of the Job could run
 # on the node the first one freed, so "each pod on its own booked node" could not be seen.
 
+# Kubernetes' own gang API (KEP-4671), alpha in v1.36 (pkg/features/kube_features.go):
+# GenericWorkload serves Workload and PodGroup of scheduling.k8s.io/v1alpha2 (the version
+# must also be switched on with --runtime-config) and runs the controller-manager's
+# PodGroup protection controller; GangScheduling (which needs GenericWorkload) adds the
+# scheduler's GangScheduling plugin to its default profile. The API server stamps every
+# PodGroup with a protection finalizer (admission plugin PodGroupProtection, on by
+# default), which only that controller removes: without the gate on the
+# controller-manager a PodGroup could never be deleted.
+GANG_FEATURE_GATES = "--feature-gates=GenericWorkload=true,GangScheduling=true"
+GANG_RUNTIME_CONFIG = "--runtime-config=scheduling.k8s.io/v1alpha2=true"
+
 
 @dataclass(frozen=True)
 class Parts:
@@ -153,6 +164,7 @@ class ControlPlane:
             # The `kubernetes` Service endpoint may not be a loopback address.
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
+            GANG_FEATURE_GATES, GANG_RUNTIME_CONFIG,
         ])
         self.wait_api_ready()
 
@@ -163,6 +175,10 @@ class ControlPlane:
 
         wait_for("kube-apiserver /readyz", ready, timeout,
                  explain=self.procs["kube-apiserver"].tail)
+
+    def api_ready(self) -> bool:
+        """/readyz answers ok (the authorizer's informers have synced, among others)."""
+        return _readyz(self.rest)
 
     def restart_apiserver(self, between: Any = None) -> None:
         """Stop the API server (SIGTERM, as a rolling upgrade does), run ``between`` while
@@ -192,12 +208,14 @@ class ControlPlane:
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
             "--leader-elect=false", f"--service-account-private-key-file={self.sa.key}",
             f"--root-ca-file={self.pki.ca}", "--use-service-account-credentials=false",
+            GANG_FEATURE_GATES,
         ])
         sched = self._component_kubeconfig("kube-scheduler")
         self._proc("kube-scheduler", [
             self.parts.scheduler, f"--kubeconfig={sched}",
             f"--authentication-kubeconfig={sched}", f"--authorization-kubeconfig={sched}",
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false",
+            GANG_FEATURE_GATES,
         ])
         # Pods need the namespace's `default` ServiceAccount, which the controller-manager makes.
         wait_for("the default ServiceAccount", lambda: self.rest.find(

@@ -69,14 +69,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     try:
         cluster.start()
         kueue.install(cluster.rest)
-        relay = Relay(cluster.api_port)
+        relay = Relay(cluster.api_port, ready=cluster.api_ready)
         # allset runs as the ServiceAccount deploy/ binds, with only deploy's RBAC.
         for doc in rbac_documents():
             cluster.rest.apply(doc)
         allset = Allset(directory / "allset", cluster.client_kubeconfig(
             "allset", f"https://127.0.0.1:{relay.port}", ALLSET_USER))
         kubelet = Kubelet(cluster.rest, allset.state, allset.config(),
-                          boot_seconds=BOOT_SECONDS, never_join={"nojoin": True})
+                          boot_seconds=BOOT_SECONDS,
+                          never_join={"nojoin": True, "gang-nojoin": True})
         kubelet.start()
         allset.start()
         yield World(cluster, allset, kubelet, relay)

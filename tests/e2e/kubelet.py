@@ -51,8 +51,9 @@ SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 def slices_for(node: Obj, group: NodeGroup) -> list[Obj]:
     """The ResourceSlices a DRA driver publishes for ``node``: one per driver, in the pool
-    named after the node, owned by the Node so that deleting the Node collects them (the
-    ownerReference k8s.io/dynamic-resource-allocation's kubelet plugin helper sets)."""
+    named after the node, owned by the Node so that deleting the Node collects them (node-
+    local drivers publish through k8s.io/dynamic-resource-allocation's resourceslice
+    controller with the Node as its Owner)."""
     meta = node["metadata"]
     owner = {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta["uid"],
              "controller": True}

@@ -1,7 +1,10 @@
 """A TCP relay between allset and the API server. While the API server is down it holds new
 connections (retrying the upstream) instead of refusing them, so the first request allset
 sends after a restart reaches the new server: a watch that resumes from a compacted
-resourceVersion then gets 410 Gone from the real server, deterministically."""
+resourceVersion then gets 410 Gone from the real server, deterministically. A server that
+was seen down is also waited for until ``ready`` says so: it accepts connections before its
+authorizer has loaded RBAC, and a request in between is refused with 403 (with the gang
+feature gates on, long enough that allset's resumed watches met it every time)."""
 
 from __future__ import annotations
 
@@ -9,12 +12,16 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 
 class Relay:
-    def __init__(self, target_port: int, hold_seconds: float = 90.0) -> None:
+    def __init__(self, target_port: int, hold_seconds: float = 90.0,
+                 ready: Callable[[], bool] | None = None) -> None:
         self._target = ("127.0.0.1", target_port)
         self._hold = hold_seconds
+        self._ready = ready
+        self._down = threading.Event()  # seen down, not yet seen ready again
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._stop = threading.Event()
@@ -60,9 +67,18 @@ class Relay:
             try:
                 upstream = socket.create_connection(self._target, timeout=2)
             except OSError:
+                self._down.set()
                 time.sleep(0.2)
-        if upstream is None:
+        while upstream is not None and self._down.is_set() and \
+                time.monotonic() < deadline and not self._stop.is_set():
+            if self._ready is None or self._ready():
+                self._down.clear()
+            else:
+                time.sleep(0.2)
+        if upstream is None or self._down.is_set():
             client.close()
+            if upstream is not None:
+                upstream.close()
             return
         upstream.settimeout(None)
         with self._open_lock:

@@ -64,6 +64,22 @@ class Rest:
         finally:
             response.release_conn()
 
+    def watch_events(self, path: str, timeout_seconds: int = 2) -> list[Obj]:
+        """Every event of a watch the server ends after ``timeout_seconds``. From an
+        older resourceVersion the server replays what happened since, so a state that
+        lasted a moment (a label put on and taken off) is seen without polling for it."""
+        sep = "&" if "?" in path else "?"
+        response = self._http.request(
+            "GET", f"{self.server}{path}{sep}watch=true&timeoutSeconds={timeout_seconds}",
+            preload_content=False, headers={"Accept": "application/json"})
+        try:
+            if response.status >= 400:
+                raise ApiError(int(response.status), response.read().decode())
+            body = response.read().decode()
+        finally:
+            response.release_conn()
+        return [json.loads(line) for line in body.splitlines() if line.strip()]
+
     # --- by kind ---------------------------------------------------------------------------
 
     def path(self, api_version: str, kind: str, namespace: str | None = None,

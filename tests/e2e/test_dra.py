@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from provider.plan import ReasonCode
 from provider.wire import externalgrpc_pb2 as pb
 from tests.e2e import kueue
 from tests.e2e.conftest import World
@@ -152,8 +153,14 @@ def test_a_claim_for_80gi_gpus_gets_h100_nodes_and_the_scheduler_allocates_it(
             assert [r["name"] for r in claim["status"]["reservedFor"]] == \
                 [pod["metadata"]["name"]]
 
-        # The pods finish; CA scales the idle nodes down through allset. Their slices go
-        # with the Nodes, as a driver's plugin withdraws them.
+        # Every pod landed, so the booking ends; then the pods finish and CA scales the idle
+        # nodes down through allset. Their slices go with the Nodes, as a driver's plugin
+        # withdraws them.
+        consumed = wait_for(f"{name}'s booking to end", lambda: (lambda r: r if is_true(
+            r, "BookingExpired") else None)(request_of(rest, name)), 60,
+            explain=lambda: said(request_of(rest, name)))
+        assert (condition(consumed, "BookingExpired") or {}).get("reason") == \
+            "CapacityBookingConsumed", said(consumed)
         for pod in placed:
             rest.delete("v1", "Pod", pod["metadata"]["name"], NS)
         wait_for(f"{name}'s pods to go", lambda: pods_of(rest, name) == [], 60)
@@ -189,7 +196,12 @@ def test_a_claim_no_group_satisfies_is_refused_with_the_reason(
         request = wait_for(f"{name} to be refused", refused, 90,
                            explain=lambda: said(request_of(rest, name)) + "\n" + world.logs())
         assert not is_true(request, "Provisioned")
-        assert "96Gi" in said(request), said(request)
+        # The planner's explanation, group by group: the H100s' memory is too small.
+        assert (condition(request, "Provisioned") or {}).get("reason") == \
+            ReasonCode.NO_MATCHING_GROUP, said(request)
+        assert "dra-h100-a, dra-h100-b: claim gpus request gpu: no device matches " \
+            "(memory 80Gi ≥ 96Gi is false)" in said(request), said(request)
+        assert "memory 40Gi ≥ 96Gi is false" in said(request), said(request)
         assert of_request(world.kubelet.instances(), NS, name) == []
         assert {i.id for i in of_group(world.kubelet.instances(), A100_GROUP)} <= before
     finally:

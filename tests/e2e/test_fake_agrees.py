@@ -4,6 +4,7 @@ difference found by the suite is a probe here (docs/e2e.md lists them)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -103,13 +104,127 @@ def probe_dra_objects(rest: Rest, tag: str) -> object:
     return seen, deleted
 
 
+# --- what the gang bridge uses (provider/controller/gang_api.py) ------------------------------
+# Only scheduler-plugins' PodGroup, through a CRD of our own minimal definition in its shape
+# (scheduling.x-k8s.io/v1alpha1, Namespaced, status subresource), installed by the probe
+# where the server has CRDs; and Volcano's group, installed on neither (the fake is told so).
+# Kubernetes' own PodGroup (scheduling.k8s.io/v1alpha2) needs feature gates on the API
+# server: not probed here.
+
+PODGROUPS = "scheduling.x-k8s.io/v1alpha1"
+PODGROUP_CRD: Obj = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "podgroups.scheduling.x-k8s.io"},
+    "spec": {"group": "scheduling.x-k8s.io", "scope": "Namespaced",
+             "names": {"plural": "podgroups", "singular": "podgroup", "kind": "PodGroup",
+                       "listKind": "PodGroupList"},
+             "versions": [{"name": "v1alpha1", "served": True, "storage": True,
+                           "subresources": {"status": {}},
+                           "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                               "spec": {"type": "object", "properties": {
+                                   "minMember": {"type": "integer", "format": "int32"}}},
+                               "status": {"type": "object",
+                                          "x-kubernetes-preserve-unknown-fields": True}}}}}]}}
+
+
+def _podgroups_served(rest: Rest) -> None:
+    """Install the PodGroup CRD where the server has CRDs (the real one; an earlier install,
+    ours or another test's, is kept), and wait until its discovery answers."""
+    if _status(lambda: rest.call("GET", "/apis/apiextensions.k8s.io/v1")) != 200:
+        return  # our fake: serves the group built in
+    if _status(lambda: rest.call("POST", "/apis/apiextensions.k8s.io/v1/"
+                                 "customresourcedefinitions", PODGROUP_CRD)) not in (200, 409):
+        raise AssertionError("the PodGroup CRD was refused")
+    deadline = time.monotonic() + 60
+    while _status(lambda: rest.call("GET", f"/apis/{PODGROUPS}")) != 200:
+        assert time.monotonic() < deadline, "the PodGroup CRD is not served after 60 s"
+        time.sleep(0.5)
+
+
+def probe_gang_api_discovery(rest: Rest, tag: str) -> object:
+    """GangApi.served: an installed group version lists its resources; a group that is
+    not installed, and a version a group does not serve, answer 404."""
+    _podgroups_served(rest)
+    found = rest.call("GET", f"/apis/{PODGROUPS}")
+    listed = sorted((r["name"], r["namespaced"], r["kind"]) for r in found["resources"])
+    return (found["kind"], found["groupVersion"], listed,
+            _status(lambda: rest.call("GET", "/apis/scheduling.volcano.sh/v1beta1")),
+            _status(lambda: rest.call("GET", "/apis/scheduling.x-k8s.io/v1")),
+            _status(lambda: rest.call(
+                "GET", f"/apis/scheduling.volcano.sh/v1beta1/namespaces/{NS}/podgroups/x")))
+
+
+def probe_podgroup_annotations(rest: Rest, tag: str) -> object:
+    """GangApi.gang and annotate_gang: a merge patch of a PodGroup's annotations (null
+    removes one) leaves its spec; DELETE answers with the object."""
+    _podgroups_served(rest)
+    base = f"/apis/{PODGROUPS}/namespaces/{NS}/podgroups"
+    name = f"pg-{tag}"
+    rest.call("POST", base, {"apiVersion": PODGROUPS, "kind": "PodGroup",
+                             "metadata": {"name": name, "namespace": NS},
+                             "spec": {"minMember": 3}})
+    merge = "application/merge-patch+json"
+    rest.call("PATCH", f"{base}/{name}", {"metadata": {"annotations": {"a": "1", "b": "2"}}},
+              merge)
+    patched = rest.call("PATCH", f"{base}/{name}", {"metadata": {"annotations": {"a": None}}},
+                        merge)
+    got = rest.call("GET", f"{base}/{name}")
+    gone = rest.call("DELETE", f"{base}/{name}")
+    return (patched["metadata"]["annotations"], got["spec"], got["apiVersion"],
+            _deleted(gone), _status(lambda: rest.call("GET", f"{base}/{name}")))
+
+
+def _deleted(answer: Obj) -> object:
+    """What DELETE answered: the object, or a Status naming what went."""
+    details = answer.get("details") or {}
+    return (answer.get("kind"), answer.get("status"), details.get("kind"),
+            details.get("group"))
+
+
+def probe_gang_pods_and_requests(rest: Rest, tag: str) -> object:
+    """GangApi.pending_pods, annotate_pod, create_pod_template, gang_requests,
+    delete_request: pending pods across namespaces by field selector, a strategic merge
+    patch of a pod's annotations (the client's default for a dict), requests listed by
+    label in every namespace, and DELETE of a request."""
+    pod = f"gang-pod-{tag}"
+    rest.call("POST", f"/api/v1/namespaces/{NS}/pods", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": NS},
+        "spec": {"schedulingGates": [{"name": "allset.dev/probe"}],
+                 "containers": [{"name": "main", "image": "busybox"}]}})
+    pending = rest.call("GET", "/api/v1/pods?fieldSelector=status.phase%3DPending,"
+                        f"metadata.name%3D{pod}")
+    patched = rest.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{pod}",
+                        {"metadata": {"annotations": {"k": "v"}}},
+                        "application/strategic-merge-patch+json")
+    rest.call("DELETE", f"/api/v1/namespaces/{NS}/pods/{pod}", {"gracePeriodSeconds": 0})
+    template = rest.call("POST", f"/api/v1/namespaces/{NS}/podtemplates",
+                         objects.pod_template(NS, f"gang-t-{tag}", {"cpu": "1"}))
+    rest.call("DELETE", f"/api/v1/namespaces/{NS}/podtemplates/gang-t-{tag}")
+    for i, labelled in ((0, True), (1, False)):
+        body = _request(f"gang-{tag}-{i}")
+        # Another class: allset (serving in this cluster) leaves it alone, so no finalizer
+        # of its own holds the deletion below.
+        body["spec"]["provisioningClassName"] = "check-capacity.autoscaling.x-k8s.io"
+        if labelled:
+            body["metadata"]["labels"] = {"allset.dev/gang": tag}
+        rest.call("POST", BASE, body)
+    listed = rest.call("GET", "/apis/autoscaling.x-k8s.io/v1/provisioningrequests"
+                       f"?labelSelector=allset.dev%2Fgang%3D{tag}")
+    deleted = [_deleted(rest.call("DELETE", f"{BASE}/gang-{tag}-{i}")) for i in (0, 1)]
+    return ([p["metadata"]["name"] == pod for p in pending["items"]],
+            patched["metadata"]["annotations"], template["kind"],
+            [(i["kind"], sorted(i["metadata"]["labels"])) for i in listed["items"]], deleted)
+
+
 PROBES = [probe_invalid_pod_sets, probe_stale_status_write, probe_finalizer_holds_deletion,
-          probe_other_version, probe_watch_from_expired_version, probe_dra_objects]
+          probe_other_version, probe_watch_from_expired_version, probe_dra_objects,
+          probe_gang_api_discovery, probe_podgroup_annotations, probe_gang_pods_and_requests]
 
 
 @pytest.fixture(scope="module")
 def fake() -> Iterator[Rest]:
-    with FakeKube(history_limit=5) as kube:
+    # Volcano is installed on neither.
+    with FakeKube(history_limit=5, absent_groups=["scheduling.volcano.sh"]) as kube:
         rest = Rest(kube.url)
         for i in range(20):  # enough history that resourceVersion 1 has been forgotten
             rest.call("POST", BASE, _request(f"churn-{i}"))

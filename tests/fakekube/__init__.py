@@ -1,8 +1,10 @@
 """A fake Kubernetes API server for the real `kubernetes` client (plain HTTP on
 127.0.0.1). Serves ProvisioningRequests (autoscaling.x-k8s.io v1 and v1beta1, one
 storage, status subresource), PodTemplates, Nodes, Pods, core Events, Leases,
-EndpointSlices, and DRA's ResourceClaimTemplates, ResourceClaims and DeviceClasses
-(resource.k8s.io v1).
+EndpointSlices, DRA's ResourceClaimTemplates, ResourceClaims and DeviceClasses
+(resource.k8s.io v1), the PodGroups of three gang APIs (scheduling.k8s.io v1alpha2,
+scheduling.x-k8s.io v1alpha1, scheduling.volcano.sh v1beta1; ``FakeKube(absent_groups=...)``
+leaves some out), and discovery (GET /apis/<group>/<version>).
 
     from kubernetes import client
     from provider.controller.kube import KubeApi

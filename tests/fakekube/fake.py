@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
@@ -29,16 +29,24 @@ class FakeKube:
     Resources are named by plural: ``provisioningrequests`` (autoscaling.x-k8s.io, v1 and
     v1beta1), ``podtemplates``, ``nodes``, ``pods``, ``events``, ``leases``,
     ``endpointslices``, and DRA's ``resourceclaimtemplates``, ``resourceclaims`` and
-    ``deviceclasses`` (resource.k8s.io v1). Direct calls (``create``, ``modify``, ...)
+    ``deviceclasses`` (resource.k8s.io v1), and ``podgroups`` of three gang APIs
+    (scheduling.k8s.io v1alpha2, scheduling.x-k8s.io v1alpha1, scheduling.volcano.sh
+    v1beta1: pass ``group=`` to the helpers for those). Direct calls (``create``, ``modify``, ...)
     take effect exactly as API writes do — new resourceVersion, watch event, finalizers
     honoured — but skip the status/spec split, immutability and injected conflicts, so a
     test can set up any state."""
 
     def __init__(self, *, clock: Clock = _now, history_limit: int = 1000,
-                 watch_timeout: float = 30.0) -> None:
-        """``watch_timeout``: how long a watch without ``timeoutSeconds`` lasts."""
+                 watch_timeout: float = 30.0, absent_groups: Iterable[str] = ()) -> None:
+        """``watch_timeout``: how long a watch without ``timeoutSeconds`` lasts.
+        ``absent_groups``: API groups this cluster does not serve (a CRD not installed, an
+        alpha API not enabled): their discovery and every path in them answer 404."""
+        absent = frozenset(absent_groups)
+        unknown = absent - resources.GROUPS
+        if unknown:
+            raise ValueError(f"absent_groups: fakekube serves no group {sorted(unknown)}")
         self.store = Store(clock, history_limit)
-        self._ctx = Context(self.store, watch_timeout)
+        self._ctx = Context(self.store, watch_timeout, absent)
         self._server: Server | None = None
         self._thread: threading.Thread | None = None
         self._port = 0
@@ -98,32 +106,39 @@ class FakeKube:
     def create(self, obj: Json) -> Json:
         """Store ``obj`` (its apiVersion and kind say where), status included."""
         res, version = resources.by_kind(obj.get("apiVersion", ""), obj.get("kind", ""))
+        if res.group in self._ctx.absent:
+            raise ValueError(f"{res.group} is not served by this FakeKube (absent_groups)")
         namespace = obj.get("metadata", {}).get("namespace", "") if res.namespaced else ""
         if res.namespaced and not namespace:
             raise ValueError(f"{res.kind} needs metadata.namespace")
         return self.store.create(res, version, namespace, obj, direct=True)
 
-    def get(self, plural: str, name: str, namespace: str = "") -> Json | None:
+    def get(self, plural: str, name: str, namespace: str = "", *, group: str | None = None
+            ) -> Json | None:
         try:
-            return self.store.get(resources.by_plural(plural), namespace, name)
+            return self.store.get(resources.by_plural(plural, group), namespace, name)
         except errors.ApiError as err:
             if err.code == 404:
                 return None
             raise
 
-    def list(self, plural: str, namespace: str = "") -> list[Json]:
-        return self.store.select(resources.by_plural(plural), namespace, lambda _: True)[0]
+    def list(self, plural: str, namespace: str = "", *, group: str | None = None
+             ) -> list[Json]:
+        return self.store.select(resources.by_plural(plural, group), namespace,
+                                 lambda _: True)[0]
 
     def modify(self, plural: str, name: str, change: Callable[[Json], None],
-               namespace: str = "") -> Json:
+               namespace: str = "", *, group: str | None = None) -> Json:
         """Read-modify-write: ``change`` edits the object in place (spec, status,
         metadata). Removing the last finalizer of an object being deleted deletes it."""
-        return self.store.modify(resources.by_plural(plural), namespace, name, change)
+        return self.store.modify(resources.by_plural(plural, group), namespace, name, change)
 
-    def delete(self, plural: str, name: str, namespace: str = "") -> bool:
+    def delete(self, plural: str, name: str, namespace: str = "", *,
+               group: str | None = None) -> bool:
         """Delete as the API does; True if the object is gone, False if finalizers hold
-        it (it now has a deletionTimestamp)."""
-        return self.store.delete(resources.by_plural(plural), namespace, name, {},
+        it (it now has a deletionTimestamp). Nothing is garbage-collected: objects whose
+        ownerReferences name it stay (the fake runs no garbage collector)."""
+        return self.store.delete(resources.by_plural(plural, group), namespace, name, {},
                                  direct=True)[1]
 
     # --- faults and cluster events ---------------------------------------------------------------
@@ -138,20 +153,21 @@ class FakeKube:
         Returns the current resourceVersion (the oldest still watchable)."""
         return self.store.compact()
 
-    def inject_conflicts(self, plural: str, name: str, namespace: str = "", times: int = 1
-                         ) -> None:
+    def inject_conflicts(self, plural: str, name: str, namespace: str = "", times: int = 1,
+                         *, group: str | None = None) -> None:
         """The next ``times`` API writes (update, patch, status, delete) to the object
         answer 409 Conflict, as if someone else wrote in between."""
-        self.store.inject_conflicts(resources.by_plural(plural), namespace, name, times)
+        self.store.inject_conflicts(resources.by_plural(plural, group), namespace, name,
+                                    times)
 
     def race(self, plural: str, name: str, change: Callable[[Json], None],
-             namespace: str = "") -> None:
+             namespace: str = "", *, group: str | None = None) -> None:
         """Another client writes first: just before the next API update or patch of the
         object is applied, ``change`` is written as ``modify`` would. The API server then
         holds the later write to the resourceVersion it names (409 when it is stale) and,
         without one, applies a patch to what is stored: a merge patch replaces a list
         whole (RFC 7386), so the racing write's list entries are lost."""
-        res = resources.by_plural(plural)
+        res = resources.by_plural(plural, group)
 
         def write() -> None:
             self.store.modify(res, namespace, name, change)
@@ -195,6 +211,22 @@ class FakeKube:
 
         return self.modify("pods", name, change, namespace)
 
+    def set_pod_unschedulable(self, namespace: str, name: str,
+                              message: str = "0/3 nodes are available") -> Json:
+        """What the scheduler reports when no node fits the pod: PodScheduled=False,
+        reason Unschedulable (k8s.io/api/core/v1 PodReasonUnschedulable; "Pod conditions"
+        in https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/)."""
+        stamp = self.store.clock().astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        def change(pod: Json) -> None:
+            conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+            conditions[:] = [c for c in conditions if c.get("type") != "PodScheduled"]
+            conditions.append({"type": "PodScheduled", "status": "False",
+                               "reason": "Unschedulable", "message": message,
+                               "lastTransitionTime": stamp})
+
+        return self.modify("pods", name, change, namespace)
+
     def set_pod_phase(self, namespace: str, name: str, phase: str) -> Json:
         def change(pod: Json) -> None:
             pod.setdefault("status", {})["phase"] = phase
@@ -210,12 +242,27 @@ class FakeKube:
         with self._ctx.lock:
             return Counter(self._ctx.requests)
 
+    @property
+    def calls(self) -> Counter[tuple[str, str, str]]:
+        """The same requests by (group, verb, resource), as RBAC grants them:
+        ``("scheduling.x-k8s.io", "patch", "podgroups")``."""
+        with self._ctx.lock:
+            return Counter(self._ctx.calls)
+
     def count(self, verb: str, resource: str) -> int:
         return self.requests[(verb, resource)]
+
+    def discoveries(self, group_version: str) -> int:
+        """How many times GET /apis/<group>/<version> was asked (``"scheduling.x-k8s.io/
+        v1alpha1"``), answered or not."""
+        with self._ctx.lock:
+            return self._ctx.discoveries[group_version]
 
     def reset_counts(self) -> None:
         with self._ctx.lock:
             self._ctx.requests.clear()
+            self._ctx.calls.clear()
+            self._ctx.discoveries.clear()
 
     def watchers(self, resource: str = "provisioningrequests") -> int:
         with self.store.cond:

@@ -48,14 +48,48 @@ def node(name: str, labels: Mapping[str, str] | None = None, ready: bool = True,
 
 
 def pod(namespace: str, name: str, annotations: Mapping[str, str] | None = None,
-        node_name: str = "") -> Json:
-    spec: Json = {"containers": [{"name": "main", "image": "busybox"}]}
+        node_name: str = "", *, labels: Mapping[str, str] | None = None,
+        requests: Mapping[str, str] | None = None) -> Json:
+    """A pod; ``requests`` (``{"nvidia.com/gpu": "8"}``) are its container's requests and
+    limits."""
+    main: Json = {"name": "main", "image": "busybox"}
+    if requests:
+        main["resources"] = {"requests": dict(requests), "limits": dict(requests)}
+    spec: Json = {"containers": [main]}
     if node_name:
         spec["nodeName"] = node_name
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"namespace": namespace, "name": name,
-                         "annotations": dict(annotations or {})},
+    meta: Json = {"namespace": namespace, "name": name, "annotations": dict(annotations or {})}
+    if labels:
+        meta["labels"] = dict(labels)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
             "spec": spec, "status": {"phase": "Running" if node_name else "Pending"}}
+
+
+# --- gangs: PodGroups of the three APIs provider/gangs/sources.py reads ---------------------
+
+
+def native_pod_group(namespace: str, name: str, min_count: int) -> Json:
+    """Kubernetes' own PodGroup (scheduling.k8s.io/v1alpha2) with a gang policy; its pods
+    name it in ``spec.schedulingGroup.podGroupName``."""
+    return {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+            "metadata": {"namespace": namespace, "name": name},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}}}
+
+
+def coscheduling_pod_group(namespace: str, name: str, min_member: int) -> Json:
+    """scheduler-plugins' PodGroup; its pods carry the label
+    ``scheduling.x-k8s.io/pod-group: <name>``."""
+    return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"namespace": namespace, "name": name},
+            "spec": {"minMember": min_member}}
+
+
+def volcano_pod_group(namespace: str, name: str, min_member: int) -> Json:
+    """Volcano's PodGroup; its pods carry the annotation
+    ``scheduling.k8s.io/group-name: <name>``."""
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+            "metadata": {"namespace": namespace, "name": name},
+            "spec": {"minMember": min_member}}
 
 
 def event(namespace: str, involved: Json, reason: str, message: str,

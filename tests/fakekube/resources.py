@@ -37,10 +37,14 @@ class Resource:
         return f"{self.group}/{version}" if self.group else version
 
 
+# A custom resource whose DELETE removes it at once answers a Success Status naming it (a
+# deletion held by finalizers answers the object): what the e2e suite's kube-apiserver
+# v1.36.3 does (tests/e2e/test_fake_agrees.py, probe_gang_pods_and_requests and
+# probe_podgroup_annotations).
 PROVISIONING_REQUESTS = Resource(PROVREQ_GROUP, ("v1", "v1beta1"), "provisioningrequests",
                                  "ProvisioningRequest", namespaced=True,
                                  status_subresource=True, custom=True,
-                                 delete_returns_object=True)
+                                 delete_returns_object=False)
 POD_TEMPLATES = Resource("", ("v1",), "podtemplates", "PodTemplate", namespaced=True,
                          status_subresource=False, custom=False, delete_returns_object=True)
 NODES = Resource("", ("v1",), "nodes", "Node", namespaced=False, status_subresource=True,
@@ -79,17 +83,50 @@ DEVICE_CLASSES = Resource(DRA_GROUP, ("v1",), "deviceclasses", "DeviceClass",
                           namespaced=False, status_subresource=False, custom=False,
                           delete_returns_object=True)
 
+# PodGroups of the three gang APIs allset's gang bridge reads (provider/gangs/sources.py).
+# All three are namespaced and share the plural ``podgroups``: the fake keys resources by
+# (group, plural), as the API server does.
+# - Kubernetes' own (scheduling.k8s.io/v1alpha2, KEP-4671 and KEP-5832 "Decouple PodGroup
+#   from Workload API", github.com/kubernetes/enhancements keps/sig-scheduling/5832-
+#   decouple-podgroup-api): a built-in, served only with the GenericWorkload feature gate
+#   and --runtime-config scheduling.k8s.io/v1alpha2=true; its status is a subresource
+#   ("PodGroup Status Lifecycle" there). Not probed against the real server yet.
+# - scheduler-plugins coscheduling (scheduling.x-k8s.io/v1alpha1): a CRD, Namespaced,
+#   ``subresources: {status: {}}`` (github.com/kubernetes-sigs/scheduler-plugins,
+#   manifests/coscheduling/crd.yaml). tests/e2e/test_fake_agrees.py installs a CRD of
+#   that shape on the real server and probes discovery, patch and DELETE.
+# - Volcano (scheduling.volcano.sh/v1beta1): a CRD, Namespaced, ``subresources: {}`` (no
+#   status subresource: github.com/volcano-sh/volcano,
+#   config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml).
+NATIVE_POD_GROUPS = Resource("scheduling.k8s.io", ("v1alpha2",), "podgroups", "PodGroup",
+                             namespaced=True, status_subresource=True, custom=False,
+                             delete_returns_object=True)
+COSCHEDULING_POD_GROUPS = Resource("scheduling.x-k8s.io", ("v1alpha1",), "podgroups",
+                                   "PodGroup", namespaced=True, status_subresource=True,
+                                   custom=True, delete_returns_object=False)
+VOLCANO_POD_GROUPS = Resource("scheduling.volcano.sh", ("v1beta1",), "podgroups", "PodGroup",
+                              namespaced=True, status_subresource=False, custom=True,
+                              delete_returns_object=False)
+
 RESOURCES: tuple[Resource, ...] = (PROVISIONING_REQUESTS, POD_TEMPLATES, NODES, PODS, EVENTS,
                                    LEASES, ENDPOINT_SLICES, RESOURCE_CLAIM_TEMPLATES,
-                                   RESOURCE_CLAIMS, DEVICE_CLASSES)
-BY_PLURAL = {r.plural: r for r in RESOURCES}
+                                   RESOURCE_CLAIMS, DEVICE_CLASSES, NATIVE_POD_GROUPS,
+                                   COSCHEDULING_POD_GROUPS, VOLCANO_POD_GROUPS)
+BY_KEY = {(r.group, r.plural): r for r in RESOURCES}
+GROUPS = frozenset(r.group for r in RESOURCES if r.group)
 
 
-def by_plural(plural: str) -> Resource:
-    try:
-        return BY_PLURAL[plural]
-    except KeyError:
-        raise KeyError(f"fakekube serves {sorted(BY_PLURAL)}, not {plural!r}") from None
+def by_plural(plural: str, group: str | None = None) -> Resource:
+    """The resource ``plural`` names; ``group`` is needed only where plurals collide
+    (``podgroups``)."""
+    found = [r for r in RESOURCES if r.plural == plural and group in (None, r.group)]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise KeyError(f"{plural!r} is served by several groups "
+                       f"({', '.join(sorted(r.group for r in found))}): pass group=")
+    raise KeyError(f"fakekube serves {sorted({r.plural for r in RESOURCES})}"
+                   f"{'' if group is None else f' in {group!r}'}, not {plural!r}")
 
 
 def by_kind(api_version: str, kind: str) -> tuple[Resource, str]:
@@ -99,6 +136,30 @@ def by_kind(api_version: str, kind: str) -> tuple[Resource, str]:
         if r.group == group and r.kind == kind and version in r.versions:
             return r, version
     raise KeyError(f"fakekube does not serve {kind} in {api_version}")
+
+
+def discovery(group: str, version: str, absent: frozenset[str]) -> dict[str, object]:
+    """GET /apis/<group>/<version>: the APIResourceList of what the fake serves there
+    (unaggregated discovery: https://kubernetes.io/docs/concepts/overview/kubernetes-api/
+    #discovery-api). A group that is not
+    installed (a CRD never created, an API behind a feature gate) or a version it does not
+    serve answers 404, as the e2e suite's kube-apiserver v1.36.3 does
+    (tests/e2e/test_fake_agrees.py probes both)."""
+    served = [r for r in RESOURCES
+              if r.group == group and version in r.versions and group not in absent]
+    if not group or not served:
+        raise errors.no_route()
+    verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+    listed: list[dict[str, object]] = []
+    for r in served:
+        listed.append({"name": r.plural, "singularName": r.kind.lower(),
+                       "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs})
+        if r.status_subresource:
+            listed.append({"name": f"{r.plural}/status", "singularName": "",
+                           "namespaced": r.namespaced, "kind": r.kind,
+                           "verbs": ["get", "patch", "update"]})
+    return {"kind": "APIResourceList", "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}", "resources": listed}
 
 
 @dataclass(frozen=True)
@@ -116,9 +177,10 @@ class Route:
         return self.resource.plural + sub
 
 
-def parse(path: str) -> Route:
+def parse(path: str, absent: frozenset[str] = frozenset()) -> Route:
     """``/api/v1/namespaces/ns/pods/p`` or ``/apis/<group>/<version>/<plural>`` and so
-    on. Raises ApiError 404 for anything the fake does not serve."""
+    on. Raises ApiError 404 for anything the fake does not serve, and for every path of a
+    group in ``absent`` (not installed in this cluster)."""
     parts = [p for p in path.split("/") if p]
     if parts[:1] == ["api"] and len(parts) >= 2:
         group, version, rest = "", parts[1], parts[2:]
@@ -132,8 +194,8 @@ def parse(path: str) -> Route:
     if not rest or len(rest) > 3:
         raise errors.no_route()
     plural, name, sub = rest[0], *([*rest[1:], "", ""])[:2]
-    resource = BY_PLURAL.get(plural)
-    if resource is None or resource.group != group or version not in resource.versions:
+    resource = BY_KEY.get((group, plural))
+    if resource is None or group in absent or version not in resource.versions:
         raise errors.no_route()
     if namespace and not resource.namespaced:
         raise errors.no_route()

@@ -92,10 +92,12 @@ def handle(store: Store, name: str, route: Route, query: dict[str, str], raw: by
         options = _json_body(raw)
         obj, gone = store.delete(res, ns, route.name, options)
         if gone and not res.delete_returns_object:
+            details = {"name": route.name, "kind": res.plural,
+                       "uid": obj["metadata"]["uid"]}
+            if res.group:
+                details["group"] = res.group
             return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                         "status": "Success", "details": {
-                             "name": route.name, "kind": res.plural,
-                             "uid": obj["metadata"]["uid"]}}
+                         "status": "Success", "details": details}
         # The apiserver answers 202 for a held deletion only when orphanDependents=false
         # was sent (handlers/delete.go); otherwise 200 with the object.
         held_202 = not gone and isinstance(options, dict) and \
@@ -110,7 +112,11 @@ class Context:
 
     store: Store
     watch_timeout: float
+    absent: frozenset[str] = frozenset()  # API groups this cluster does not serve
     requests: Counter[tuple[str, str]] = field(default_factory=Counter)
+    # The same requests by (group, verb, resource): plurals alone collide (podgroups).
+    calls: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    discoveries: Counter[str] = field(default_factory=Counter)  # GETs of /apis/<g>/<v>
     watchers: Counter[str] = field(default_factory=Counter)  # open watches by resource
     connections: set[socket.socket] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -140,10 +146,17 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         try:
-            route = resources.parse(url.path)
+            parts = [p for p in url.path.split("/") if p]
+            if len(parts) == 3 and parts[0] == "apis" and self.command == "GET":
+                with self.ctx.lock:
+                    self.ctx.discoveries[f"{parts[1]}/{parts[2]}"] += 1
+                self._reply(200, resources.discovery(parts[1], parts[2], self.ctx.absent))
+                return
+            route = resources.parse(url.path, self.ctx.absent)
             name = verb(self.command, route, query)
             with self.ctx.lock:
                 self.ctx.requests[(name, route.counted)] += 1
+                self.ctx.calls[(route.resource.group, name, route.counted)] += 1
             if name == "watch":
                 self._watch(route, query)
                 return

@@ -22,7 +22,7 @@ from tests.fakekube import errors, patch, validation
 from tests.fakekube.resources import PODS, Resource
 
 Json = dict[str, Any]
-Key = tuple[str, str, str]  # (plural, namespace, name)
+Key = tuple[str, str, str]  # (plural.group, namespace, name): plurals alone collide
 Clock = Callable[[], datetime]
 
 # Metadata only the server writes; whatever a client sends for these is ignored.
@@ -92,7 +92,7 @@ class Store:
                ) -> tuple[list[Json], int]:
         with self.cond:
             items = [copy.deepcopy(obj) for (plural, ns, _), obj in sorted(self._objects.items())
-                     if plural == res.plural and namespace in ("", ns) and keep(obj)]
+                     if plural == res.qualified and namespace in ("", ns) and keep(obj)]
             return items, self.rv
 
     def since(self, rv: int, res: Resource, namespace: str, keep: Callable[[Json], bool]
@@ -118,17 +118,17 @@ class Store:
 
     def inject_conflicts(self, res: Resource, namespace: str, name: str, times: int) -> None:
         with self.cond:
-            self._conflicts[(res.plural, namespace, name)] += times
+            self._conflicts[(res.qualified, namespace, name)] += times
 
     def race(self, res: Resource, namespace: str, name: str, write: Callable[[], None]
              ) -> None:
         """``write`` runs just before the next API write to the object is applied: another
         client's write landing between this client's read and its write."""
         with self.cond:
-            self._races.setdefault((res.plural, namespace, name), []).append(write)
+            self._races.setdefault((res.qualified, namespace, name), []).append(write)
 
     def _run_races(self, res: Resource, namespace: str, name: str) -> None:
-        for write in self._races.pop((res.plural, namespace, name), []):
+        for write in self._races.pop((res.qualified, namespace, name), []):
             write()  # cond is re-entrant: the racing write takes it again
 
     def bookmark(self) -> None:
@@ -179,7 +179,7 @@ class Store:
                 obj["status"] = {"phase": "Pending"}
             validation.check_create(res, obj)
             _omit_empty(res, obj)
-            key = (res.plural, namespace, meta["name"])
+            key = (res.qualified, namespace, meta["name"])
             if key in self._objects:
                 raise errors.already_exists(res.qualified, meta["name"])
             meta.update(uid=str(uuid.uuid4()), creationTimestamp=_timestamp(self.clock),
@@ -293,16 +293,16 @@ class Store:
 
     def _key(self, res: Resource, obj: Json) -> Key:
         meta = obj["metadata"]
-        return (res.plural, meta.get("namespace", ""), meta["name"])
+        return (res.qualified, meta.get("namespace", ""), meta["name"])
 
     def _existing(self, res: Resource, namespace: str, name: str) -> Json:
-        found = self._objects.get((res.plural, namespace, name))
+        found = self._objects.get((res.qualified, namespace, name))
         if found is None:
             raise errors.not_found(res.qualified, name)
         return found
 
     def _take_conflict(self, res: Resource, namespace: str, name: str) -> None:
-        key = (res.plural, namespace, name)
+        key = (res.qualified, namespace, name)
         if self._conflicts[key] > 0:
             self._conflicts[key] -= 1
             raise errors.conflict(res.qualified, name)

@@ -116,10 +116,13 @@ def test_only_allset_targets_a_capacity_block() -> None:
 
 def test_a_capacity_block_ending_under_a_gang_interrupts_it() -> None:
     # The block ends an hour in; the 2-hour job on it is killed and runs again on demand.
+    # (Runtimes not declared: allset has no way to know; tests/sim/test_runtimes.py has the
+    # declared case.)
     t = trace([group("h100-a", reservations=["cb-a"])],
               [job("long", ("h100", 2), hours=2)],
               reservations=[{"id": "cb-a", "shape": "h100", "zone": "z-a", "count": 2,
-                             "kind": "capacity-block", "start": 0, "end": 3600}])
+                             "kind": "capacity-block", "start": 0, "end": 3600}],
+              settings={"runtimes": {"declared": False}})
     result, world = run(t, "allset")
     assert result.figures["interruptions"] == 1
     assert result.figures["jobsCompleted"] == 1

@@ -97,3 +97,22 @@ def test_simulate_text_one_strategy(tmp_path: Path, capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert "per-pod" in out and "allset" not in out.splitlines()[1]
     assert "stranded GPU-hours" in out
+
+
+def test_simulate_runtimes_switch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A 2-hour job and a block ending an hour in: with runtimes declared (the trace's
+    # default) allset keeps it off the block; --runtimes undeclared is allset before that.
+    raw = base(groups=[group("h100-a", reservations=["cb-a"])],
+               jobs=[{**job("j1", ("h100", 2), hours=2), "expectedRuntime": "2h"}],
+               reservations=[{"id": "cb-a", "shape": "h100", "zone": "z-a", "count": 2,
+                              "kind": "capacity-block", "start": 0, "end": 3600}],
+               settings={"horizon": 3600, "drain": 14400})
+    path = tmp_path / "t.yaml"
+    path.write_text(dump_trace(parse_trace(raw, "t.yaml")))
+    interrupted = {}
+    for runtimes in ("declared", "undeclared"):
+        assert main(["simulate", "--trace", str(path), "--strategy", "allset",
+                     "--runtimes", runtimes, "--output", "json"]) == 0
+        figures = json.loads(capsys.readouterr().out)["strategies"]["allset"]
+        interrupted[runtimes] = (figures["interruptions"], figures["interruptionsAvoidable"])
+    assert interrupted == {"declared": (0, 0), "undeclared": (1, 1)}

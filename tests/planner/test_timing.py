@@ -1,0 +1,113 @@
+"""Time-aware capacity: a gang is not placed on capacity that ends under it, unless it
+allows interruption; reserved capacity that opens before its deadline is waited for when
+that is cheaper than buying now; a waiting gang's slots are held for it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from adapters.base import CapacityType
+from provider.demand import Demand
+from provider.plan import Infeasible, Plan, ReasonCode
+from provider.planner.gang import plan
+from provider.planner.timing import Wait, wait_or_buy
+from tests.planner.kit import NOW, World, demand, gpu_group, reservation, workers
+
+HOUR = 3600.0
+# 16 GPUs on 2 nodes of 100/h each: 200/h on demand.
+
+
+def job(runtime_h: float | None = 6.0, *, max_wait_h: float | None = 2.0,
+        interrupt: bool = False, value: float | None = None,
+        reserved_only: bool = False) -> Demand:
+    d = demand(workers(16))
+    if reserved_only:
+        d = dataclasses.replace(d, capacity_types=(CapacityType.RESERVED,))
+    return dataclasses.replace(
+        d, expected_runtime_seconds=None if runtime_h is None else runtime_h * HOUR,
+        max_wait_seconds=None if max_wait_h is None else max_wait_h * HOUR,
+        allow_interruption=interrupt, wait_value_per_gpu_hour=value)
+
+
+def parts(result: Plan | Infeasible) -> list[tuple[str, str | None, int]]:
+    assert isinstance(result, Plan), result
+    return [(p.group, p.reservation, p.count) for p in result.parts]
+
+
+def test_capacity_that_ends_before_the_runtime_is_not_used() -> None:
+    block = reservation("cb", free=2, window=(NOW - HOUR, NOW + 2 * HOUR))
+    world = World([gpu_group("g")], [block])
+    result = plan(job(6.0), world.view(), world.matcher)
+    assert parts(result) == [("g", None, 2)]  # bought, not placed on the ending block
+    assert isinstance(result, Plan)
+    assert any("reservation cb ends in 2.0 h, before the gang's expected runtime of 6.0 h"
+               in n.message for n in result.notes)
+    # A gang that fits in the window uses it.
+    assert parts(plan(job(1.5), world.view(), world.matcher)) == [("g", "cb", 2)]
+    # Reserved-only: no plan, and the reason says why the block was not used.
+    only = plan(job(6.0, reserved_only=True), world.view(), world.matcher)
+    assert isinstance(only, Infeasible)
+    assert any(r.code is ReasonCode.RESERVATION_MISMATCH and "ends in 2.0 h" in r.message
+               for r in only.reasons)
+
+
+def test_a_request_that_allows_interruption_takes_the_ending_block() -> None:
+    block = reservation("cb", free=2, window=(NOW - HOUR, NOW + 2 * HOUR))
+    world = World([gpu_group("g")], [block])
+    assert parts(plan(job(6.0, interrupt=True), world.view(), world.matcher)) == \
+        [("g", "cb", 2)]
+
+
+def test_without_a_runtime_nothing_changes() -> None:
+    block = reservation("cb", free=2, window=(NOW - HOUR, NOW + 2 * HOUR))
+    world = World([gpu_group("g")], [block])
+    assert parts(plan(job(None), world.view(), world.matcher)) == [("g", "cb", 2)]
+
+
+def decide(world: World, d: Demand) -> Wait | None:
+    view = world.view()
+    return wait_or_buy(d, view, world.matcher, {}, plan(d, view, world.matcher))
+
+
+def test_a_window_opening_within_the_deadline_is_waited_for_when_cheaper() -> None:
+    opening = reservation("cb", free=2, window=(NOW + 0.5 * HOUR, NOW + 12 * HOUR))
+    world = World([gpu_group("g")], [opening])
+    wait = decide(world, job(6.0))
+    # Now: 200/h x 6 h = 1,200. Waiting 0.5 h: 16 GPUs x 0.5 h x 12.5 (the plan's on-demand
+    # GPU-hour) = 100, and nothing bought.
+    assert wait == Wait("cb", NOW + 0.5 * HOUR, 2, 1100.0, 1200.0, 100.0)
+    assert "waiting for cb opening at" in wait.text("14:00") and "saves 1,100 USD" in \
+        wait.text("14:00")
+
+
+def test_waiting_is_not_worth_it_when_a_gpu_hour_of_waiting_is_dear() -> None:
+    opening = reservation("cb", free=2, window=(NOW + 0.5 * HOUR, NOW + 12 * HOUR))
+    world = World([gpu_group("g")], [opening])
+    # 16 GPUs x 0.5 h x 200 = 1,600 > 1,200: buy now.
+    assert decide(world, job(6.0, value=200.0)) is None
+
+
+def test_a_window_opening_after_the_deadline_is_not_waited_for() -> None:
+    late = reservation("cb", free=2, window=(NOW + 3 * HOUR, NOW + 12 * HOUR))
+    world = World([gpu_group("g")], [late])
+    assert decide(world, job(6.0, max_wait_h=2.0)) is None
+
+
+def test_a_window_too_short_for_the_runtime_is_not_waited_for() -> None:
+    short = reservation("cb", free=2, window=(NOW + 0.5 * HOUR, NOW + 3 * HOUR))
+    world = World([gpu_group("g")], [short])
+    assert decide(world, job(6.0)) is None
+
+
+def test_held_slots_go_to_the_waiting_request_first() -> None:
+    opening = reservation("cb", free=2, window=(NOW + 0.5 * HOUR, NOW + 12 * HOUR))
+    world = World([gpu_group("g")], [opening])
+    world.ledger.hold("ns/waiting", "cb", 2, NOW + 2 * HOUR)
+    world.clock.advance(0.5 * HOUR)
+    newcomer = plan(job(6.0), world.ledger.view(), world.matcher)
+    assert parts(newcomer) == [("g", None, 2)]  # the block is held: it buys
+    holder = plan(job(6.0), world.ledger.view(holder="ns/waiting"), world.matcher)
+    assert parts(holder) == [("g", "cb", 2)]
+    # A hold whose request never comes lapses.
+    world.clock.advance(2 * HOUR)
+    assert parts(plan(job(6.0), world.ledger.view(), world.matcher)) == [("g", "cb", 2)]

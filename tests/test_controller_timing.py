@@ -1,0 +1,110 @@
+"""A request that states its runtime waits for a capacity block opening before its
+deadline when that is cheaper than buying now: it says so in its status, its slots are
+held, and it launches into the block when the block opens, ahead of work that came
+later."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+
+import pytest
+
+from provider.controller import conditions as c
+from provider.controller.controller import Controller
+from provider.controller.kube import KubeApi
+from provider.controller.requests import Backoff
+from tests.controller_kit import World, create, live
+from tests.fakekube import FakeKube
+from tests.helpers import harness
+
+# ManualClock starts at 1_800_000_000 = 2027-01-15T08:00:00Z; the block opens 30 min later.
+CONFIG = """\
+cluster: test
+gpuLabel: example.com/gpu
+cloud:
+  provider: fake
+  fake:
+    reservations:
+      - {id: cb-h100, zone: us-east-1b, instanceType: p5.48xlarge, count: 2,
+         kind: capacity-block, targeted: true,
+         startsAt: 2027-01-15T08:30:00Z, endsAt: 2027-01-15T20:00:00Z}
+nodeGroups:
+  - id: gpu
+    zone: us-east-1b
+    instanceType: p5.48xlarge
+    gpu: {type: nvidia-h100-80gb, count: 8}
+    cpu: 191
+    memory: 1900Gi
+    maxSize: 4
+    reservations: [cb-h100]
+    price: {onDemand: 98.32}
+    taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+  - id: cpu
+    zone: us-east-1b
+    instanceType: m7i.large
+    cpu: 2
+    memory: 8Gi
+    maxSize: 20
+    price: {onDemand: 0.10}
+"""
+
+
+@pytest.fixture
+def timed() -> Iterator[World]:
+    h = harness(CONFIG)
+
+    def now() -> dt.datetime:
+        return dt.datetime.fromtimestamp(h.clock.now(), dt.UTC)
+
+    with FakeKube(clock=now) as kube, kube.client() as api:
+        controller = Controller(h.provider, KubeApi(api), workers=4, backoff=Backoff(60, 600))
+        yield World(h, kube, api, controller)
+        controller.stop()
+        h.provider.stop()
+
+
+def test_waits_for_the_block_then_launches_into_it_ahead_of_later_work(timed: World) -> None:
+    w = timed
+    create(w, "job", {"workers": 16}, expectedRuntimeSeconds="21600", maxWaitSeconds="7200")
+    w.sync()
+    cond = w.condition(c.PROVISIONED, "job")
+    assert cond is not None and cond.reason == c.WAITING_FOR_RESERVATION, cond
+    assert "waiting for cb-h100 opening at 2027-01-15T08:30:00Z, saves" in cond.message
+    assert live(w) == []  # nothing bought while it waits
+    held = w.h.provider.ledger.held()
+    assert held["ml/job"][:2] == ("cb-h100", 2)
+    # Work that arrives later, with no runtime stated, may not take the held block.
+    w.h.clock.advance(30 * 60)
+    w.h.provider.refresh_now()
+    create(w, "later", {"workers": 16})
+    w.sync()
+    assert {i.tags.reservation for i in live(w, "ml/later")} == {None}
+    assert sorted(i.tags.reservation or "" for i in live(w, "ml/job")) == ["cb-h100",
+                                                                          "cb-h100"]
+    assert "ml/job" not in w.h.provider.ledger.held()  # its plan claimed the slots
+
+
+def test_a_request_that_buys_now_says_nothing_of_waiting(timed: World) -> None:
+    w = timed
+    # Six hours at most of waiting is not allowed: the block opens after the deadline.
+    create(w, "job", {"workers": 16}, expectedRuntimeSeconds="21600", maxWaitSeconds="600")
+    w.sync()
+    assert len(live(w)) == 2 and {i.tags.reservation for i in live(w)} == {None}
+    cond = w.condition(c.PROVISIONED, "job")
+    assert cond is None or cond.reason != c.WAITING_FOR_RESERVATION
+
+
+
+def test_the_deadline_counts_from_the_requests_creation(timed: World) -> None:
+    # Regression (found with the simulation, issue 19): maxWaitSeconds was measured from
+    # each pass, so a request planned late (or again after a failed attempt) could wait
+    # past its deadline. Created at 08:00 with 20 minutes to wait, first planned at 08:15:
+    # the block opening at 08:30 is after its deadline (08:20), so it buys now.
+    w = timed
+    create(w, "job", {"workers": 16}, expectedRuntimeSeconds="21600", maxWaitSeconds="1200")
+    w.h.clock.advance(15 * 60)
+    w.sync()
+    cond = w.condition(c.PROVISIONED, "job")
+    assert cond is None or cond.reason != c.WAITING_FOR_RESERVATION, cond.message
+    assert len(live(w)) == 2 and {i.tags.reservation for i in live(w)} == {None}
