@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
+from provider.controller.conditions import rfc3339
 from provider.demand import Demand
 from provider.plan import Infeasible, Plan, Reason
 from provider.planner.timing import Wait
@@ -75,7 +75,3 @@ def timing_text(demand: Demand, wait: Wait | None) -> str:
     if wait is None:
         return "  decision: launch now (no reserved window before the deadline is cheaper)"
     return "  decision: " + wait.text(rfc3339(wait.opens_at))
-
-
-def rfc3339(epoch: float) -> str:
-    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

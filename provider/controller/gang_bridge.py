@@ -57,6 +57,12 @@ def request_name(gang: str, generation: int) -> str:
     return f"gang-{gang[:40].rstrip('.-')}-{digest}-{generation}"
 
 
+def generation_of(request: str) -> int:
+    """The generation a request_name() carries at its end."""
+    last = request.rsplit("-", 1)[-1]
+    return int(last) if last.isdigit() else 1
+
+
 def planned_spec(pod: Mapping[str, Any]) -> dict[str, Any]:
     """What of a pod decides where it fits: containers' resources and the placement
     rules. Nothing that names this pod or its node."""
@@ -251,7 +257,7 @@ class GangBridge:
         name = ((obj.get("metadata") or {}).get("annotations") or {}).get(REQUEST_ANNOTATION)
         if not name:
             return None
-        generation = int(str(name).rsplit("-", 1)[-1]) if str(name)[-1:].isdigit() else 1
+        generation = generation_of(str(name))
         found = self._api.request(key.namespace, str(name))
         if found is None:
             # Named but not there: created by a pass that died, or deleted by a person.
@@ -362,6 +368,6 @@ class GangBridge:
             notes = (found.get("metadata") or {}).get("annotations") or {}
             if notes.get(REQUEST_ANNOTATION) == meta.get("name"):
                 name = str(meta.get("name"))
-                generation = int(name.rsplit("-", 1)[-1]) if name[-1:].isdigit() else 1
+                generation = generation_of(name)
                 self._report(GangKey(source, str(meta.get("namespace")), gang), found,
                              request_state(req, generation))
