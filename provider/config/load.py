@@ -227,6 +227,7 @@ def _node_group(cfg: NodeGroupConfig, shape: Shape | None = None) -> NodeGroup:
         labels=types.MappingProxyType(dict(cfg.labels)),
         taints=tuple(Taint(t.key, t.value, t.effect) for t in cfg.taints),
         targeted_reservations=tuple(cfg.reservations),
+        boot_seconds=duration_seconds(cfg.boot_time),
         options=GroupOptions(
             scale_down_utilization_threshold=opts.scale_down_utilization_threshold,
             scale_down_gpu_utilization_threshold=opts.scale_down_gpu_utilization_threshold,

@@ -189,6 +189,9 @@ class NodeGroupConfig(Model):
     fabric: Name | None = Field(None, description="placement group / compact policy name")
     min_size: int = Field(0, ge=0, description="CA never scales the group below this")
     max_size: int = Field(ge=0, description="nodes the group may have at most")
+    boot_time: Duration = Field(
+        "10m", description="launch to Ready node, as observed (a high percentile): reserved "
+        "capacity must outlast it plus a gang's expected runtime")
     capacity_types: list[CapacityType] = Field(
         default_factory=lambda: [CapacityType.RESERVED, CapacityType.ON_DEMAND], min_length=1,
         description="where the group's nodes may come from; a fitting free reservation is "

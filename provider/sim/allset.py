@@ -56,6 +56,8 @@ def provider_config(trace: TraceModel) -> LoadedConfig:
             "id": g.id, "zone": g.zone, "instanceType": shape.instance_type,
             "cpu": shape.cpu, "memory": f"{shape.memory_gib}Gi", "maxSize": g.max_size,
             "price": {"onDemand": shape.on_demand_price},
+            # What the operator observed: the trace's launch-to-running time.
+            "bootTime": trace.settings.boot_seconds,
         }
         if shape.gpus:
             group["gpu"] = {"type": shape.gpu_type, "count": shape.gpus}

@@ -51,6 +51,20 @@ def test_capacity_that_ends_before_the_runtime_is_not_used() -> None:
                for r in only.reasons)
 
 
+def test_the_runtime_counts_from_the_nodes_being_ready() -> None:
+    """A block that outlives the runtime counted from the launch, but not from the nodes
+    being Ready a boot time later, would end under the gang: not used."""
+    block = reservation("cb", free=2, window=(NOW - HOUR, NOW + 6 * HOUR + 300))
+    slow = dataclasses.replace(gpu_group("g"), boot_seconds=600.0)
+    result = plan(job(6.0), World([slow], [block]).view(), World([slow], [block]).matcher)
+    assert parts(result) == [("g", None, 2)]
+    assert isinstance(result, Plan)
+    assert any("after its nodes' boot time of 10 min" in n.message for n in result.notes)
+    fast = dataclasses.replace(gpu_group("g"), boot_seconds=240.0)
+    world = World([fast], [block])
+    assert parts(plan(job(6.0), world.view(), world.matcher)) == [("g", "cb", 2)]
+
+
 def test_a_request_that_allows_interruption_takes_the_ending_block() -> None:
     block = reservation("cb", free=2, window=(NOW - HOUR, NOW + 2 * HOUR))
     world = World([gpu_group("g")], [block])
