@@ -412,6 +412,19 @@ class ProvisioningRequests(Model):
     resync: Duration = Field("30s", description="how often every request is looked at again")
 
 
+class Runtimes(Model):
+    """How far a request's declared runtime is trusted when placing it on reserved capacity
+    that ends (capacity blocks, future-dated and calendar reservations)."""
+
+    margin: float = Field(1.0, ge=1.0, le=10.0, description="capacity must outlast the "
+                          "declared runtime times this (after the boot time); declarations "
+                          "are estimates")
+    undeclared: Duration | None = Field(
+        None, description="runtime assumed for a request that declares none (neither "
+        "expectedRuntimeSeconds nor a Kueue maximumExecutionTimeSeconds); unset: such a "
+        "gang may be placed on capacity ending at any time")
+
+
 class Gangs(Model):
     """Gangs of PodGroup APIs turned into requests of class atomic-reserved.allset.dev."""
 
@@ -443,6 +456,8 @@ class Config(Model):
     reconcile: Reconcile = Field(Reconcile(), description="orphans and removed groups")
     leader_election: LeaderElection = Field(LeaderElection(), description="replicas")
     provisioning_requests: ProvisioningRequests = ProvisioningRequests()
+    runtimes: Runtimes = Field(Runtimes(), description="declared runtimes against capacity "
+                               "that ends")
     gangs: Gangs = Field(Gangs(), description="pending PodGroup gangs become requests")
     node_groups: list[NodeGroupConfig] = Field(min_length=1, description="the node "
                                                "groups CA sees")

@@ -510,7 +510,7 @@ class RequestHandler:
             limit = self._execution_limit(obj)
             if limit is not None:
                 demand = dataclasses.replace(demand, expected_runtime_seconds=limit)
-        return demand, params
+        return self._p.config.guarded(demand), params
 
     def _execution_limit(self, obj: Obj) -> float | None:
         """Kueue's ``maximumExecutionTimeSeconds`` of the Workload that owns the request:

@@ -69,8 +69,8 @@ class Inputs:
                 if c.pods_per_node > 0:
                     self.arcs.setdefault(c.group, []).append((p.name, c.pods_per_node))
         allowed = self.demand.capacity_types
-        runtime = self.demand.expected_runtime_seconds
-        checked = runtime is not None and not self.demand.allow_interruption
+        runtime = self.demand.runtime_to_outlast
+        checked = runtime is not None
         for gid in self.arcs:
             mine = self.sources.setdefault(gid, [])
             # A runtime counts from the nodes being Ready, which takes the group's boot time.
@@ -338,10 +338,15 @@ def _idle_reservations(inputs: Inputs, allocation: Allocation) -> tuple[Reason, 
 
 
 def ends_early_reasons(inputs: Inputs) -> list[Reason]:
-    runtime = inputs.demand.expected_runtime_seconds or 0.0
+    d = inputs.demand
+    runtime = d.runtime_to_outlast or 0.0
+    what = ("the gang's expected runtime" if d.expected_runtime_seconds is None
+            or d.runtime_margin == 1.0 else
+            f"the gang's expected runtime x {d.runtime_margin:g} (runtimes.margin)")
+    if d.expected_runtime_seconds is None:
+        what = "the runtime assumed for a gang that states none (runtimes.undeclared)"
     return [Reason(ReasonCode.RESERVATION_MISMATCH,
                    f"reservation {rid} ends in {(ends - inputs.view.now) / 3600:.1f} h, before "
-                   f"the gang's expected runtime of {runtime / 3600:.1f} h after its nodes' "
-                   f"boot time of {boot / 60:.0f} min would end (the request may allow "
-                   "interruption)")
+                   f"{what} of {runtime / 3600:.1f} h after its nodes' boot time of "
+                   f"{boot / 60:.0f} min would end (the request may allow interruption)")
             for rid, (ends, boot) in sorted(inputs.ends_early.items())]
