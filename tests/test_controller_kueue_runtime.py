@@ -46,7 +46,17 @@ nodeGroups:
 
 @pytest.fixture
 def world() -> Iterator[World]:
-    h = harness(CONFIG)
+    yield from running(CONFIG)
+
+
+@pytest.fixture
+def guarded() -> Iterator[World]:
+    """The operator assumes 8 h for a gang that states no runtime."""
+    yield from running(CONFIG + "runtimes: {undeclared: 8h}\n")
+
+
+def running(config: str) -> Iterator[World]:
+    h = harness(config)
 
     def now() -> dt.datetime:
         return dt.datetime.fromtimestamp(h.clock.now(), dt.UTC)
@@ -105,6 +115,15 @@ def test_a_workload_that_is_gone_leaves_the_request_as_it_is(world: World) -> No
     kueue_request(world, "orphan", None, workload=False)
     world.sync()
     assert sources(world, "orphan") == ["cb-h100", "cb-h100"]
+
+
+def test_the_operators_assumed_runtime_keeps_a_silent_gang_off_the_block(
+        guarded: World) -> None:
+    kueue_request(guarded, "silent", None)
+    kueue_request(guarded, "limited", 2 * 3600)
+    guarded.sync()
+    assert sources(guarded, "silent") == [None, None]
+    assert sources(guarded, "limited") == ["cb-h100", "cb-h100"]
 
 
 def test_without_rbac_for_workloads_the_limit_is_skipped_with_one_warning(

@@ -125,3 +125,32 @@ def test_held_slots_go_to_the_waiting_request_first() -> None:
     # A hold whose request never comes lapses.
     world.clock.advance(2 * HOUR)
     assert parts(plan(job(6.0), world.ledger.view(), world.matcher)) == [("g", "cb", 2)]
+
+
+def test_the_operators_margin_stretches_a_declared_runtime() -> None:
+    block = reservation("cb", free=2, window=(NOW - HOUR, NOW + 7 * HOUR))
+    world = World([gpu_group("g")], [block])
+    trusted = plan(job(6.0), world.view(), world.matcher)
+    assert parts(trusted) == [("g", "cb", 2)]  # 6 h + 10 min boot < 7 h
+    guarded = plan(dataclasses.replace(job(6.0), runtime_margin=1.25), world.view(),
+                   world.matcher)
+    assert parts(guarded) == [("g", None, 2)]  # 7.5 h + boot > 7 h
+    assert isinstance(guarded, Plan)
+    assert any("expected runtime x 1.25 (runtimes.margin) of 7.5 h" in n.message
+               for n in guarded.notes)
+
+
+def test_a_gang_that_declares_nothing_is_assumed_to_run_the_configured_time() -> None:
+    block = reservation("cb", free=2, window=(NOW - HOUR, NOW + 6 * HOUR))
+    world = World([gpu_group("g")], [block])
+    silent = job(None)
+    assert parts(plan(silent, world.view(), world.matcher)) == [("g", "cb", 2)]
+    assumed = dataclasses.replace(silent, undeclared_runtime_seconds=24 * HOUR)
+    result = plan(assumed, world.view(), world.matcher)
+    assert parts(result) == [("g", None, 2)]
+    assert isinstance(result, Plan)
+    assert any("runtime assumed for a gang that states none (runtimes.undeclared) of 24.0 h"
+               in n.message for n in result.notes)
+    # Interruption allowed: the guard does not apply.
+    free = dataclasses.replace(assumed, allow_interruption=True)
+    assert parts(plan(free, world.view(), world.matcher)) == [("g", "cb", 2)]
