@@ -1,0 +1,155 @@
+"""Baseline `pinned`: reserved node groups pinned at their reservation's size, Kueue
+placing gangs on them first, and best-effort-atomic ProvisioningRequests on the on-demand
+groups for the burst. What many GPU operators run today instead of autoscaling reserved
+capacity.
+
+The set-up, as a careful operator writes it:
+* **Pinned groups.** For every reservation (open or targeted, and every capacity block) a
+  node group whose launch template targets it (provider/sim/baseline.py), with minSize =
+  maxSize = its count while it is open: the Auto Scaling group / MIG itself keeps that many
+  nodes up. A capacity block's group is scaled to its count when the block opens and the
+  cloud ends its instances when it closes (AWS EC2 Auto Scaling user guide, "Use Capacity
+  Blocks for machine learning workloads": scheduled scaling at the block's start); an
+  ODCR's group drops to 0 when the reservation ends (its idle nodes go at once, the others
+  when their gang is done). CA never scales a group below its min size, so idle pinned
+  nodes stay.
+* **Kueue flavors, reserved first.** One ResourceFlavor per pinned group (its nodeLabels
+  select the group) with nominal quota = the group's GPUs, listed before an on-demand
+  flavor in the ClusterQueue; flavor fungibility tries them in order. A gang's GPU pod
+  set gets the first reserved flavor whose free quota holds it whole, in the gang's zone
+  or fabric (a Kueue pod set takes one flavor; a pinned group is in one zone and fabric),
+  and its admission check is a ``check-capacity.autoscaling.x-k8s.io`` ProvisioningRequest,
+  which finds the flavor's idle pinned nodes: quota free means nodes idle, since only that
+  flavor's gangs run there. So a gang that fits wholly in idle pinned nodes gets them at
+  once (shared/reference/provisioning-request.md: check-capacity never scales up).
+* **The burst** takes the on-demand flavor, whose admission check is the best-effort-atomic
+  ProvisioningRequest of `ca-atomic` (provider/sim/ca_atomic.py: managedResources, retry
+  strategy, alternation with ordinary scale-up) over the on-demand groups only. Atomic
+  rather than per-pod: per-pod scale-up starts a gang's first nodes before knowing the rest
+  can come and strands them until the gang timeout, while the atomic class asks once for
+  the whole gang in one group that has room for it; a careful operator who already runs
+  ProvisioningRequests for gangs keeps them for the burst.
+* CPU pods (no GPU: no managed resource) are scaled by CA's ordinary scale-up in either
+  case, and a gang admitted on reserved nodes is subject to the same waitForPodsReady
+  timeout as any other."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from functools import partial
+
+from provider.sim.baseline import Autoscaler, domain, reserved_group
+from provider.sim.ca_atomic import CaAtomic
+from provider.sim.scaleup import PodScaleUp
+from provider.sim.trace import GroupSpec, TraceModel
+from provider.sim.world import Job, Node, World
+
+REFILL = 60.0  # seconds between an Auto Scaling group's tries to reach its min size
+
+
+def pinned_groups(trace: TraceModel) -> list[GroupSpec]:
+    """A reservation-backed group for each reservation a trace group can run: the group's
+    zone, instance type and fabric match (a group naming the reservation is preferred)."""
+    out: list[GroupSpec] = []
+    for r in trace.reservations:
+        itype = trace.shapes[r.shape].instance_type
+        fits = [g for g in trace.groups
+                if g.zone == r.zone and g.fabric == r.fabric
+                and trace.shapes[g.shape].instance_type == itype]
+        fits.sort(key=lambda g: r.id not in g.reservations)
+        if fits:
+            out.append(reserved_group(fits[0], r))
+    return out
+
+
+class Pinned(CaAtomic):
+    name = "pinned"
+
+    def attach(self, world: World) -> None:
+        self.world = world
+        trace = world.trace
+        pinned = pinned_groups(trace)
+        reservations = {r.id: r for r in trace.reservations}
+        self._reservation = {g.id: reservations[g.reservations[0]] for g in pinned}
+        groups = [g.model_copy(update={"reservations": []}) for g in trace.groups] + pinned
+        self.ca = Autoscaler(world, self.name, self._seed, groups)
+        self.pods = PodScaleUp(self.ca)
+        self._open: set[str] = set()
+        self._counts.update({"reservedAdmissions": 0, "pinnedLaunches": 0})
+        world.hold = self._hold
+        for gid, r in self._reservation.items():
+            world.at(max(0.0, r.start), partial(self._opened, gid))
+            if r.end is not None:
+                world.at(r.end, partial(self._closed, gid))
+
+    def candidates(self) -> Iterable[GroupSpec]:
+        """The burst's requests see only the on-demand groups (the on-demand flavor)."""
+        return [g for g in self.ca.cloud.groups.values() if g.id not in self._reservation]
+
+    def _hold(self, node: Node) -> float:
+        if node.group in self._open:
+            return math.inf  # at its min size: CA does not scale it down
+        return self.ca.hold(node)
+
+    # --- the pinned groups' windows -------------------------------------------------------
+
+    def _opened(self, gid: str) -> None:
+        self._open.add(gid)
+        self._fill(gid)
+
+    def _fill(self, gid: str) -> None:
+        """The group's own controller keeps it at its min size."""
+        if gid not in self._open:
+            return
+        self.ca.refresh()
+        group = self.ca.cloud.groups[gid]
+        want = group.max_size - self.ca.sizes[gid]
+        if want <= 0:
+            return
+        got = self.ca.launch(group, want, None)
+        self._counts["pinnedLaunches"] += got
+        if got < want:
+            self.world.after(REFILL, partial(self._fill, gid))
+        if got:
+            self.ca.wake(self.world.now, self._loop)  # requests may fit the new nodes
+
+    def _closed(self, gid: str) -> None:
+        self._open.discard(gid)
+        idle = [n for n in self.world.idle() if n.group == gid and n.id in self.world.nodes]
+        if idle:
+            self.ca.release(idle)
+            for n in idle:
+                self.world.node_gone(n)
+
+    # --- Kueue's flavor assignment --------------------------------------------------------
+
+    def arrive(self, job: Job) -> None:
+        managed = self.managed(job)
+        if len(managed) == 1 and self._place_reserved(job, *next(iter(managed.items()))):
+            self._counts["reservedAdmissions"] += 1
+            self._admitted(job)
+            return
+        super().arrive(job)  # the on-demand flavor
+
+    def _place_reserved(self, job: Job, shape: str, count: int) -> bool:
+        """The first reserved flavor whose idle nodes hold the GPU pod set whole."""
+        topology = job.spec.topology
+        idle: dict[str, list[Node]] = {}
+        for n in self.world.idle():
+            if n.group in self._open:
+                idle.setdefault(n.group, []).append(n)
+        for gid in self._reservation:
+            group = self.ca.cloud.groups[gid]
+            nodes = idle.get(gid, [])
+            if (group.shape != shape or len(nodes) < count
+                    or (topology == "fabric" and group.fabric is None)):
+                continue
+            held = {domain(self.ca.cloud.groups[n.group], topology) for n in job.nodes}
+            if held and domain(group, topology) not in held:
+                continue
+            nodes.sort(key=lambda n: not n.booted)  # running ones first
+            for n in nodes[:count]:
+                self.world.take(n, job)
+            return True
+        return False
