@@ -12,7 +12,9 @@ The set-up, as a careful operator writes it:
   Blocks for machine learning workloads": scheduled scaling at the block's start); an
   ODCR's group drops to 0 when the reservation ends (its idle nodes go at once, the others
   when their gang is done). CA never scales a group below its min size, so idle pinned
-  nodes stay.
+  nodes stay. The measurement ends at the trace's horizon (the reserved capacity on offer
+  is counted until then, for every strategy): there the min sizes drop to 0 too, so the
+  drain after it holds only the work left, as for the other strategies.
 * **Kueue flavors, reserved first.** One ResourceFlavor per pinned group (its nodeLabels
   select the group) with nominal quota = the group's GPUs, listed before an on-demand
   flavor in the ClusterQueue; flavor fungibility tries them in order. A gang's GPU pod
@@ -79,9 +81,12 @@ class Pinned(CaAtomic):
         self._counts.update({"reservedAdmissions": 0, "pinnedLaunches": 0})
         world.hold = self._hold
         for gid, r in self._reservation.items():
-            world.at(max(0.0, r.start), partial(self._opened, gid))
-            if r.end is not None:
-                world.at(r.end, partial(self._closed, gid))
+            if r.start <= 0:
+                self._opened(gid)  # up before the first job, as a pinned group would be
+            else:
+                world.at(r.start, partial(self._opened, gid))
+            end = world.horizon if r.end is None else min(r.end, world.horizon)
+            world.at(end, partial(self._closed, gid))
 
     def candidates(self) -> Iterable[GroupSpec]:
         """The burst's requests see only the on-demand groups (the on-demand flavor)."""
