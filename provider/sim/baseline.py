@@ -6,7 +6,8 @@ careful operator would.
   adds a *reservation-backed* group, ``<group>-res-<reservation>``, whose launch template
   targets that reservation (AWS ``CapacityReservationTarget``, with ``MarketType:
   capacity-block`` for a block; GCP ``SPECIFIC_RESERVATION`` affinity) and whose max size is
-  the reservation's count. So the baselines are offered the same reserved capacity as
+  the reservation's count while it is open and 0 outside (scheduled actions, as AWS
+  advises for a block). So the baselines are offered the same reserved capacity as
   allset. (AWS EC2 Auto Scaling user guide, "Use Capacity Blocks for machine learning
   workloads" and "Use On-Demand Capacity Reservations to reserve capacity in specific
   Availability Zones".)
@@ -153,6 +154,7 @@ class Autoscaler:
         self.rng = random.Random(seed)
         self.sizes: dict[str, int] = dict.fromkeys(self.cloud.groups, 0)
         self.backoff: dict[str, Backoff] = {g: Backoff() for g in self.cloud.groups}
+        self._reservations = {r.id: r for r in world.trace.reservations}
         self.priorities = [(p, [re.compile(x) for x in rx]) for p, rx in PRIORITIES.items()]
         self._loop_at = math.inf
         self._scaled_up: dict[str, float] = {}  # group -> last scale-up
@@ -175,6 +177,18 @@ class Autoscaler:
             loop()  # type: ignore[operator]
 
         self.world.at(tick, run)
+
+    def max_size(self, group: GroupSpec) -> int:
+        """A reservation-backed group's max size is its count only while the reservation
+        is open, and 0 outside: the scheduled actions AWS advises for a capacity block's
+        group (EC2 Auto Scaling user guide, "Use Capacity Blocks for machine learning
+        workloads"), which a careful operator sets for a dated ODCR too, so CA never
+        tries a reservation that cannot take a node."""
+        if not group.reservations:
+            return group.max_size
+        r = self._reservations[group.reservations[0]]
+        now = self.world.now
+        return group.max_size if r.start <= now and (r.end is None or now < r.end) else 0
 
     def refresh(self) -> None:
         """Group sizes as the cloud has them: a capacity block's end takes its nodes away

@@ -153,7 +153,7 @@ class CaAtomic:
             idle.setdefault(n.group, []).append(n)
         groups = [g for g in self.candidates()
                   if set(managed) == {g.shape} and self.ca.available(g.id)
-                  and g.max_size - self.ca.sizes[g.id] + len(idle.get(g.id, [])) >= count
+                  and self.ca.max_size(g) - self.ca.sizes[g.id] + len(idle.get(g.id, [])) >= count
                   and (job.spec.topology != "fabric" or g.fabric is not None)]
         if not groups:
             self._counts["capacityNotFound"] += 1

@@ -91,6 +91,6 @@ class PodScaleUp:
         candidates = [
             g for g in self.ca.cloud.groups.values()
             if self.fits(job, g, shape) and self.ca.available(g.id)
-            and self.ca.sizes[g.id] < g.max_size
+            and self.ca.sizes[g.id] < self.ca.max_size(g)
         ]
         return self.ca.expand(candidates) if candidates else None

@@ -62,13 +62,21 @@ def test_a_reservation_backed_group_fails_when_its_block_is_closed_or_full() -> 
     assert {i.tags.reservation for i in launched} == {"cb-a"}  # never on demand
 
 
-def test_per_pod_falls_back_to_the_on_demand_twin_while_the_block_is_closed() -> None:
-    t = trace([group("h100-a", reservations=["cb-a"])], [job("j1", ("h100", 2))],
+@pytest.mark.parametrize("strategy", ["per-pod", "ca-atomic"])
+def test_outside_its_window_a_block_group_has_no_room(strategy: str) -> None:
+    # The operator's scheduled actions keep the block group's max size at 0 outside the
+    # window: CA uses the on-demand twin at once, without a failed scale-up first.
+    t = trace([group("h100-a", reservations=["cb-a"])],
+              [job("early", ("h100", 2)), job("late", ("h100", 2), at=7300)],
               reservations=[block(start=7200)])
-    result, world = run(t, "per-pod")
-    assert result.counters["failedScaleUps"] >= 1
-    assert result.figures["jobsCompleted"] == 1
-    assert {i.tags.node_group for i in world.cloud.all_instances()} == {"h100-a"}
+    result, world = run(t, strategy)
+    assert result.figures["jobsCompleted"] == 2
+    assert result.figures["gangEvictions"] == 0
+    assert result.counters.get("failedScaleUps", 0) == 0
+    assert {(i.launched_at - START < 7200, i.tags.node_group)
+            for i in world.cloud.all_instances()} == {(True, "h100-a"),
+                                                      (False, "h100-a-res-cb-a")}
+    assert world.jobs[0].first_start == BOOT and world.jobs[1].first_start == 7300 + BOOT
 
 
 # --- the priority expander ------------------------------------------------------------------
