@@ -22,11 +22,13 @@ careful operator would.
   (``--initial-node-group-backoff-duration``, ``--max-node-group-backoff-duration`` in
   cluster-autoscaler-1.36.0 config/flags/flags.go).
 * **The expander** is CA's priority expander (``--expander=priority``) with the
-  ``cluster-autoscaler-priority-expander`` ConfigMap in ``PRIORITIES``: reservation-backed
-  groups first. As expander/priority/priority.go (1.36.0) does it: a group's priority is
-  the highest whose regexes match its id (unanchored search); only the groups of the
-  highest priority stay; groups no regex matches are dropped, unless none matches at all;
-  ties are broken at random (seeded), as every expander chain ends. The default without
+  ``cluster-autoscaler-priority-expander`` ConfigMap of ``priorities()``: first the groups
+  whose nodes land in a reservation (reservation-backed groups, and on-demand groups whose
+  launches fall into an open reservation), then the rest. As
+  expander/priority/priority.go (1.36.0) does it: a group's priority is the highest whose
+  regexes match its id (unanchored search); only the groups of the highest priority stay;
+  groups no regex matches are dropped, unless none matches at all; ties are broken at
+  random (seeded), as every expander chain ends. The default without
   ``--expander`` is ``random`` in 1.31 and 1.32 (main.go's flag) and ``least-waste`` from
   1.33 (config/flags/flags.go), 1.36 included.
 * **Scale-down after a scale-up** waits ``--scale-down-delay-after-add`` (10 minutes in
@@ -55,9 +57,8 @@ from provider.sim.world import Job, Node, World
 INITIAL_BACKOFF = 300.0
 MAX_BACKOFF = 1800.0
 RESERVED_INFIX = "-res-"
-# The priority expander's ConfigMap (data.priorities): reservation-backed groups, then
-# every other group.
-PRIORITIES: dict[int, tuple[str, ...]] = {20: (RESERVED_INFIX,), 10: (".*",)}
+RESERVED_PRIORITY = 20
+OTHER_PRIORITY = 10
 
 
 def reserved_group(group: GroupSpec, reservation: ReservationSpec) -> GroupSpec:
@@ -82,6 +83,16 @@ def baseline_groups(trace: TraceModel) -> list[GroupSpec]:
     return out
 
 
+def priorities(cloud: PlainCloud) -> dict[int, Sequence[str]]:
+    """The priority expander's ConfigMap (data.priorities) the operator writes: first the
+    groups whose nodes land in a reservation (the reservation-backed ones, and those whose
+    launches fall into an open reservation of their zone, type and fabric), then every
+    other group."""
+    reserved = [RESERVED_INFIX] + [f"^{re.escape(gid)}$" for gid, open_ in cloud.open.items()
+                                   if open_ and not cloud.groups[gid].reservations]
+    return {RESERVED_PRIORITY: reserved, OTHER_PRIORITY: [".*"]}
+
+
 @dataclass(slots=True)
 class Backoff:
     failures: int = 0
@@ -96,10 +107,10 @@ class PlainCloud:
         self._strategy = strategy
         self._calls = itertools.count(1)
         self.groups = {g.id: g for g in groups}
-        self._open: dict[str, list[ReservationSpec]] = {}
+        self.open: dict[str, list[ReservationSpec]] = {}
         for g in groups:
             shape = world.trace.shapes[g.shape]
-            self._open[g.id] = [
+            self.open[g.id] = [
                 r for r in world.trace.reservations
                 if not r.is_targeted and r.zone == g.zone and r.fabric == g.fabric
                 and world.trace.shapes[r.shape].instance_type == shape.instance_type
@@ -118,7 +129,7 @@ class PlainCloud:
     def _one(self, group: GroupSpec) -> list[CloudInstance]:
         if group.reservations:  # its launch template targets the reservation: nothing else
             return list(self.world.cloud.launch(self._request(group, group.reservations[0])))
-        for r in self._open[group.id]:
+        for r in self.open[group.id]:
             try:
                 return list(self.world.cloud.launch(self._request(group, r.id)))
             except CloudError:
@@ -145,7 +156,8 @@ class Autoscaler:
     scale-down cooldown."""
 
     def __init__(self, world: World, strategy: str, seed: int,
-                 groups: Sequence[GroupSpec] | None = None) -> None:
+                 groups: Sequence[GroupSpec] | None = None,
+                 priority_config: dict[int, Sequence[str]] | None = None) -> None:
         self.world = world
         chosen = baseline_groups(world.trace) if groups is None else list(groups)
         self.cloud = PlainCloud(world, strategy, chosen)
@@ -155,7 +167,8 @@ class Autoscaler:
         self.sizes: dict[str, int] = dict.fromkeys(self.cloud.groups, 0)
         self.backoff: dict[str, Backoff] = {g: Backoff() for g in self.cloud.groups}
         self._reservations = {r.id: r for r in world.trace.reservations}
-        self.priorities = [(p, [re.compile(x) for x in rx]) for p, rx in PRIORITIES.items()]
+        config = priorities(self.cloud) if priority_config is None else priority_config
+        self.priorities = [(p, [re.compile(x) for x in rx]) for p, rx in config.items()]
         self._loop_at = math.inf
         self._scaled_up: dict[str, float] = {}  # group -> last scale-up
         self._last_scale_up = -math.inf

@@ -81,11 +81,13 @@ class Pinned(CaAtomic):
         self._counts.update({"reservedAdmissions": 0, "pinnedLaunches": 0})
         world.hold = self._hold
         for gid, r in self._reservation.items():
+            end = world.horizon if r.end is None else min(r.end, world.horizon)
+            if r.start >= end:
+                continue  # opens after the measurement: never pinned
             if r.start <= 0:
                 self._opened(gid)  # up before the first job, as a pinned group would be
             else:
                 world.at(r.start, partial(self._opened, gid))
-            end = world.horizon if r.end is None else min(r.end, world.horizon)
             world.at(end, partial(self._closed, gid))
 
     def candidates(self) -> Iterable[GroupSpec]:

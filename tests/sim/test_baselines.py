@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from adapters.base import InsufficientCapacity
-from provider.sim import baseline
 from provider.sim.baseline import Autoscaler, baseline_groups
 from provider.sim.world import START, World
 from tests.sim.kit import BOOT, group, job, run, trace
@@ -88,18 +87,26 @@ def test_the_priority_expander_ranks_reservation_backed_groups_first() -> None:
         assert ca.expand(list(ca.cloud.groups.values())).id == "h100-a-res-cb-a"
 
 
-def test_priority_expander_drops_unmatched_groups_unless_none_match(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    t = trace([group("h100-a"), group("h100-b"), group("h100-c")], [])
-    monkeypatch.setattr(baseline, "PRIORITIES", {5: ("-a$",), 7: ("-c$", "-b$"), 1: ("x",)})
+def test_groups_landing_in_an_open_reservation_rank_with_the_reserved_ones() -> None:
+    t = trace([group("h100-a"), group("h100-b", zone="z-b"), group("h100-c", zone="z-c")],
+              [], reservations=[{"id": "open-b", "shape": "h100", "zone": "z-b",
+                                 "count": 2}])
     ca = Autoscaler(World(t), "test", 0)
+    assert ca.priority(ca.cloud.groups["h100-b"]) == 20
+    assert ca.priority(ca.cloud.groups["h100-a"]) == 10
+    assert {ca.expand(list(ca.cloud.groups.values())).id for _ in range(20)} == {"h100-b"}
+
+
+def test_priority_expander_drops_unmatched_groups_unless_none_match() -> None:
+    t = trace([group("h100-a"), group("h100-b"), group("h100-c")], [])
+    config = {5: ["-a$"], 7: ["-c$", "-b$"], 1: ["x"]}
+    ca = Autoscaler(World(t), "test", 0, priority_config=config)
     groups = ca.cloud.groups
     picks = {ca.expand([groups["h100-a"], groups["h100-b"], groups["h100-c"]]).id
              for _ in range(40)}
     assert picks == {"h100-b", "h100-c"}  # the highest priority; ties at random
     assert ca.expand([groups["h100-a"]]).id == "h100-a"
-    monkeypatch.setattr(baseline, "PRIORITIES", {5: ("nothing",)})
-    ca = Autoscaler(World(t), "test", 0)
+    ca = Autoscaler(World(t), "test", 0, priority_config={5: ["nothing"]})
     assert {ca.expand(list(groups.values())).id for _ in range(40)} == set(groups)
 
 
@@ -189,7 +196,8 @@ def test_pinned_groups_stay_up_at_reservation_size_and_a_fitting_gang_gets_them(
 
 def test_a_pinned_block_group_is_up_only_in_its_window() -> None:
     t = trace([group("h100-a", reservations=["cb-a"])], [job("j1", ("h100", 2), at=7300)],
-              reservations=[block(start=7200, end=7200 + 3 * 3600)])
+              reservations=[block(start=7200, end=7200 + 3 * 3600)],
+              settings={"horizon": 8 * 3600})
     result, world = run(t, "pinned")
     instances = world.cloud.all_instances()
     assert len(instances) == 4 and {i.tags.reservation for i in instances} == {"cb-a"}
