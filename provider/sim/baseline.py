@@ -46,7 +46,7 @@ import itertools
 import math
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from adapters.base import CapacityType, CloudError, CloudInstance, LaunchRequest, OwnerTags
@@ -157,7 +157,7 @@ class Autoscaler:
 
     def __init__(self, world: World, strategy: str, seed: int,
                  groups: Sequence[GroupSpec] | None = None,
-                 priority_config: dict[int, Sequence[str]] | None = None) -> None:
+                 priority_config: Mapping[int, Sequence[str]] | None = None) -> None:
         self.world = world
         chosen = baseline_groups(world.trace) if groups is None else list(groups)
         self.cloud = PlainCloud(world, strategy, chosen)
