@@ -4,16 +4,21 @@ strategy, and the pinned-groups baseline."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from adapters.base import InsufficientCapacity
 from provider.sim.baseline import Autoscaler, baseline_groups
+from provider.sim.generate import generate
+from provider.sim.pinned import pinned_groups
+from provider.sim.trace import load_trace
 from provider.sim.world import START, World
 from tests.sim.kit import BOOT, group, job, run, trace
 
 DAY = 86400.0
+REFERENCE = Path(__file__).parents[2] / "bench" / "reference-trace.yaml"
 
 
 def block(rid: str = "cb-a", count: int = 4, start: float = 0, end: float = DAY,
@@ -205,3 +210,13 @@ def test_a_pinned_block_group_is_up_only_in_its_window() -> None:
     assert world.cloud.live_instances() == []  # ended with the block
     assert result.figures["onDemandGpuHours"] == 0
     assert world.jobs[0].first_start == 7200 + BOOT
+
+
+def test_the_reference_and_generated_traces_give_the_baselines_the_block() -> None:
+    for t in (load_trace(REFERENCE), generate(seed=3, count=10, days=7)):
+        reserved = {g.id: g.max_size for g in baseline_groups(t) if g.reservations}
+        assert reserved == {"h100-c-pg-res-cb-h100-c-1": 32}
+        # pinned: every reservation, open ones included, in the group it can run in
+        assert {g.id for g in pinned_groups(t)} == {
+            "h100-a-pg-res-cr-h100-a-pg", "h100-b-res-cr-h100-b", "a100-a-res-cr-a100-a",
+            "h100-c-pg-res-cb-h100-c-1"}
