@@ -1,6 +1,7 @@
-"""Baseline `pinned`: reserved node groups pinned at their reservation's size, Kueue
-placing gangs on them first, and best-effort-atomic ProvisioningRequests on the on-demand
-groups for the burst. What many GPU operators run today instead of autoscaling reserved
+"""Baselines `pinned` and `pinned-per-pod`: reserved node groups pinned at their
+reservation's size, Kueue placing gangs on them first, and for the burst best-effort-atomic
+ProvisioningRequests (`pinned`) or CA's ordinary per-pod scale-up (`pinned-per-pod`) on
+the on-demand groups. What many GPU operators run today instead of autoscaling reserved
 capacity.
 
 The set-up, as a careful operator writes it:
@@ -24,13 +25,16 @@ The set-up, as a careful operator writes it:
   which finds the flavor's idle pinned nodes: quota free means nodes idle, since only that
   flavor's gangs run there. So a gang that fits wholly in idle pinned nodes gets them at
   once (shared/reference/provisioning-request.md: check-capacity never scales up).
-* **The burst** takes the on-demand flavor, whose admission check is the best-effort-atomic
-  ProvisioningRequest of `ca-atomic` (provider/sim/ca_atomic.py: managedResources, retry
-  strategy, alternation with ordinary scale-up) over the on-demand groups only. Atomic
-  rather than per-pod: per-pod scale-up starts a gang's first nodes before knowing the rest
-  can come and strands them until the gang timeout, while the atomic class asks once for
-  the whole gang in one group that has room for it; a careful operator who already runs
-  ProvisioningRequests for gangs keeps them for the burst.
+* **The burst** takes the on-demand flavor. In `pinned` its admission check is the
+  best-effort-atomic ProvisioningRequest of `ca-atomic` (provider/sim/ca_atomic.py:
+  managedResources, retry strategy, alternation with ordinary scale-up) over the on-demand
+  groups only; in `pinned-per-pod` it has none and CA's ordinary scale-up
+  (provider/sim/scaleup.py) adds on-demand nodes pod by pod. `pinned` is the one a careful
+  operator picks: per-pod scale-up starts a gang's first nodes before knowing the rest can
+  come and strands them until the gang timeout, while the atomic class asks once for the
+  whole gang in one group that has room for it; `pinned-per-pod` is there because it is
+  the simpler set-up many run. Either way the burst's pods never land on pinned nodes (the
+  flavor's node selector).
 * CPU pods (no GPU: no managed resource) are scaled by CA's ordinary scale-up in either
   case, and a gang admitted on reserved nodes is subject to the same waitForPodsReady
   timeout as any other."""
@@ -41,8 +45,9 @@ import math
 from collections.abc import Iterable
 from functools import partial
 
-from provider.sim.baseline import Autoscaler, domain, reserved_group
+from provider.sim.baseline import Autoscaler, baseline_groups, domain, reserved_group
 from provider.sim.ca_atomic import CaAtomic
+from provider.sim.per_pod import PerPod
 from provider.sim.scaleup import PodScaleUp
 from provider.sim.trace import GroupSpec, TraceModel
 from provider.sim.world import Job, Node, World
@@ -65,41 +70,42 @@ def pinned_groups(trace: TraceModel) -> list[GroupSpec]:
     return out
 
 
-class Pinned(CaAtomic):
-    name = "pinned"
+class ReservedPool:
+    """The pinned groups: kept at their size while open, and Kueue's reserved flavors."""
 
-    def attach(self, world: World) -> None:
+    def __init__(self, world: World, name: str, seed: int,
+                 counts: dict[str, int]) -> None:
         self.world = world
         trace = world.trace
         pinned = pinned_groups(trace)
         reservations = {r.id: r for r in trace.reservations}
-        self._reservation = {g.id: reservations[g.reservations[0]] for g in pinned}
-        groups = [g.model_copy(update={"reservations": []}) for g in trace.groups] + pinned
-        self.ca = Autoscaler(world, self.name, self._seed, groups)
-        self.pods = PodScaleUp(self.ca)
-        self._open: set[str] = set()
+        self.reservation = {g.id: reservations[g.reservations[0]] for g in pinned}
+        on_demand = [g for g in baseline_groups(trace) if not g.reservations]
+        self.ca = Autoscaler(world, name, seed, on_demand + pinned)
+        self._counts = counts
         self._counts.update({"reservedAdmissions": 0, "pinnedLaunches": 0})
+        self._open: set[str] = set()
         world.hold = self._hold
-        for gid, r in self._reservation.items():
-            end = world.horizon if r.end is None else min(r.end, world.horizon)
+
+    def start(self) -> None:
+        for gid, r in self.reservation.items():
+            end = self.world.horizon if r.end is None else min(r.end, self.world.horizon)
             if r.start >= end:
                 continue  # opens after the measurement: never pinned
             if r.start <= 0:
                 self._opened(gid)  # up before the first job, as a pinned group would be
             else:
-                world.at(r.start, partial(self._opened, gid))
-            world.at(end, partial(self._closed, gid))
+                self.world.at(r.start, partial(self._opened, gid))
+            self.world.at(end, partial(self._closed, gid))
 
-    def candidates(self) -> Iterable[GroupSpec]:
-        """The burst's requests see only the on-demand groups (the on-demand flavor)."""
-        return [g for g in self.ca.cloud.groups.values() if g.id not in self._reservation]
+    def on_demand(self) -> list[GroupSpec]:
+        """The groups of the on-demand flavor."""
+        return [g for g in self.ca.cloud.groups.values() if g.id not in self.reservation]
 
     def _hold(self, node: Node) -> float:
         if node.group in self._open:
             return math.inf  # at its min size: CA does not scale it down
         return self.ca.hold(node)
-
-    # --- the pinned groups' windows -------------------------------------------------------
 
     def _opened(self, gid: str) -> None:
         self._open.add(gid)
@@ -118,8 +124,6 @@ class Pinned(CaAtomic):
         self._counts["pinnedLaunches"] += got
         if got < want:
             self.world.after(REFILL, partial(self._fill, gid))
-        if got:
-            self.ca.wake(self.world.now, self._loop)  # requests may fit the new nodes
 
     def _closed(self, gid: str) -> None:
         self._open.discard(gid)
@@ -129,24 +133,18 @@ class Pinned(CaAtomic):
             for n in idle:
                 self.world.node_gone(n)
 
-    # --- Kueue's flavor assignment --------------------------------------------------------
-
-    def arrive(self, job: Job) -> None:
-        managed = self.managed(job)
-        if len(managed) == 1 and self._place_reserved(job, *next(iter(managed.items()))):
-            self._counts["reservedAdmissions"] += 1
-            self._admitted(job)
-            return
-        super().arrive(job)  # the on-demand flavor
-
-    def _place_reserved(self, job: Job, shape: str, count: int) -> bool:
-        """The first reserved flavor whose idle nodes hold the GPU pod set whole."""
+    def place(self, job: Job, managed: dict[str, int]) -> bool:
+        """Kueue's flavor assignment: the first reserved flavor whose idle nodes hold the
+        gang's GPU pod set whole takes it (a check-capacity request finds them)."""
+        if len(managed) != 1:
+            return False
+        (shape, count), = managed.items()
         topology = job.spec.topology
         idle: dict[str, list[Node]] = {}
         for n in self.world.idle():
             if n.group in self._open:
                 idle.setdefault(n.group, []).append(n)
-        for gid in self._reservation:
+        for gid in self.reservation:
             group = self.ca.cloud.groups[gid]
             nodes = idle.get(gid, [])
             if (group.shape != shape or len(nodes) < count
@@ -158,5 +156,55 @@ class Pinned(CaAtomic):
             nodes.sort(key=lambda n: not n.booted)  # running ones first
             for n in nodes[:count]:
                 self.world.take(n, job)
+            self._counts["reservedAdmissions"] += 1
             return True
         return False
+
+
+class Pinned(CaAtomic):
+    """The burst by best-effort-atomic ProvisioningRequests."""
+
+    name = "pinned"
+
+    def attach(self, world: World) -> None:
+        self.world = world
+        self.pool = ReservedPool(world, self.name, self._seed, self._counts)
+        self.ca = self.pool.ca
+        self.pods = PodScaleUp(self.ca, exclude=self.pool.reservation)
+        self.pool.start()
+
+    def candidates(self) -> Iterable[GroupSpec]:
+        return self.pool.on_demand()
+
+    def arrive(self, job: Job) -> None:
+        if self.pool.place(job, self.managed(job)):
+            self._admitted(job)
+        else:
+            super().arrive(job)  # the on-demand flavor
+
+
+class PinnedPerPod(PerPod):
+    """The burst by CA's ordinary scale-up, pod by pod."""
+
+    name = "pinned-per-pod"
+
+    def attach(self, world: World) -> None:
+        self.world = world
+        self._counts: dict[str, int] = {}
+        self.pool = ReservedPool(world, self.name, self._seed, self._counts)
+        self.ca = self.pool.ca
+        self.pods = PodScaleUp(self.ca, exclude=self.pool.reservation)
+        self.pool.start()
+
+    def arrive(self, job: Job) -> None:
+        gpus = {s: n for s, n in job.needs.items() if self.world.shapes[s].gpus > 0}
+        if not self.pool.place(job, gpus):
+            super().arrive(job)  # the on-demand flavor: every pod to CA's scale-up
+            return
+        self.pods.add(job, set(job.needs) - set(gpus))
+        epoch = job.epoch
+        self.world.after(self.world.settings.gang_timeout, lambda: self._timeout(job, epoch))
+        self.ca.wake(self.world.now, self._loop)
+
+    def stats(self) -> dict[str, int]:
+        return {**super().stats(), **self._counts}

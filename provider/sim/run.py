@@ -11,7 +11,7 @@ from provider.sim.accounting import Sample, State
 from provider.sim.allset import Allset
 from provider.sim.ca_atomic import CaAtomic
 from provider.sim.per_pod import PerPod
-from provider.sim.pinned import Pinned
+from provider.sim.pinned import Pinned, PinnedPerPod
 from provider.sim.trace import TraceModel
 from provider.sim.world import Interruption, Strategy, World
 
@@ -20,6 +20,7 @@ STRATEGIES: dict[str, Callable[[int], Strategy]] = {
     "per-pod": PerPod,
     "ca-atomic": CaAtomic,
     "pinned": Pinned,
+    "pinned-per-pod": PinnedPerPod,
 }
 
 

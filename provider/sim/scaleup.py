@@ -11,7 +11,7 @@ that ask for no managed resource)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from provider.sim.baseline import Autoscaler, domain
 from provider.sim.trace import GroupSpec
@@ -19,9 +19,11 @@ from provider.sim.world import Job, Node
 
 
 class PodScaleUp:
-    def __init__(self, ca: Autoscaler) -> None:
+    def __init__(self, ca: Autoscaler, exclude: Collection[str] = ()) -> None:
         self.ca = ca
         self.world = ca.world
+        # Groups these pods never use (pinned reserved groups: another Kueue flavor's).
+        self._groups = {gid: g for gid, g in ca.cloud.groups.items() if gid not in exclude}
         # Gangs with pods still unplaced, and the shapes of the pods CA sees as pending.
         self.pending: dict[int, tuple[Job, frozenset[str]]] = {}
         self.counts = {"scaleUps": 0, "failedScaleUps": 0}
@@ -71,7 +73,7 @@ class PodScaleUp:
 
     def _reuse(self, job: Job, shape: str, idle: dict[str, list[Node]]) -> bool:
         """The scheduler binds a pending pod to an empty node that fits before CA adds one."""
-        groups = self.ca.cloud.groups
+        groups = self._groups
         for gid in sorted(idle):
             if idle[gid] and gid in groups and self.fits(job, groups[gid], shape):
                 self.world.take(idle[gid].pop(), job)
@@ -89,7 +91,7 @@ class PodScaleUp:
 
     def _group_for(self, job: Job, shape: str) -> GroupSpec | None:
         candidates = [
-            g for g in self.ca.cloud.groups.values()
+            g for g in self._groups.values()
             if self.fits(job, g, shape) and self.ca.available(g.id)
             and self.ca.sizes[g.id] < self.ca.max_size(g)
         ]

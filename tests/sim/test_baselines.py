@@ -39,7 +39,7 @@ def test_each_reservation_a_group_names_gets_a_reservation_backed_group() -> Non
     assert groups["h100-a"].reservations == []  # the on-demand twin names none
 
 
-@pytest.mark.parametrize("strategy", ["per-pod", "ca-atomic", "pinned"])
+@pytest.mark.parametrize("strategy", ["per-pod", "ca-atomic", "pinned", "pinned-per-pod"])
 def test_a_baseline_launches_into_a_capacity_block(strategy: str) -> None:
     t = trace([group("h100-a", reservations=["cb-a"])], [job("j1", ("h100", 4))],
               reservations=[block()])
@@ -176,12 +176,17 @@ def test_kueue_retries_a_failed_request_three_times_then_deactivates_the_workloa
 
 # --- pinned reserved groups ------------------------------------------------------------------
 
-def test_pinned_groups_stay_up_at_reservation_size_and_a_fitting_gang_gets_them() -> None:
+PINNED = ["pinned", "pinned-per-pod"]
+
+
+@pytest.mark.parametrize("strategy", PINNED)
+def test_pinned_groups_stay_up_at_reservation_size_and_a_fitting_gang_gets_them(
+        strategy: str) -> None:
     t = trace([group("h100-a", reservations=["cr-a"])],
               [job("fits", ("h100", 4), at=1800), job("burst", ("h100", 2), at=1800)],
               reservations=[{"id": "cr-a", "shape": "h100", "zone": "z-a", "count": 4,
                              "targeted": True}])
-    result, world = run(t, "pinned")
+    result, world = run(t, strategy)
     by_group: dict[str, set[str | None]] = {}
     for i in world.cloud.all_instances():
         by_group.setdefault(i.tags.node_group, set()).add(i.tags.reservation)
@@ -199,11 +204,26 @@ def test_pinned_groups_stay_up_at_reservation_size_and_a_fitting_gang_gets_them(
     assert world.cloud.live_instances() == []
 
 
-def test_a_pinned_block_group_is_up_only_in_its_window() -> None:
+@pytest.mark.parametrize("strategy", PINNED)
+def test_the_burst_never_takes_idle_pinned_nodes(strategy: str) -> None:
+    # Six nodes do not fit the four pinned ones: the gang goes on demand, all six, while
+    # the pinned nodes stay idle (they are another Kueue flavor's).
+    t = trace([group("h100-a", reservations=["cr-a"])], [job("big", ("h100", 6), at=600)],
+              reservations=[{"id": "cr-a", "shape": "h100", "zone": "z-a", "count": 4,
+                             "targeted": True}])
+    result, world = run(t, strategy)
+    assert result.figures["jobsCompleted"] == 1
+    on_demand = [i for i in world.cloud.all_instances() if i.tags.reservation is None]
+    assert len(on_demand) == 6 and {i.tags.node_group for i in on_demand} == {"h100-a"}
+    assert result.counters["reservedAdmissions"] == 0
+
+
+@pytest.mark.parametrize("strategy", PINNED)
+def test_a_pinned_block_group_is_up_only_in_its_window(strategy: str) -> None:
     t = trace([group("h100-a", reservations=["cb-a"])], [job("j1", ("h100", 2), at=7300)],
               reservations=[block(start=7200, end=7200 + 3 * 3600)],
               settings={"horizon": 8 * 3600})
-    result, world = run(t, "pinned")
+    result, world = run(t, strategy)
     instances = world.cloud.all_instances()
     assert len(instances) == 4 and {i.tags.reservation for i in instances} == {"cb-a"}
     assert {i.launched_at - START for i in instances} == {7200.0}
