@@ -142,7 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     plan.set_defaults(run=_plan)
 
     sim = sub.add_parser("simulate", help="simulate a GPU fleet in virtual time: allset "
-                         "against Cluster Autoscaler's per-pod and best-effort-atomic scale-up")
+                         "against Cluster Autoscaler's per-pod and best-effort-atomic "
+                         "scale-up and reserved groups pinned at their reservation's size")
     source = sim.add_mutually_exclusive_group(required=True)
     source.add_argument("--trace", type=Path, help="trace file (YAML or JSON)")
     source.add_argument("--generate", type=int, metavar="SEED",
