@@ -690,6 +690,12 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
         "ResourceClaimTemplate"
     assert k.get_dra_object("resourceclaims", NS, "shared")["kind"] == "ResourceClaim"
     assert k.get_dra_object("deviceclasses", None, "gpu.nvidia.com")["kind"] == "DeviceClass"
+    kube.create({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                 "metadata": {"namespace": NS, "name": "wl"},
+                 "spec": {"maximumExecutionTimeSeconds": 3600}})
+    workload = k.get_workload("kueue.x-k8s.io/v1beta2", NS, "wl")
+    assert workload is not None and workload["spec"]["maximumExecutionTimeSeconds"] == 3600
+    assert k.get_workload("kueue.x-k8s.io/v1beta1", NS, "gone") is None
 
     # The controller's part of CALLS; the Lease and EndpointSlice calls are
     # provider/leadership's, which this fake does not serve.
