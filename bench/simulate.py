@@ -62,16 +62,20 @@ class Variant:
 
 
 NO_RUNTIMES = Variant("allset (no runtimes)", "allset", undeclared)
-# Hook for the naive set-up of the baselines (how it is selected is the baselines'
-# business): add Variant(label, strategy, prepare, extra="naive set-up") rows here and
-# they run with the rest and appear as labelled extra rows.
+# Hooks for a set-up that is not the fair one (e.g. the baselines' naive set-up; how it is
+# selected is the baselines' business). Either a strategy registered in STRATEGIES, named
+# here with what it is, or a row of its own: Variant(label, strategy, prepare, extra=...),
+# with ``prepare`` turning the trace into that set-up. Both run with the rest and come
+# last in the markdown table, labelled.
+EXTRA_STRATEGIES: dict[str, str] = {}  # STRATEGIES name -> what it is, e.g. "naive set-up"
 EXTRA_VARIANTS: tuple[Variant, ...] = ()
 
 
 def variants() -> list[Variant]:
     """Every registered strategy as the trace gives it, then allset without runtimes,
     then the extras."""
-    return [*(Variant(name, name) for name in STRATEGIES), NO_RUNTIMES, *EXTRA_VARIANTS]
+    return [*(Variant(name, name, extra=EXTRA_STRATEGIES.get(name)) for name in STRATEGIES),
+            NO_RUNTIMES, *EXTRA_VARIANTS]
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,13 @@ from __future__ import annotations
 import pytest
 
 from provider.config.load import ConfigError
+from provider.sim.generate import generate
 from provider.sim.report import text
+from provider.sim.run import STRATEGIES
+from provider.sim.trace import TraceModel
 from tests.sim.kit import BOOT, group, job, run, trace
+
+SMALL = generate(seed=5, count=40, days=1)
 
 # One 2-node gang for an hour at t = 0 in zone a, whose open reservation (2 nodes at 40 USD
 # per node-hour) fits it; zone b's reservation (no group uses it) states no price, so the
@@ -66,3 +71,21 @@ def test_a_negative_reservation_price_is_refused_by_name() -> None:
         trace([group("h-a")], [], reservations=[{**RESERVATIONS[0], "price": -1}])
     assert "reservations[0] (id r-a).price: Input should be greater than or equal to 0" \
         in str(err.value)
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_every_strategy_reports_the_new_figures_consistently(strategy: str) -> None:
+    # A generated day (quota, stockouts, open reservations): the figures hold together for
+    # every registered strategy, including ones added later.
+    f = run(SMALL, strategy)[0].figures
+    assert f["notBusyGpuHours"] == pytest.approx(f["billedGpuHours"] - f["busyGpuHours"])
+    assert 0 < f["notBusyShare"] < 1
+    assert f["reservedCost"] == pytest.approx(reserved_cost_of(SMALL))
+    assert f["totalCost"] == pytest.approx(f["onDemandCost"] + f["reservedCost"])
+    assert f["costPerBusyGpuHour"] == pytest.approx(f["totalCost"] / f["busyGpuHours"])
+
+
+def reserved_cost_of(t: TraceModel) -> float:
+    """By hand: every reservation here is open from t = 0 past the one-day horizon."""
+    assert all(r.start == 0 and r.end is None and r.price is None for r in t.reservations)
+    return sum(r.count * t.shapes[r.shape].on_demand_price * 24 for r in t.reservations)
