@@ -15,8 +15,11 @@ pool of two processes:
 - generated seed 3, half load: 1,150 gangs over 7 days, so that reservations carry a
   larger share of the work.
 
-Sizes are chosen so that the whole bench (9 trace-seeds x every strategy) takes about
-10-15 minutes on a 2-core machine; a 30-day, 10,000-gang trace costs minutes per allset
+Sizes are chosen so that the whole bench (9 trace-seeds x every strategy) stays well
+under 15 minutes on a 2-core machine: measured, 475 CPU-seconds for allset (twice),
+per-pod and ca-atomic (16 minutes of wall time only because the machine ran other work at
+a load of 7; about 4 on idle cores); a pinned or Karpenter-like baseline adds about a
+quarter of one allset run per trace. A 30-day, 10,000-gang trace costs minutes per allset
 run, hence only in --runtimes-only and --scale, with one seed unless --seeds says more.
 
 Printed per trace: every figure as its median over seeds and (min-max), then each
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +38,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.common import machine
 from provider.sim.generate import generate
 from provider.sim.run import STRATEGIES, simulate, with_runtimes
 from provider.sim.spread import Run, Table, dump, load, markdown, text
@@ -250,9 +255,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                   f"{run.label} seed {run.seed}: {run.get('wallSeconds'):.1f} s",
                   file=sys.stderr, flush=True)
 
+        cpu = _children_cpu()
         table = run_all(models, chosen, range(seeds), args.workers, done)
-        print(f"{total} runs in {time.perf_counter() - started:.0f} s with "
-              f"{args.workers} workers\n")
+        print(f"{total} runs in {time.perf_counter() - started:.0f} s with {args.workers} "
+              f"workers, {_children_cpu() - cpu + _own_cpu():.0f} CPU-seconds; {machine()}\n")
     rows = RUNTIME_ROWS if args.runtimes_only else None
     for t in table.traces:
         title = f"{titles.get(t, t)}; seeds {', '.join(map(str, table.seeds))}"
@@ -268,6 +274,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"markdown: {args.markdown}")
     if args.plot is not None:
         _plot(table, titles, args.plot)
+
+
+def _children_cpu() -> float:
+    """CPU-seconds of this process's finished children (the pool's workers): the figure
+    that does not depend on what else the machine runs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _own_cpu() -> float:
+    return time.process_time()  # the runs made here when --workers is 1
 
 
 def _plot(table: Table, titles: Mapping[str, str], path: Path) -> None:
