@@ -19,8 +19,9 @@ Sizes are chosen so that the whole bench (9 trace-seeds x every strategy) stays 
 under 15 minutes on a 2-core machine: measured, 475 CPU-seconds for allset (twice),
 per-pod and ca-atomic (16 minutes of wall time only because the machine ran other work at
 a load of 7; about 4 on idle cores); a pinned or Karpenter-like baseline adds about a
-quarter of one allset run per trace. A 30-day, 10,000-gang trace costs minutes per allset
-run, hence only in --runtimes-only and --scale, with one seed unless --seeds says more.
+quarter of one allset run per trace. A 30-day, 10,000-gang trace costs two minutes of CPU
+per allset run, hence only in --runtimes-only (300 CPU-seconds in all) and --scale, with
+one seed unless --seeds says more.
 
 Printed per trace: every figure as its median over seeds and (min-max), then each
 strategy's ratio to allset, seed by seed. `--markdown` writes the README's tables from the
