@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import resource
 import sys
 import time
@@ -151,8 +152,10 @@ def run_all(traces: Mapping[str, TraceModel], chosen: Sequence[Variant],
                 done(results[i])
     else:
         order = sorted(range(len(tasks)), key=lambda i: cost(tasks[i]))
-        with ProcessPoolExecutor(workers, initializer=_install,
-                                 initargs=(dict(traces),)) as pool:
+        # Spawned, not forked: a fork copies whatever threads the caller runs (a test
+        # session's gRPC servers) with their locks held.
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_install, initargs=(dict(traces),)) as pool:
             futures = {pool.submit(_run, tasks[i]): i for i in order}
             for future in as_completed(futures):
                 i = futures[future]
