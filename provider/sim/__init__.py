@@ -1,7 +1,9 @@
 """`allset simulate`: a GPU fleet in virtual time, allset against models of Cluster
-Autoscaler's per-pod and best-effort-atomic scale-up.
+Autoscaler's per-pod and best-effort-atomic scale-up and of reserved groups pinned at their
+reservation's size, each set up as a careful operator would.
 
 trace (schema, load, dump) -> generate (seeded traces) -> world (event loop, nodes, jobs,
-the simulated cloud) driven by a strategy (allset, per_pod, ca_atomic; baseline holds
-what the two CA models share) -> accounting (GPU-hours, money) -> run (figures) ->
-report (text, JSON) and plot (PNG)."""
+the simulated cloud) driven by a strategy (allset, per_pod, ca_atomic, pinned; baseline
+holds what the CA models share: node groups, expander, backoff, scale-down cooldown;
+scaleup their ordinary per-pod scale-up) -> accounting (GPU-hours, money) -> run
+(figures) -> report (text, JSON) and plot (PNG)."""
