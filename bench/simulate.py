@@ -16,9 +16,9 @@ pool of two processes:
   larger share of the work.
 
 Sizes are chosen so that the whole bench (9 trace-seeds x every strategy) stays well
-under 15 minutes on a 2-core machine: measured, 475 CPU-seconds for allset (twice),
-per-pod and ca-atomic (16 minutes of wall time only because the machine ran other work at
-a load of 7; about 4 on idle cores); a pinned or Karpenter-like baseline adds about a
+under 15 minutes on a 2-core machine: measured, 531 CPU-seconds for 54 runs (allset
+twice, per-pod, ca-atomic, pinned, pinned-per-pod), about 5 minutes on idle cores (19 on
+a machine that ran other work at a load of 5-10); a Karpenter-like baseline adds about a
 quarter of one allset run per trace. A 30-day, 10,000-gang trace costs two minutes of CPU
 per allset run, hence only in --runtimes-only (300 CPU-seconds in all) and --scale, with
 one seed unless --seeds says more.
