@@ -6,4 +6,5 @@ trace (schema, load, dump) -> generate (seeded traces) -> world (event loop, nod
 the simulated cloud) driven by a strategy (allset, per_pod, ca_atomic, pinned; baseline
 holds what the CA models share: node groups, expander, backoff, scale-down cooldown;
 scaleup their ordinary per-pod scale-up) -> accounting (GPU-hours, money) -> run
-(figures) -> report (text, JSON) and plot (PNG)."""
+(figures) -> report (text, JSON) and plot (PNG); spread sums up many runs (medians and
+ranges over seeds, ratios to allset, the README's markdown) for bench/simulate."""

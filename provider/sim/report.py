@@ -10,9 +10,13 @@ from provider.sim.run import Result
 # (label, figure key, format); counters are looked up when the key is not a figure.
 ROWS: tuple[tuple[str, str, str], ...] = (
     ("stranded GPU-hours", "strandedGpuHours", "{:,.0f}"),
+    ("billed, not busy GPU-hours", "notBusyGpuHours", "{:,.0f}"),
+    ("  share of billed", "notBusyShare", "{:.1%}"),
     ("on-demand GPU-hours", "onDemandGpuHours", "{:,.0f}"),
     ("on-demand cost (USD)", "onDemandCost", "{:,.0f}"),
     ("on-demand USD per busy GPU-hour", "onDemandCostPerBusyGpuHour", "{:,.2f}"),
+    ("total cost, reserved at its price", "totalCost", "{:,.0f}"),
+    ("total USD per busy GPU-hour", "costPerBusyGpuHour", "{:,.2f}"),
     ("reserved utilisation", "reservedUtilisation", "{:.1%}"),
     ("job wait p50 (min)", "waitP50Minutes", "{:,.1f}"),
     ("job wait p95 (min)", "waitP95Minutes", "{:,.1f}"),

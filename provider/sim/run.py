@@ -79,6 +79,23 @@ def reserved_node_seconds(world: World) -> float:
     return total
 
 
+def reserved_cost(world: World) -> float:
+    """What the trace's reservations cost until the horizon, used or not: the same for
+    every strategy of a trace. ODCRs bill the on-demand rate while active, used or not
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-reservation-pricing-billing.html);
+    Compute Engine bills reserved resources at on-demand rates until deleted
+    (https://cloud.google.com/compute/docs/instances/reservations-overview, "Billing");
+    a capacity block is paid upfront for its window at its own price, which the trace may
+    state (ReservationSpec.price). Until the horizon, as reservedUtilisation's offer: in
+    the drain after it no work arrives, and a real cluster's would."""
+    total = 0.0
+    for r in world.trace.reservations:
+        end = world.horizon if r.end is None else min(r.end, world.horizon)
+        price = world.shapes[r.shape].on_demand_price if r.price is None else r.price
+        total += r.count * price * max(0.0, end - max(0.0, r.start)) / 3600
+    return total
+
+
 def figures(world: World) -> dict[str, float]:
     acct = world.acct
     hours = {s: acct.gpu_seconds[s] / 3600 for s in State}
@@ -88,6 +105,11 @@ def figures(world: World) -> dict[str, float]:
              if j.first_start is not None]
     windows = [j.window_wait / 60 for j in world.jobs if j.window_wait > 0]
     why = [w for j in world.jobs for w in j.interrupted]
+    billed = (acct.on_demand_gpu_seconds + acct.reserved_gpu_seconds) / 3600
+    # Billed but not doing a gang's work: held for a gang not running, held by none, or
+    # not up yet. From the states' view; billed is billing's (they agree, tests check).
+    not_busy = hours[State.STRANDED] + hours[State.IDLE] + hours[State.BOOTING]
+    total_cost = acct.cost + reserved_cost(world)
     return {
         "busyGpuHours": hours[State.BUSY],
         "strandedGpuHours": hours[State.STRANDED],
@@ -96,11 +118,17 @@ def figures(world: World) -> dict[str, float]:
         "upGpuHours": up,
         # Billing's view (from launch to termination), kept apart from the states' view:
         # up + booting must equal it (tests check).
-        "billedGpuHours": (acct.on_demand_gpu_seconds + acct.reserved_gpu_seconds) / 3600,
+        "billedGpuHours": billed,
+        "notBusyGpuHours": not_busy,
+        "notBusyShare": not_busy / billed if billed else 0.0,
         "onDemandGpuHours": acct.on_demand_gpu_seconds / 3600,
         "reservedGpuHours": acct.reserved_gpu_seconds / 3600,
         "onDemandCost": acct.cost,
         "onDemandCostPerBusyGpuHour": acct.cost / hours[State.BUSY] if hours[State.BUSY] else 0.0,
+        # Reserved capacity counted at its price (reserved_cost), used or not.
+        "reservedCost": total_cost - acct.cost,
+        "totalCost": total_cost,
+        "costPerBusyGpuHour": total_cost / hours[State.BUSY] if hours[State.BUSY] else 0.0,
         "reservedUtilisation": world.reserved_seconds_at_horizon / offered if offered else 0.0,
         "waitP50Minutes": percentile(waits, 50),
         "waitP95Minutes": percentile(waits, 95),

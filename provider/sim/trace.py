@@ -82,6 +82,10 @@ class ReservationSpec(Model):
     targeted: bool = False
     start: Seconds = 0.0
     end: Seconds | None = None
+    price: float | None = Field(
+        None, ge=0, description="USD per node-hour the reservation costs over its window, "
+        "used or not; default: the shape's onDemandPrice (what an ODCR or a Compute Engine "
+        "reservation bills). Only the total-cost figures read it")
 
     @model_validator(mode="after")
     def _window(self) -> ReservationSpec:
