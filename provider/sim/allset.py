@@ -194,6 +194,9 @@ class Allset:
         if outcome.rolled_back:
             self._counts["rollbacks"] += 1
             self._counts["rolledBackNodes"] += outcome.rolled_back
+            kept = {i.id for i in outcome.instances}
+            self.world.rolled_back([i for i in self.world.cloud.all_instances()
+                                    if i.tags.attempt == attempt and i.id not in kept])
         if outcome.instances:
             fleet.adopt(outcome.instances, self.world.clock.now())
             self.world.launched(outcome.instances, job)

@@ -6,6 +6,10 @@
   open`, GCP's ANY affinity), otherwise on demand. Targeted reservations and capacity
   blocks are never used: nothing names them. The first capacity or quota error ends the
   resize; what was created stays (no rollback).
+* **A failure is seen late.** The resize call returns at once; the nodes the cloud could not
+  create stay in the group's target size (CA's placeholders) until CA sees the failure at a
+  later cloud refresh (provider/sim/fidelity.py, FailureDelays). Only then does the group
+  back off and its size drop back.
 * **Node-group backoff** after a failed scale-up: CA's defaults, 5 minutes doubling to 30.
 * **The expander** picks the cheapest group by the provider's node price, which for a plain
   provider is the on-demand price (reservations are invisible to it); ties are broken at
@@ -18,8 +22,9 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from adapters.base import CapacityType, CloudError, CloudInstance, LaunchRequest, OwnerTags
 from provider.demand import Topology
@@ -135,16 +140,28 @@ class Autoscaler:
         best = [g for g in groups if shapes[g.shape].on_demand_price == cheapest]
         return best[self.rng.randrange(len(best))]
 
-    def launch(self, group: GroupSpec, count: int, job: Job) -> int:
-        """Resize ``group`` by ``count`` for ``job``; returns how many nodes came."""
+    def launch(self, group: GroupSpec, count: int, job: Job,
+               seen: Callable[[int], None] | None = None) -> int:
+        """Resize ``group`` by ``count`` for ``job``; returns how many nodes came. Those
+        that did not come are seen as failed only later (module docstring): then the group
+        backs off, its size drops back, and ``seen`` hears how many never came."""
         instances, error = self.cloud.increase(group, count)
-        self.sizes[group.id] += len(instances)
+        self.sizes[group.id] += count
         self.world.launched(instances, job)
-        if error is not None:
-            self.failed(group.id)
-        else:
+        if error is None:
             self.succeeded(group.id)
+        else:
+            self.world.after(self.world.failure_delay(),
+                             partial(self._failure_seen, group.id, count - len(instances),
+                                     seen))
         return len(instances)
+
+    def _failure_seen(self, gid: str, missing: int,
+                      seen: Callable[[int], None] | None) -> None:
+        self.sizes[gid] -= missing
+        self.failed(gid)
+        if seen is not None:
+            seen(missing)
 
     def release(self, nodes: Sequence[Node]) -> None:
         self.cloud.terminate(nodes)

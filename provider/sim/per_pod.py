@@ -6,11 +6,16 @@ its pods' required pod affinity says (same zone, or same fabric): the first node
 anywhere, the next ones must join its domain. Pods that got a node wait on it for the
 rest of the gang; if the gang is not running `gangTimeout` after it was admitted (Kueue's
 waitForPodsReady, or a job-level timeout), it is evicted: its nodes go idle and are scaled
-down, and it is requeued after `requeueDelay`."""
+down, and it is requeued after `requeueDelay`.
+
+A pod whose node the cloud failed to create waits on it (CA counts it as upcoming) until CA
+sees the failure (baseline.py); then the pod is pending again and tries another group."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 
 from provider.sim.baseline import Autoscaler, domain
 from provider.sim.trace import GroupSpec
@@ -23,6 +28,8 @@ class PerPod:
     def __init__(self, seed: int = 0) -> None:
         self._seed = seed
         self._pending: dict[int, Job] = {}  # admitted gangs with pods still unplaced
+        # Per gang: (its epoch, pods by shape waiting on a node that failed unseen).
+        self._upcoming: dict[int, tuple[int, Counter[str]]] = {}
         self._counts = {"scaleUps": 0, "failedScaleUps": 0, "gangTimeouts": 0}
 
     def attach(self, world: World) -> None:
@@ -31,6 +38,7 @@ class PerPod:
 
     def arrive(self, job: Job) -> None:
         self._pending[job.index] = job
+        self._upcoming[job.index] = (job.epoch, Counter())
         epoch = job.epoch
         self.world.after(self.world.settings.gang_timeout, lambda: self._timeout(job, epoch))
         self.ca.wake(self.world.now, self._loop)
@@ -42,13 +50,19 @@ class PerPod:
         self._counts["gangTimeouts"] += 1
         self.world.evict(job)
 
+    def _needs(self, job: Job) -> dict[str, int]:
+        """Pods with no node yet and none upcoming."""
+        needs = self.world.shape_needs(job)
+        for shape, count in self._upcoming[job.index][1].items():
+            needs[shape] -= count
+        return needs
+
     def _loop(self) -> None:
-        tried_and_failed = False
         idle: dict[str, list[Node]] = {}
         for n in self.world.idle():
             idle.setdefault(n.group, []).append(n)
         for job in list(self._pending.values()):
-            needs = self.world.shape_needs(job)
+            needs = self._needs(job)
             for shape, count in needs.items():
                 for _ in range(count):
                     if self._reuse(job, shape, idle):
@@ -57,20 +71,25 @@ class PerPod:
                     if group is None:
                         break
                     self._counts["scaleUps"] += 1
-                    if self.ca.launch(group, 1, job) == 0:
-                        self._counts["failedScaleUps"] += 1
-                        tried_and_failed = True
-                        break  # this pod tries another group in the next loop
-            if not any(self.world.shape_needs(job).values()):
+                    if self.ca.launch(group, 1, job,
+                                      partial(self._failed, job, job.epoch, shape)) == 0:
+                        self._upcoming[job.index][1][shape] += 1
+            if not any(self._needs(job).values()):
                 del self._pending[job.index]
         if not self._pending:
             return
-        if tried_and_failed:
-            self.ca.wake(self.world.now + self.world.settings.ca_loop, self._loop)
-        else:
-            end = self.ca.next_backoff_end()
-            if end is not None:
-                self.ca.wake(end, self._loop)
+        end = self.ca.next_backoff_end()
+        if end is not None:
+            self.ca.wake(end, self._loop)
+
+    def _failed(self, job: Job, epoch: int, shape: str, missing: int) -> None:
+        """CA has seen that the pod's node never came: the pod is pending again."""
+        self._counts["failedScaleUps"] += 1
+        if job.epoch != epoch or job.done or job.running:
+            return
+        self._upcoming[job.index][1][shape] -= missing
+        self._pending[job.index] = job
+        self.ca.wake(self.world.now, self._loop)
 
     def _reuse(self, job: Job, shape: str, idle: dict[str, list[Node]]) -> bool:
         """The scheduler binds a pending pod to an empty node that fits before CA adds one."""

@@ -55,7 +55,7 @@ def run_world(trace: TraceModel, strategy: str, seed: int = 0,
               ) -> tuple[World, Strategy, float]:
     """The world after the run (its jobs, nodes and cloud), the strategy, wall seconds."""
     started = time.perf_counter()
-    world = World(trace)
+    world = World(trace, seed=seed)
     chosen = STRATEGIES[strategy](seed)
     world.run(chosen, progress)
     return world, chosen, time.perf_counter() - started
