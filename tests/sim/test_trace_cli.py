@@ -10,6 +10,7 @@ import pytest
 from provider.cli import main
 from provider.config import ConfigError
 from provider.sim.generate import generate
+from provider.sim.run import STRATEGIES
 from provider.sim.trace import dump_trace, load_trace, parse_trace, seconds
 from tests.sim.kit import CPU, H100, group, job
 
@@ -77,7 +78,7 @@ def test_simulate_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[st
                  "--output", "json", "--plot", str(plot)])
     assert code == 0
     body = json.loads(capsys.readouterr().out)  # nothing else on stdout
-    assert set(body["strategies"]) == {"allset", "per-pod", "ca-atomic"}
+    assert set(body["strategies"]) == set(STRATEGIES)  # every registered strategy
     assert body["trace"]["jobs"] == 30
     allset = body["strategies"]["allset"]
     assert allset["strandedGpuHours"] == 0
