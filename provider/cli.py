@@ -438,6 +438,7 @@ def _plan(args: argparse.Namespace) -> int:
         docs = list(yaml.safe_load_all(text))
         request, templates, objects = split_documents(docs, str(args.request))
         demand, _ = demand_from(request, templates, objects)
+        demand = config.guarded(demand)
     except yaml.YAMLError as err:
         raise UsageError(f"{args.request}: not valid YAML: {err}") from err
     except BadRequest as err:

@@ -119,6 +119,20 @@ class Demand:
     allow_interruption: bool = False
     max_wait_seconds: float | None = None
     wait_value_per_gpu_hour: float | None = None
+    # The operator's guard against optimistic or missing declarations (config `runtimes`):
+    # capacity must outlast the declared runtime x margin, or, for a gang that declares
+    # none, the runtime assumed for it (None: such a gang may go anywhere).
+    runtime_margin: float = 1.0
+    undeclared_runtime_seconds: float | None = None
+
+    @property
+    def runtime_to_outlast(self) -> float | None:
+        """How long reserved capacity must last after the nodes are up; None: anything."""
+        if self.allow_interruption:
+            return None
+        if self.expected_runtime_seconds is not None:
+            return self.expected_runtime_seconds * self.runtime_margin
+        return self.undeclared_runtime_seconds
 
     @property
     def pods(self) -> int:

@@ -113,6 +113,8 @@ class NodeGroup:
     taints: tuple[Taint, ...] = ()
     # Reservations that only accept targeted launches, which this group may target.
     targeted_reservations: tuple[str, ...] = ()
+    # Launch to Ready: a runtime counts from there, so capacity must outlast both.
+    boot_seconds: float = 600.0
     options: GroupOptions = GroupOptions()
     architecture: str = "amd64"
     # What each node publishes to DRA (ResourceSlices), for claims and CA's template.

@@ -71,6 +71,8 @@ def test_the_cloud_is_never_chosen_by_omission() -> None:
         ("colour: blue", "colour", "unknown key; allowed keys: attempts, cloud, cluster"),
         ("cloud: {provider: azure}", "cloud.provider", "'fake', 'aws' or 'gcp'"),
         ("refreshInterval: soon", "refreshInterval", "not a duration"),
+        ("runtimes: {margin: 0.8}", "runtimes.margin", "greater than or equal to 1"),
+        ("runtimes: {undeclared: a day}", "runtimes.undeclared", "not a duration"),
     ],
 )
 def test_top_level_errors(patch: str, field: str, words: str) -> None:
@@ -95,6 +97,7 @@ def test_top_level_errors(patch: str, field: str, words: str) -> None:
         ("taints: [{key: k, effect: Sometimes}]", "nodeGroups[0] (id g).taints[0].effect",
          "NoSchedule"),
         ("labels: {'bad key!': x}", "nodeGroups[0] (id g).labels", "not a valid Kubernetes label"),
+        ("bootTime: slow", "nodeGroups[0] (id g).bootTime", "not a duration"),
         ("options: {maxNodeProvisionTime: 5 minutes}",
          "nodeGroups[0] (id g).options.maxNodeProvisionTime", "not a duration"),
         ("options: {scaleDownUtilizationThreshold: 2}",

@@ -5,6 +5,7 @@ what is allowed, and nothing is started when the config is wrong."""
 
 from __future__ import annotations
 
+import dataclasses
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -28,6 +29,7 @@ from provider.config.schema import (
 )
 from provider.config.shapes import allocatable_cpu_milli, allocatable_memory_milli
 from provider.config.units import duration_seconds, quantity_milli
+from provider.demand import Demand
 from provider.devices.catalog import GpuDevices, gpu_slice, mig_resource, plain_slice
 from provider.devices.model import AttrValue, DeviceSlice, Version
 from provider.model import (
@@ -109,6 +111,14 @@ class LoadedConfig:
         if value is None:
             return 0.0 if self.schema.cloud.provider == "fake" else DEFAULT_LISTING_SETTLE
         return duration_seconds(value)
+
+    def guarded(self, demand: Demand) -> Demand:
+        """``demand`` with the operator's guard on declared runtimes (``runtimes``)."""
+        r = self.schema.runtimes
+        return dataclasses.replace(
+            demand, runtime_margin=r.margin,
+            undeclared_runtime_seconds=None if r.undeclared is None
+            else duration_seconds(r.undeclared))
 
     @property
     def attempt_deadline_seconds(self) -> float:
@@ -227,6 +237,7 @@ def _node_group(cfg: NodeGroupConfig, shape: Shape | None = None) -> NodeGroup:
         labels=types.MappingProxyType(dict(cfg.labels)),
         taints=tuple(Taint(t.key, t.value, t.effect) for t in cfg.taints),
         targeted_reservations=tuple(cfg.reservations),
+        boot_seconds=duration_seconds(cfg.boot_time),
         options=GroupOptions(
             scale_down_utilization_threshold=opts.scale_down_utilization_threshold,
             scale_down_gpu_utilization_threshold=opts.scale_down_gpu_utilization_threshold,

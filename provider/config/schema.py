@@ -189,6 +189,9 @@ class NodeGroupConfig(Model):
     fabric: Name | None = Field(None, description="placement group / compact policy name")
     min_size: int = Field(0, ge=0, description="CA never scales the group below this")
     max_size: int = Field(ge=0, description="nodes the group may have at most")
+    boot_time: Duration = Field(
+        "10m", description="launch to Ready node, as observed (a high percentile): reserved "
+        "capacity must outlast it plus a gang's expected runtime")
     capacity_types: list[CapacityType] = Field(
         default_factory=lambda: [CapacityType.RESERVED, CapacityType.ON_DEMAND], min_length=1,
         description="where the group's nodes may come from; a fitting free reservation is "
@@ -409,6 +412,19 @@ class ProvisioningRequests(Model):
     resync: Duration = Field("30s", description="how often every request is looked at again")
 
 
+class Runtimes(Model):
+    """How far a request's declared runtime is trusted when placing it on reserved capacity
+    that ends (capacity blocks, future-dated and calendar reservations)."""
+
+    margin: float = Field(1.0, ge=1.0, le=10.0, description="capacity must outlast the "
+                          "declared runtime times this (after the boot time); declarations "
+                          "are estimates")
+    undeclared: Duration | None = Field(
+        None, description="runtime assumed for a request that declares none (neither "
+        "expectedRuntimeSeconds nor a Kueue maximumExecutionTimeSeconds); unset: such a "
+        "gang may be placed on capacity ending at any time")
+
+
 class Gangs(Model):
     """Gangs of PodGroup APIs turned into requests of class atomic-reserved.allset.dev."""
 
@@ -440,6 +456,8 @@ class Config(Model):
     reconcile: Reconcile = Field(Reconcile(), description="orphans and removed groups")
     leader_election: LeaderElection = Field(LeaderElection(), description="replicas")
     provisioning_requests: ProvisioningRequests = ProvisioningRequests()
+    runtimes: Runtimes = Field(Runtimes(), description="declared runtimes against capacity "
+                               "that ends")
     gangs: Gangs = Field(Gangs(), description="pending PodGroup gangs become requests")
     node_groups: list[NodeGroupConfig] = Field(min_length=1, description="the node "
                                                "groups CA sees")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import socket
 import threading
 from collections.abc import Iterator, Mapping
@@ -22,6 +23,10 @@ VERSIONS = ("v1", "v1beta1")
 PLURAL = "provisioningrequests"
 DRA_GROUP = "resource.k8s.io"
 DRA_VERSION = "v1"  # GA since Kubernetes 1.34
+log = logging.getLogger(__name__)
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+WORKLOADS = "workloads"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +51,8 @@ CALLS: tuple[Call, ...] = (
     Call("resource.k8s.io", "resourceclaimtemplates", ("get",)),
     Call("resource.k8s.io", "resourceclaims", ("get",)),
     Call("resource.k8s.io", "deviceclasses", ("get",)),
+    # Kueue: the owning Workload's maximumExecutionTimeSeconds is a request's runtime.
+    Call(KUEUE_GROUP, WORKLOADS, ("get",)),
     Call("", "nodes", ("list", "watch", "patch")),
     # patch: the gang bridge marks a gang's pods as consuming its request.
     Call("", "pods", ("list", "watch", "patch")),
@@ -82,6 +89,7 @@ class KubeApi:
         self._watches: list[Any] = []  # open watch responses, closed by stop_watching
         self._watches_lock = threading.Lock()
         self._stopped = False  # by stop_watching: a watch opened after it ends at once
+        self._workloads_forbidden = False  # warned once
 
     # --- ProvisioningRequests --------------------------------------------------------------
 
@@ -190,6 +198,27 @@ class KubeApi:
         else:
             found = call(self._custom.get_namespaced_custom_object, DRA_GROUP, DRA_VERSION,
                           namespace, plural, name)
+        return found
+
+    def get_workload(self, api_version: str, namespace: str, name: str
+                     ) -> dict[str, Any] | None:
+        """A Kueue Workload (the owner of the requests Kueue creates); None when it is gone
+        or allset may not read Workloads (RBAC without Kueue's rule: the request is then
+        planned without the Workload's limits)."""
+        group, _, version = api_version.partition("/")
+        try:
+            found: dict[str, Any] = call(self._custom.get_namespaced_custom_object, group,
+                                          version, namespace, WORKLOADS, name)
+        except Gone:
+            return None
+        except ApiException as err:
+            if err.status != 403:
+                raise
+            if not self._workloads_forbidden:
+                self._workloads_forbidden = True
+                log.warning("may not read Kueue Workloads (%s); requests' runtimes come "
+                            "from their parameters only", err.reason)
+            return None
         return found
 
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:

@@ -18,7 +18,7 @@ from provider.app import Provider
 from provider.controller import conditions as c
 from provider.controller import source_labels
 from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, Gang, owned, planned
-from provider.controller.kube import Gone, KubeApi
+from provider.controller.kube import KUEUE_GROUP, Gone, KubeApi
 from provider.controller.nodes import NodeCache, is_ready
 from provider.controller.pod_cache import PodCache
 from provider.controller.writes import Writer, key_of, uid_of
@@ -505,7 +505,28 @@ class RequestHandler:
                     f"spec.podSets[{index}].podTemplateRef.name",
                     f"PodTemplate {name!r} not found in namespace {namespace}",
                 )]) from None
-        return demand_from(obj, templates, ApiObjects(self._kube))
+        demand, params = demand_from(obj, templates, ApiObjects(self._kube))
+        if demand.expected_runtime_seconds is None:
+            limit = self._execution_limit(obj)
+            if limit is not None:
+                demand = dataclasses.replace(demand, expected_runtime_seconds=limit)
+        return self._p.config.guarded(demand), params
+
+    def _execution_limit(self, obj: Obj) -> float | None:
+        """Kueue's ``maximumExecutionTimeSeconds`` of the Workload that owns the request:
+        Kueue deactivates the workload when it has run that long, so the gang never needs
+        capacity for longer (its admission comes after provisioning, so this bounds it)."""
+        meta = obj.get("metadata") or {}
+        for ref in meta.get("ownerReferences") or []:
+            api_version = str(ref.get("apiVersion") or "")
+            if ref.get("kind") != "Workload" or not api_version.startswith(KUEUE_GROUP + "/"):
+                continue
+            workload = self._kube.get_workload(api_version, str(meta.get("namespace")),
+                                               str(ref.get("name")))
+            limit = ((workload or {}).get("spec") or {}).get("maximumExecutionTimeSeconds")
+            if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1:
+                return float(limit)
+        return None
 
     def _consumed(self, namespace: str, name: str, pods: int) -> bool:
         return self._pods.scheduled_consumers(namespace, name) >= pods

@@ -200,6 +200,8 @@ class LeaderElector:
     def step(self) -> bool:
         """Try once to take or renew the lease. Returns whether this process leads."""
         now = self._clock.now()
+        if self._renew_blind(now):
+            return True
         try:
             current = self._store.get()
         except Exception as err:
@@ -229,6 +231,27 @@ class LeaderElector:
             version=current.version,
         )
         return self._write(current, record, now)
+
+    def _renew_blind(self, now: float) -> bool:
+        """A leader renews by writing over the record it wrote last, without reading it
+        first: the write names that record's resourceVersion, so it succeeds only if no one
+        wrote since (then the lease is still ours). One API request per renewal instead of
+        two, as client-go's leader fast path (leaderelection.go, tryAcquireOrRenew). On a
+        conflict or an error, the caller reads and decides as any candidate does."""
+        observed = self._observed
+        if not self.is_leader() or observed is None or observed.holder != self.identity:
+            return False
+        record = dataclasses.replace(observed, duration_seconds=self.timing.lease_duration,
+                                     renewed_at=now)
+        try:
+            written = self._store.update(record)
+        except Exception as err:  # a conflict or a failed call: read, then decide
+            log.debug("renewing without a read failed (%s); reading the lease", err)
+            return False
+        self._observed, self._observed_at = written, now
+        with self._lock:
+            self._renewed_at = now
+        return True
 
     def release(self) -> None:
         """Give the lease up on a clean shutdown, so the standby need not wait it out."""

@@ -59,8 +59,9 @@ class Inputs:
     # each group's usable capacity sources, and the free slots of each reservation
     sources: dict[str, list[Source]] = field(default_factory=dict)
     reserved_free: dict[str, int] = field(default_factory=dict)
-    # Reservations left out because they end before the gang's expected runtime would.
-    ends_early: dict[str, float] = field(default_factory=dict)
+    # Reservations left out because they end before the gang's expected runtime would,
+    # counted after the boot time: reservation -> (its end, the boot time allowed).
+    ends_early: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for p in self.demand.pod_sets:
@@ -68,18 +69,20 @@ class Inputs:
                 if c.pods_per_node > 0:
                     self.arcs.setdefault(c.group, []).append((p.name, c.pods_per_node))
         allowed = self.demand.capacity_types
-        runtime = self.demand.expected_runtime_seconds
-        must_last = None if runtime is None or self.demand.allow_interruption else \
-            self.view.now + runtime
+        runtime = self.demand.runtime_to_outlast
+        checked = runtime is not None
         for gid in self.arcs:
             mine = self.sources.setdefault(gid, [])
+            # A runtime counts from the nodes being Ready, which takes the group's boot time.
+            must_last = self.view.now + self.groups[gid].boot_seconds + (runtime or 0.0)
             for o in self.offerings[gid].offerings:
                 if o.capacity_type not in allowed:
                     continue
-                if must_last is not None and o.ends_at is not None and o.ends_at < must_last:
+                if checked and o.ends_at is not None and o.ends_at < must_last:
                     # Capacity that ends under the gang interrupts it: never planned.
                     assert o.reservation is not None
-                    self.ends_early[o.reservation] = o.ends_at
+                    self.ends_early[o.reservation] = (o.ends_at,
+                                                      self.groups[gid].boot_seconds)
                     continue
                 # Caps live elsewhere: reservations in `shared`, on-demand in quota rows.
                 mine.append(Source(gid, o.capacity_type, o.price, None,
@@ -335,9 +338,15 @@ def _idle_reservations(inputs: Inputs, allocation: Allocation) -> tuple[Reason, 
 
 
 def ends_early_reasons(inputs: Inputs) -> list[Reason]:
-    runtime = inputs.demand.expected_runtime_seconds or 0.0
+    d = inputs.demand
+    runtime = d.runtime_to_outlast or 0.0
+    what = ("the gang's expected runtime" if d.expected_runtime_seconds is None
+            or d.runtime_margin == 1.0 else
+            f"the gang's expected runtime x {d.runtime_margin:g} (runtimes.margin)")
+    if d.expected_runtime_seconds is None:
+        what = "the runtime assumed for a gang that states none (runtimes.undeclared)"
     return [Reason(ReasonCode.RESERVATION_MISMATCH,
                    f"reservation {rid} ends in {(ends - inputs.view.now) / 3600:.1f} h, before "
-                   f"the gang's expected runtime of {runtime / 3600:.1f} h would end (the "
-                   "request may allow interruption)")
-            for rid, ends in sorted(inputs.ends_early.items())]
+                   f"{what} of {runtime / 3600:.1f} h after its nodes' boot time of "
+                   f"{boot / 60:.0f} min would end (the request may allow interruption)")
+            for rid, (ends, boot) in sorted(inputs.ends_early.items())]

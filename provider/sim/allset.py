@@ -56,6 +56,8 @@ def provider_config(trace: TraceModel) -> LoadedConfig:
             "id": g.id, "zone": g.zone, "instanceType": shape.instance_type,
             "cpu": shape.cpu, "memory": f"{shape.memory_gib}Gi", "maxSize": g.max_size,
             "price": {"onDemand": shape.on_demand_price},
+            # What the operator observed: the trace's launch-to-running time.
+            "bootTime": trace.settings.boot_seconds,
         }
         if shape.gpus:
             group["gpu"] = {"type": shape.gpu_type, "count": shape.gpus}
@@ -68,8 +70,12 @@ def provider_config(trace: TraceModel) -> LoadedConfig:
         groups.append(group)
     reservations = [{"id": r.id, "zone": r.zone, "instanceType": trace.shapes[r.shape]
                      .instance_type, "count": r.count} for r in trace.reservations]
+    runtimes = trace.settings.runtimes
+    guard: dict[str, Any] = {}
+    if runtimes.declared:
+        guard = {"margin": runtimes.margin, "undeclared": runtimes.assume_undeclared}
     text = yaml.safe_dump({
-        "cluster": CLUSTER, "gpuLabel": GPU_LABEL,
+        "cluster": CLUSTER, "gpuLabel": GPU_LABEL, "runtimes": guard,
         # Reservations are listed so groups may name targeted ones; the cloud itself is
         # built by the simulation (windows, stockouts and quotas change over time).
         "cloud": {"provider": "fake", "fake": {"reservations": reservations}},
@@ -141,11 +147,13 @@ class Allset:
         """What the request says: with runtimes declared, the job's declaration and the time
         left until its deadline (maxWaitSeconds counts from the request's arrival)."""
         model = self._runtimes
-        if not model.declared or job.declared is None:
+        if not model.declared:
             return demand_of(job.spec, self.world.shapes)
+        if job.declared is None:
+            return self.provider.config.guarded(demand_of(job.spec, self.world.shapes))
         left = job.spec.arrival + model.max_wait - self.world.now
-        return demand_of(job.spec, self.world.shapes, job.declared,
-                         left if left > 0 else None)
+        return self.provider.config.guarded(demand_of(
+            job.spec, self.world.shapes, job.declared, left if left > 0 else None))
 
     def _wait_for_window(self, job: Job, demand: Demand, epoch: int) -> bool:
         """The controller's step before an attempt (RequestHandler._wait_for_window): wait

@@ -169,6 +169,10 @@ class RuntimeSettings(Model):
     max_wait: Seconds = Field(14400.0, description="maxWaitSeconds of every job: how long "
                               "after arrival it may wait for a window")
     seed: int = 0
+    # allset's own guard (config `runtimes`), used only when runtimes are declared.
+    margin: float = Field(1.0, ge=1, description="allset's runtimes.margin")
+    assume_undeclared: Seconds | None = Field(None, description="allset's "
+                                              "runtimes.undeclared")
 
 
 class Settings(Model):

@@ -36,6 +36,7 @@ def live_plan(provider: Provider, documents: Sequence[Any], source: str) -> dict
         return _dry_run(provider, pods[0], DocumentObjects(dra))
     request, templates, objects = split_documents(documents, source)
     demand, _ = demand_from(request, templates, objects)
+    demand = provider.config.guarded(demand)
     view = provider.ledger.view()
     sizes = provider.fleet.occupied()
     result = plan(demand, view, provider.matcher, sizes)

@@ -4,6 +4,7 @@ as a real cloud does."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import sys
 from pathlib import Path
@@ -42,6 +43,8 @@ cloud:
       - {{id: r-crash, zone: us-east-1d, instanceType: p5.48xlarge, count: 1}}
       - {{id: r-failover, zone: us-east-1e, instanceType: p5.48xlarge, count: 1}}
       - {{id: r-dra-a100, zone: us-east-1f, instanceType: p4d.24xlarge, count: 2}}
+      - {{id: cb-limit, zone: us-east-1g, instanceType: p5.48xlarge, count: 2,
+         kind: capacity-block, targeted: true, startsAt: {cb_start}, endsAt: {cb_end}}}
     stockouts:
       - {{zone: us-east-1c, instanceType: p4d.24xlarge, capacityType: on-demand}}
 nodeGroups:
@@ -104,6 +107,12 @@ nodeGroups:
      taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
   - {{id: gang-nojoin, zone: us-east-1b, instanceType: m7i.2xlarge, maxSize: 4, cpu: 7,
      memory: 30Gi, price: {{onDemand: 0.4}}}}
+  # test_kueue_path: a capacity block open from before the session to 3 h after its start;
+  # the Workload's maximumExecutionTimeSeconds decides whether a Job may use it.
+  - {{id: limit, zone: us-east-1g, instanceType: p5.48xlarge, maxSize: 4, bootTime: 1s,
+     reservations: [cb-limit], gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191,
+     memory: 1900Gi, price: {{onDemand: 98.32}},
+     taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
 """
 
 
@@ -117,7 +126,10 @@ class Allset:
         directory.mkdir(parents=True, exist_ok=True)
         self.state = state or directory / "cloud.db"
         self.config_path = directory / "allset.yaml"
+        now = dt.datetime.now(dt.UTC).replace(microsecond=0)
         self.config_path.write_text(CONFIG.format(
+            cb_start=(now - dt.timedelta(hours=1)).isoformat().replace("+00:00", "Z"),
+            cb_end=(now + dt.timedelta(hours=3)).isoformat().replace("+00:00", "Z"),
             state=self.state, boot=BOOT_SECONDS,
             shared="true" if state is not None else "false") + extra)
         self.kubeconfig = kubeconfig

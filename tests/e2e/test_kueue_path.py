@@ -109,3 +109,32 @@ def test_two_shape_pod_group_lands_in_one_zone(world: World) -> None:
     finally:
         for pod in pods:
             rest.delete("v1", "Pod", pod["metadata"]["name"], "default")
+
+
+def test_a_workloads_execution_limit_keeps_a_job_off_a_block_that_ends_sooner(
+        world: World) -> None:
+    """Kueue copies a Job's ``kueue.x-k8s.io/max-exec-time-seconds`` label into its
+    Workload's ``maximumExecutionTimeSeconds``; the request it creates states no runtime.
+    allset reads the limit from the owning Workload: a job limited to 8 h is kept off the
+    capacity block that ends in 3 h (bought on demand), one limited to 1 h uses it."""
+    rest = world.cluster.rest
+    spec = kueue.pod_spec({"allset.dev/node-group": "limit"}, {"nvidia.com/gpu": "8",
+                                                               "cpu": "16"}, gpu_taint=True)
+    jobs = {"long-limit": "28800", "short-limit": "3600"}
+    sources: dict[str, set[str | None]] = {}
+    try:
+        for name, limit in jobs.items():
+            job = kueue.job(name, 2, spec)
+            job["metadata"]["labels"]["kueue.x-k8s.io/max-exec-time-seconds"] = limit
+            rest.create(job)
+            workload, request = _provisioned(world, name)
+            assert workload["spec"]["maximumExecutionTimeSeconds"] == int(limit)
+            assert "expectedRuntimeSeconds" not in (request["spec"].get("parameters") or {})
+            launched = live(of_request(world.kubelet.instances(), "default",
+                                       request["metadata"]["name"]))
+            sources[name] = {i.tags.reservation for i in launched}
+            assert len(launched) == 2
+        assert sources == {"long-limit": {None}, "short-limit": {"cb-limit"}}
+    finally:
+        for name in jobs:
+            rest.delete("batch/v1", "Job", name, "default")

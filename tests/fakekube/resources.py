@@ -108,10 +108,18 @@ VOLCANO_POD_GROUPS = Resource("scheduling.volcano.sh", ("v1beta1",), "podgroups"
                               namespaced=True, status_subresource=False, custom=True,
                               delete_returns_object=False)
 
+# Kueue's Workload (kueue.x-k8s.io): a CRD, Namespaced, served as v1beta1 and v1beta2
+# (v1beta2 stored) with a status subresource, in Kueue v0.17.0's
+# config/components/crd/bases/kueue.x-k8s.io_workloads.yaml. Kueue owns the requests it
+# creates by one (SetControllerReference in pkg/controller/admissionchecks/provisioning).
+WORKLOADS = Resource("kueue.x-k8s.io", ("v1beta2", "v1beta1"), "workloads", "Workload",
+                     namespaced=True, status_subresource=True, custom=True,
+                     delete_returns_object=False)
+
 RESOURCES: tuple[Resource, ...] = (PROVISIONING_REQUESTS, POD_TEMPLATES, NODES, PODS, EVENTS,
                                    LEASES, ENDPOINT_SLICES, RESOURCE_CLAIM_TEMPLATES,
                                    RESOURCE_CLAIMS, DEVICE_CLASSES, NATIVE_POD_GROUPS,
-                                   COSCHEDULING_POD_GROUPS, VOLCANO_POD_GROUPS)
+                                   COSCHEDULING_POD_GROUPS, VOLCANO_POD_GROUPS, WORKLOADS)
 BY_KEY = {(r.group, r.plural): r for r in RESOURCES}
 GROUPS = frozenset(r.group for r in RESOURCES if r.group)
 

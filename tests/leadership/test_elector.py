@@ -136,3 +136,24 @@ def test_a_new_leader_knows_the_latest_its_predecessor_can_have_acted(api: objec
     # a had lapsed without hearing of it: taking the lease back is a new term (on main
     # it kept epoch 0, so its new attempt ids claimed the term b's instances carry).
     assert a.epoch == 2
+
+
+def test_a_leader_renews_with_one_request_and_a_conflict_makes_it_read() -> None:
+    """Renewing costs one write (no read first); if another writer changed the lease since
+    the leader's last write, the write conflicts, the leader reads, and steps down."""
+    with FakeKube() as kube, kube.client() as client:
+        clock = ManualClock()
+        a, _ = electors(client, clock)
+        assert a.step()
+        before = kube.requests
+        for _ in range(10):
+            clock.advance(2)
+            assert a.step()
+        after = kube.requests - before
+        assert after == {("update", "leases"): 10}, after
+        # Someone else takes the lease over (an operator, or a replica after a partition).
+        kube.modify("leases", "allset", lambda o: o["spec"].update(
+            holderIdentity="pod-z", renewTime="2030-01-01T00:00:00.000000Z"), namespace=NS)
+        clock.advance(2)
+        assert not a.step() and a.holder == "pod-z"
+        assert not a.is_leader()

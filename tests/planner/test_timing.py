@@ -51,6 +51,20 @@ def test_capacity_that_ends_before_the_runtime_is_not_used() -> None:
                for r in only.reasons)
 
 
+def test_the_runtime_counts_from_the_nodes_being_ready() -> None:
+    """A block that outlives the runtime counted from the launch, but not from the nodes
+    being Ready a boot time later, would end under the gang: not used."""
+    block = reservation("cb", free=2, window=(NOW - HOUR, NOW + 6 * HOUR + 300))
+    slow = dataclasses.replace(gpu_group("g"), boot_seconds=600.0)
+    result = plan(job(6.0), World([slow], [block]).view(), World([slow], [block]).matcher)
+    assert parts(result) == [("g", None, 2)]
+    assert isinstance(result, Plan)
+    assert any("after its nodes' boot time of 10 min" in n.message for n in result.notes)
+    fast = dataclasses.replace(gpu_group("g"), boot_seconds=240.0)
+    world = World([fast], [block])
+    assert parts(plan(job(6.0), world.view(), world.matcher)) == [("g", "cb", 2)]
+
+
 def test_a_request_that_allows_interruption_takes_the_ending_block() -> None:
     block = reservation("cb", free=2, window=(NOW - HOUR, NOW + 2 * HOUR))
     world = World([gpu_group("g")], [block])
@@ -111,3 +125,32 @@ def test_held_slots_go_to_the_waiting_request_first() -> None:
     # A hold whose request never comes lapses.
     world.clock.advance(2 * HOUR)
     assert parts(plan(job(6.0), world.ledger.view(), world.matcher)) == [("g", "cb", 2)]
+
+
+def test_the_operators_margin_stretches_a_declared_runtime() -> None:
+    block = reservation("cb", free=2, window=(NOW - HOUR, NOW + 7 * HOUR))
+    world = World([gpu_group("g")], [block])
+    trusted = plan(job(6.0), world.view(), world.matcher)
+    assert parts(trusted) == [("g", "cb", 2)]  # 6 h + 10 min boot < 7 h
+    guarded = plan(dataclasses.replace(job(6.0), runtime_margin=1.25), world.view(),
+                   world.matcher)
+    assert parts(guarded) == [("g", None, 2)]  # 7.5 h + boot > 7 h
+    assert isinstance(guarded, Plan)
+    assert any("expected runtime x 1.25 (runtimes.margin) of 7.5 h" in n.message
+               for n in guarded.notes)
+
+
+def test_a_gang_that_declares_nothing_is_assumed_to_run_the_configured_time() -> None:
+    block = reservation("cb", free=2, window=(NOW - HOUR, NOW + 6 * HOUR))
+    world = World([gpu_group("g")], [block])
+    silent = job(None)
+    assert parts(plan(silent, world.view(), world.matcher)) == [("g", "cb", 2)]
+    assumed = dataclasses.replace(silent, undeclared_runtime_seconds=24 * HOUR)
+    result = plan(assumed, world.view(), world.matcher)
+    assert parts(result) == [("g", None, 2)]
+    assert isinstance(result, Plan)
+    assert any("runtime assumed for a gang that states none (runtimes.undeclared) of 24.0 h"
+               in n.message for n in result.notes)
+    # Interruption allowed: the guard does not apply.
+    free = dataclasses.replace(assumed, allow_interruption=True)
+    assert parts(plan(free, world.view(), world.matcher)) == [("g", "cb", 2)]
