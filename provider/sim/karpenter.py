@@ -26,15 +26,18 @@ What is modelled, and where it comes from:
   capacity type `reserved`, open or targeted, and a NodeClaim that can use one launches
   reserved before spot or on-demand (getCapacityType, pkg/providers/instance/instance.go,
   aws/karpenter-provider-aws v1.9.0). A capacity block is offered only inside its window.
-  Karpenter tracks each reservation's free count; here it is exact.
+  Karpenter tracks each reservation's free count (synced from EC2, counted down at each
+  launch and up at each termination: availabilityCache,
+  pkg/providers/capacityreservation/types.go, v1.9.0); here it is exact.
 * **On demand**, the cheapest offering; equal prices are broken at random (seeded), as the
   EC2 fleet's choice among equal pools is not documented.
 * **Unavailable offerings.** A launch that fails for capacity or quota (the codes in
   unfulfillableCapacityErrorCodes, pkg/errors/errors.go, which include
   InsufficientInstanceCapacity and VcpuLimitExceeded) marks the offering (instance type,
   zone, capacity type) unavailable for 3 minutes (UnavailableOfferingsTTL,
-  pkg/cache/cache.go, v1.9.0); a failed reserved launch marks the reservation unavailable
-  until its availability is next refreshed, nominally every minute (same file). The claim
+  pkg/cache/cache.go, v1.9.0); a failed reserved launch sets the reservation's count to 0
+  until its availability is next synced, nominally every minute (availabilityCache
+  .MarkUnavailable; the cadence in pkg/cache/cache.go). The claim
   is deleted and the pod waits for the next pass. A claim whose domain spans several zones
   (topology `none`) is one CreateFleet call over all of them: a stocked-out zone is marked
   and the next one tried in the same call.
