@@ -142,15 +142,17 @@ def _parser() -> argparse.ArgumentParser:
     plan.set_defaults(run=_plan)
 
     sim = sub.add_parser("simulate", help="simulate a GPU fleet in virtual time: allset "
-                         "against Cluster Autoscaler's per-pod and best-effort-atomic scale-up")
+                         "against Cluster Autoscaler's per-pod and best-effort-atomic "
+                         "scale-up and reserved groups pinned at their reservation's size")
     source = sim.add_mutually_exclusive_group(required=True)
     source.add_argument("--trace", type=Path, help="trace file (YAML or JSON)")
     source.add_argument("--generate", type=int, metavar="SEED",
                         help="generate a trace from this seed")
     sim.add_argument("--jobs", type=int, default=2300, help="jobs to generate (default 2300)")
     sim.add_argument("--days", type=float, default=7.0, help="days to generate (default 7)")
-    sim.add_argument("--strategy",
-                     choices=["allset", "per-pod", "ca-atomic", "karpenter", "all"],
+    # The names of provider.sim.run.STRATEGIES (imported lazily; a test keeps them equal).
+    sim.add_argument("--strategy", choices=["allset", "per-pod", "ca-atomic", "pinned",
+                                            "pinned-per-pod", "karpenter", "all"],
                      default="all")
     sim.add_argument("--output", choices=["text", "json"], default="text")
     sim.add_argument("--plot", type=Path, metavar="FILE.png", help="plot the fleet over time")

@@ -12,6 +12,7 @@ from provider.sim.allset import Allset
 from provider.sim.ca_atomic import CaAtomic
 from provider.sim.karpenter import Karpenter
 from provider.sim.per_pod import PerPod
+from provider.sim.pinned import Pinned, PinnedPerPod
 from provider.sim.trace import TraceModel
 from provider.sim.world import Interruption, Strategy, World
 
@@ -19,6 +20,8 @@ STRATEGIES: dict[str, Callable[[int], Strategy]] = {
     "allset": lambda seed: Allset(),
     "per-pod": PerPod,
     "ca-atomic": CaAtomic,
+    "pinned": Pinned,
+    "pinned-per-pod": PinnedPerPod,
     "karpenter": Karpenter,
 }
 

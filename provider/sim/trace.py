@@ -169,9 +169,10 @@ class RuntimeSettings(Model):
     max_wait: Seconds = Field(14400.0, description="maxWaitSeconds of every job: how long "
                               "after arrival it may wait for a window")
     seed: int = 0
-    # allset's own guard (config `runtimes`), used only when runtimes are declared.
-    margin: float = Field(1.0, ge=1, description="allset's runtimes.margin")
-    assume_undeclared: Seconds | None = Field(None, description="allset's "
+    # allset's own guard (config `runtimes`), used only when runtimes are declared: what
+    # an operator who knows its users' estimates are off by up to 3x would set.
+    margin: float = Field(1.5, ge=1, description="allset's runtimes.margin")
+    assume_undeclared: Seconds | None = Field(86400.0, description="allset's "
                                               "runtimes.undeclared")
 
 
@@ -195,6 +196,12 @@ class Settings(Model):
     gang_timeout: Seconds = Field(1200.0, description="baselines: a gang not running this long "
                                   "after admission is evicted and requeued")
     requeue_delay: Seconds = Field(60.0, description="an evicted gang is requeued after this")
+    scale_down_delay_after_add: Seconds = Field(
+        600.0, description="baselines: CA's --scale-down-delay-after-add (10 min by default "
+        "in 1.31 and 1.36)")
+    scale_down_delay_type_local: bool = Field(
+        True, description="baselines: CA's --scale-down-delay-type-local; true: the delay "
+        "holds only the node group that scaled up, false (CA's default): every group")
     ca_loop: Seconds = Field(10.0, description="Cluster Autoscaler's scan interval")
     sample_interval: Seconds = Field(3600.0, description="time-series step for the plot")
     runtimes: RuntimeSettings = RuntimeSettings()

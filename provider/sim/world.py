@@ -149,6 +149,9 @@ class World:
         self.strategy: Strategy | None = None
         self.cloud_version = 0  # bumped by the trace's own changes to the cloud
         self.reserved_seconds_at_horizon = 0.0  # reserved node-seconds used until then
+        # When the autoscaler lets this empty node go at the earliest (math.inf: not while
+        # its group is at its min size). The baselines set it: CA's scale-down cooldowns.
+        self.hold: Callable[[Node], float] | None = None
 
     # --- time ----------------------------------------------------------------------------
 
@@ -358,6 +361,12 @@ class World:
         delay = self.settings.scale_down_delay
         empty = [n for n in nodes if n.job is None and n.id in self.nodes
                  and self.now - n.idle_since >= delay - 1e-6]
+        if self.hold is not None:
+            held = {n: self.hold(n) for n in empty}
+            for until in sorted({t for t in held.values() if self.now < t < float("inf")}):
+                later = [n for n, t in held.items() if t == until]
+                self.at(until, partial(self._scale_down, later))
+            empty = [n for n, t in held.items() if t <= self.now]
         if empty:
             assert self.strategy is not None
             self.strategy.release(empty)

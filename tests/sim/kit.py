@@ -39,7 +39,7 @@ def job(name: str, *pod_sets: tuple[str, int], at: float = 0, hours: float = 1.0
             "podSets": [{"shape": s, "nodes": n} for s, n in pod_sets]}
 
 
-def run(t: TraceModel, strategy: str) -> tuple[Result, World]:
+def run(t: TraceModel, strategy: str, seed: int = 0) -> tuple[Result, World]:
     """The result, and the world it ran in (to look at jobs and the cloud afterwards)."""
-    world, chosen, wall = run_world(t, strategy)
+    world, chosen, wall = run_world(t, strategy, seed)
     return summary(world, chosen, wall), world

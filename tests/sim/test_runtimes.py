@@ -79,12 +79,13 @@ def test_a_job_is_not_placed_on_a_block_that_ends_under_its_declared_runtime() -
 
 def test_a_job_that_outlives_its_declaration_is_an_unforeseeable_interruption() -> None:
     # It declares 30 minutes, the block lasts an hour, it runs two: the planner had no way
-    # to know. A job that declares nothing is counted apart.
+    # to know. A job that declares nothing is counted apart. (allset trusting declarations:
+    # margin 1, nothing assumed for silent jobs.)
     jobs = [{**job("liar", ("h100", 1), hours=2), "expectedRuntime": "30m"},
             job("silent", ("h100", 1), hours=2)]
+    trusting = {"undeclared": 1.0, "margin": 1.0, "assumeUndeclared": None}
     t = trace([group("h100-a", reservations=["cb-a"])], jobs,
-              reservations=[block("cb-a", 0, HOUR)],
-              settings={"runtimes": {"undeclared": 1.0}})
+              reservations=[block("cb-a", 0, HOUR)], settings={"runtimes": trusting})
     result, world = run(t, "allset")
     assert [j.interrupted for j in world.jobs] == [[Interruption.OUTLIVED],
                                                   [Interruption.UNDECLARED]]
@@ -93,6 +94,21 @@ def test_a_job_that_outlives_its_declaration_is_an_unforeseeable_interruption() 
     assert f["interruptionsUndeclared"] == 1
     assert f["interruptionsAvoidable"] == 0
     assert f["jobsCompleted"] == 2
+
+
+def test_the_operators_guard_keeps_both_off_the_block() -> None:
+    # Similar jobs under allset's default runtimes guard in the simulation (margin 1.5,
+    # 24 h assumed for a job that declares nothing).
+    jobs = [{**job("liar", ("h100", 1), hours=2), "expectedRuntime": "50m"},
+            job("silent", ("h100", 1), hours=2)]
+    t = trace([group("h100-a", reservations=["cb-a"])], jobs,
+              reservations=[block("cb-a", 0, HOUR)],
+              settings={"runtimes": {"undeclared": 1.0}})
+    result, world = run(t, "allset")
+    # 50 min x 1.5 = 75 min > 1 h: bought; silent: 24 h assumed: bought.
+    assert [j.interrupted for j in world.jobs] == [[], []]
+    assert result.figures["reservedGpuHours"] == 0
+    assert result.figures["jobsCompleted"] == 2
 
 
 def test_a_waiting_job_starts_at_the_opening_and_later_work_does_not_take_its_slots(

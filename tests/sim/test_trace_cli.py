@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from provider.cli import main
+from provider.cli import _parser, main
 from provider.config import ConfigError
 from provider.sim.generate import generate
 from provider.sim.run import STRATEGIES
@@ -78,7 +78,7 @@ def test_simulate_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[st
                  "--output", "json", "--plot", str(plot)])
     assert code == 0
     body = json.loads(capsys.readouterr().out)  # nothing else on stdout
-    assert set(body["strategies"]) == set(STRATEGIES)  # every registered strategy
+    assert set(body["strategies"]) == set(STRATEGIES)
     assert body["trace"]["jobs"] == 30
     allset = body["strategies"]["allset"]
     assert allset["strandedGpuHours"] == 0
@@ -117,3 +117,10 @@ def test_simulate_runtimes_switch(tmp_path: Path, capsys: pytest.CaptureFixture[
         figures = json.loads(capsys.readouterr().out)["strategies"]["allset"]
         interrupted[runtimes] = (figures["interruptions"], figures["interruptionsAvoidable"])
     assert interrupted == {"declared": (0, 0), "undeclared": (1, 1)}
+
+
+
+@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def test_simulate_offers_every_registered_strategy(name: str) -> None:
+    args = _parser().parse_args(["simulate", "--generate", "1", "--strategy", name])
+    assert args.strategy == name
