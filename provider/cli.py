@@ -152,12 +152,13 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--days", type=float, default=7.0, help="days to generate (default 7)")
     # The names of provider.sim.run.STRATEGIES (imported lazily; a test keeps them equal).
     sim.add_argument("--strategy", choices=["allset", "per-pod", "ca-atomic", "pinned",
-                                            "pinned-per-pod", "all"],
+                                            "pinned-per-pod", "karpenter", "all"],
                      default="all")
     sim.add_argument("--output", choices=["text", "json"], default="text")
     sim.add_argument("--plot", type=Path, metavar="FILE.png", help="plot the fleet over time")
     sim.add_argument("--seed", type=int, default=0,
-                     help="seed of the baselines' random tie-breaks (default 0)")
+                     help="seed of the run's random draws: tie-breaks, boot times, when "
+                     "a failure is seen (default 0)")
     sim.add_argument("--runtimes", choices=["declared", "undeclared"],
                      help="whether jobs tell allset their expected runtime and deadline "
                      "(default: the trace's settings.runtimes.declared, true unless set); "

@@ -1,8 +1,9 @@
 """GPU-hours and money, integrated exactly over piecewise-constant fleet states.
 
-Every node is in one state at a time: booting (launched, not running yet), busy (its
-gang is running), stranded (running, held for a gang that is not running) or idle
-(running, held by no gang: waiting for scale-down). "Up" is running: busy + stranded +
+Every node is in one state at a time: booting (launched, not running yet; or running, held
+for a gang that has all its nodes and waits for the slowest to boot), busy (its gang is
+running), stranded (running, held for a gang that lacks nodes) or idle (running, held by no
+gang: waiting for scale-down). "Up" is running: busy + stranded +
 idle. Billing runs from launch to termination, so billed = booting + up; a node is billed
 on demand unless it sits in a reservation (already paid)."""
 

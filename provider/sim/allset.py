@@ -56,8 +56,10 @@ def provider_config(trace: TraceModel) -> LoadedConfig:
             "id": g.id, "zone": g.zone, "instanceType": shape.instance_type,
             "cpu": shape.cpu, "memory": f"{shape.memory_gib}Gi", "maxSize": g.max_size,
             "price": {"onDemand": shape.on_demand_price},
-            # What the operator observed: the trace's launch-to-running time.
-            "bootTime": trace.settings.boot_seconds,
+            # What the operator observed: the slowest launch-to-running time (boots are
+            # spread, and a gang starts with its slowest node).
+            "bootTime": trace.settings.boot_seconds * (
+                trace.settings.boot_max_factor if trace.settings.boot_spread else 1.0),
         }
         if shape.gpus:
             group["gpu"] = {"type": shape.gpu_type, "count": shape.gpus}
@@ -202,6 +204,9 @@ class Allset:
         if outcome.rolled_back:
             self._counts["rollbacks"] += 1
             self._counts["rolledBackNodes"] += outcome.rolled_back
+            kept = {i.id for i in outcome.instances}
+            self.world.rolled_back([i for i in self.world.cloud.all_instances()
+                                    if i.tags.attempt == attempt and i.id not in kept])
         if outcome.instances:
             fleet.adopt(outcome.instances, self.world.clock.now())
             self.world.launched(outcome.instances, job)

@@ -18,6 +18,10 @@ careful operator would.
   zone, instance type and fabric if one has a free slot (AWS ``CapacityReservationPreference:
   open``, GCP's ANY affinity), otherwise on demand. The first capacity or quota error ends
   the resize; what was created stays (no rollback).
+* **A failure is seen late.** The resize call returns at once; the nodes the cloud could not
+  create stay in the group's size (CA's placeholders) until CA sees the failure at a later
+  cloud refresh (provider/sim/fidelity.py, FailureDelays). Only then does the group back
+  off, its size drop back and the loop run again for the pods that waited on them.
 * **Node-group backoff** after a failed scale-up: CA's defaults, 5 minutes doubling to 30
   (``--initial-node-group-backoff-duration``, ``--max-node-group-backoff-duration`` in
   cluster-autoscaler-1.36.0 config/flags/flags.go).
@@ -46,8 +50,10 @@ import itertools
 import math
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from adapters.base import CapacityType, CloudError, CloudInstance, LaunchRequest, OwnerTags
 from provider.demand import Topology
@@ -170,12 +176,15 @@ class Autoscaler:
         config = priorities(self.cloud) if priority_config is None else priority_config
         self.priorities = [(p, [re.compile(x) for x in rx]) for p, rx in config.items()]
         self._loop_at = math.inf
+        self._loop: object | None = None  # the strategy's loop, woken when a failure is seen
+        self._placeholders: Counter[str] = Counter()  # nodes that failed, not seen yet
         self._scaled_up: dict[str, float] = {}  # group -> last scale-up
         self._last_scale_up = -math.inf
         world.hold = self.hold
 
     def wake(self, at: float, loop: object) -> None:
         """Run ``loop`` at the first scan-interval tick at or after ``at``."""
+        self._loop = loop
         step = self.world.settings.ca_loop
         tick = math.ceil(at / step - 1e-9) * step
         if tick >= self._loop_at:
@@ -205,8 +214,9 @@ class Autoscaler:
 
     def refresh(self) -> None:
         """Group sizes as the cloud has them: a capacity block's end takes its nodes away
-        without a scale-down (CA reads the groups' sizes at the start of each loop)."""
-        self.sizes = dict.fromkeys(self.cloud.groups, 0)
+        without a scale-down (CA reads the groups' sizes at the start of each loop); nodes
+        that failed unseen still count (the group's target size holds them)."""
+        self.sizes = {g: self._placeholders[g] for g in self.cloud.groups}
         for n in self.world.nodes.values():
             if n.group in self.sizes:
                 self.sizes[n.group] += 1
@@ -242,18 +252,35 @@ class Autoscaler:
             best = list(groups)
         return best[self.rng.randrange(len(best))]
 
-    def launch(self, group: GroupSpec, count: int, job: Job | None) -> int:
-        """Resize ``group`` by ``count`` for ``job``; returns how many nodes came."""
+    def launch(self, group: GroupSpec, count: int, job: Job | None,
+               seen: Callable[[int], None] | None = None) -> int:
+        """Resize ``group`` by ``count`` for ``job``; returns how many nodes came. Those
+        that did not come are seen as failed only later (module docstring): then the group
+        backs off, its size drops back, ``seen`` hears how many never came, and the loop
+        runs."""
         instances, error = self.cloud.increase(group, count)
-        self.sizes[group.id] += len(instances)
+        self.sizes[group.id] += count
         self.world.launched(instances, job)
         if instances:
             self._scaled_up[group.id] = self._last_scale_up = self.world.now
-        if error is not None:
-            self.failed(group.id)
-        else:
+        if error is None:
             self.succeeded(group.id)
+        else:
+            missing = count - len(instances)
+            self._placeholders[group.id] += missing
+            self.world.after(self.world.failure_delay(),
+                             partial(self._failure_seen, group.id, missing, seen))
         return len(instances)
+
+    def _failure_seen(self, gid: str, missing: int,
+                      seen: Callable[[int], None] | None) -> None:
+        self._placeholders[gid] -= missing
+        self.sizes[gid] -= missing
+        self.failed(gid)
+        if seen is not None:
+            seen(missing)
+        if self._loop is not None:
+            self.wake(self.world.now, self._loop)
 
     def hold(self, node: Node) -> float:
         """When scale-down may take this empty node: after --scale-down-delay-after-add

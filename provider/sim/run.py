@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from provider.sim.accounting import Sample, State
 from provider.sim.allset import Allset
 from provider.sim.ca_atomic import CaAtomic
+from provider.sim.karpenter import Karpenter
 from provider.sim.per_pod import PerPod
 from provider.sim.pinned import Pinned, PinnedPerPod
 from provider.sim.trace import TraceModel
@@ -21,6 +22,7 @@ STRATEGIES: dict[str, Callable[[int], Strategy]] = {
     "ca-atomic": CaAtomic,
     "pinned": Pinned,
     "pinned-per-pod": PinnedPerPod,
+    "karpenter": Karpenter,
 }
 
 
@@ -58,7 +60,7 @@ def run_world(trace: TraceModel, strategy: str, seed: int = 0,
               ) -> tuple[World, Strategy, float]:
     """The world after the run (its jobs, nodes and cloud), the strategy, wall seconds."""
     started = time.perf_counter()
-    world = World(trace)
+    world = World(trace, seed=seed)
     chosen = STRATEGIES[strategy](seed)
     world.run(chosen, progress)
     return world, chosen, time.perf_counter() - started

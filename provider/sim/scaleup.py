@@ -7,11 +7,16 @@ of its shape that have room and are not backing off). The gang's topology is wha
 pods' required pod affinity says (same zone, or same fabric): the first node may go
 anywhere, the next ones must join its domain. Used by `per-pod` for every pod, and by
 `ca-atomic` and `pinned` for the pods Kueue leaves out of a ProvisioningRequest (those
-that ask for no managed resource)."""
+that ask for no managed resource).
+
+A pod whose node the cloud failed to create waits on it (CA counts it as upcoming) until CA
+sees the failure (baseline.py); then the pod is pending again and tries another group."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable
+from functools import partial
 
 from provider.sim.baseline import Autoscaler, domain
 from provider.sim.trace import GroupSpec
@@ -26,24 +31,36 @@ class PodScaleUp:
         self._groups = {gid: g for gid, g in ca.cloud.groups.items() if gid not in exclude}
         # Gangs with pods still unplaced, and the shapes of the pods CA sees as pending.
         self.pending: dict[int, tuple[Job, frozenset[str]]] = {}
+        # Per gang: its pods' shapes, and by shape the pods waiting on a node that failed
+        # but whose failure CA has not seen yet.
+        self._wanted: dict[int, frozenset[str]] = {}
+        self._upcoming: dict[int, Counter[str]] = {}
         self.counts = {"scaleUps": 0, "failedScaleUps": 0}
 
     def add(self, job: Job, shapes: Iterable[str]) -> None:
         self.pending[job.index] = (job, frozenset(shapes))
+        self._wanted[job.index] = frozenset(shapes)
+        self._upcoming[job.index] = Counter()
 
     def drop(self, job: Job) -> None:
         self.pending.pop(job.index, None)
+        self._wanted.pop(job.index, None)  # a failure seen later does not bring it back
+
+    def _needs(self, job: Job, shapes: frozenset[str]) -> dict[str, int]:
+        """Pods of these shapes with no node yet and none upcoming."""
+        upcoming = self._upcoming[job.index]
+        return {s: c - upcoming[s] for s, c in self.world.shape_needs(job).items()
+                if s in shapes}
 
     def step(self) -> bool:
-        """One CA loop over the pending pods; True if a scale-up failed (try again next
-        loop, with the failed group backing off)."""
-        tried_and_failed = False
+        """One CA loop over the pending pods; True if a resize came back short (its
+        failure is seen later: then the group backs off and the loop runs again)."""
+        short = False
         idle: dict[str, list[Node]] = {}
         for n in self.world.idle():
             idle.setdefault(n.group, []).append(n)
         for job, shapes in list(self.pending.values()):
-            needs = {s: c for s, c in self.world.shape_needs(job).items() if s in shapes}
-            for shape, count in needs.items():
+            for shape, count in self._needs(job, shapes).items():
                 for _ in range(count):
                     if self._reuse(job, shape, idle):
                         continue
@@ -51,14 +68,22 @@ class PodScaleUp:
                     if group is None:
                         break
                     self.counts["scaleUps"] += 1
-                    if self.ca.launch(group, 1, job) == 0:
-                        self.counts["failedScaleUps"] += 1
-                        tried_and_failed = True
-                        break  # this pod tries another group in the next loop
-            left = self.world.shape_needs(job)
-            if not any(left[s] for s in shapes):
-                self.drop(job)
-        return tried_and_failed
+                    seen = partial(self._seen, job, job.epoch, shape)
+                    if self.ca.launch(group, 1, job, seen) == 0:
+                        self._upcoming[job.index][shape] += 1  # the pod waits on it
+                        short = True
+            if not any(self._needs(job, shapes).values()):
+                self.pending.pop(job.index, None)
+        return short
+
+    def _seen(self, job: Job, epoch: int, shape: str, missing: int) -> None:
+        """CA has seen that the pod's node never came: the pod is pending again (the
+        Autoscaler runs the loop)."""
+        self.counts["failedScaleUps"] += 1
+        if job.epoch != epoch or job.done or job.running or job.index not in self._wanted:
+            return
+        self._upcoming[job.index][shape] -= missing
+        self.pending[job.index] = (job, self._wanted[job.index])
 
     def wake_after(self, loop: object, tried_and_failed: bool) -> None:
         """Schedule the next loop for the pods still pending."""

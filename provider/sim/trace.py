@@ -183,7 +183,19 @@ class RuntimeSettings(Model):
 class Settings(Model):
     horizon: Seconds | None = Field(None, description="default: the last arrival")
     drain: Seconds = Field(172800.0, description="time after the horizon for jobs to finish")
-    boot_seconds: Seconds = Field(300.0, description="launch call to a running node")
+    boot_seconds: Seconds = Field(300.0, description="launch call to a running node: the "
+                                  "median; each node draws its own (bootSpread)")
+    boot_spread: float = Field(0.2, ge=0, le=1, description="a node boots in bootSeconds x "
+                               "lognormal(0, bootSpread), drawn from the run's seed; 0: "
+                               "every node takes exactly bootSeconds")
+    boot_max_factor: float = Field(2.0, ge=1, description="a node's boot time stays within "
+                                   "bootSeconds / bootMaxFactor and bootSeconds x "
+                                   "bootMaxFactor")
+    failure_reported: Seconds = Field(30.0, description="baselines: a resize returns at once; "
+                                      "the cloud records its launch failure this long after "
+                                      "(CA sees it at its next cloud refresh)")
+    min_billed_seconds: Seconds = Field(60.0, description="an on-demand node is billed at "
+                                        "least this long (AWS Linux, GCE: 1 minute)")
     scale_down_delay: Seconds = Field(600.0, description="an empty node is removed after this")
     gang_timeout: Seconds = Field(1200.0, description="baselines: a gang not running this long "
                                   "after admission is evicted and requeued")

@@ -29,6 +29,7 @@ from adapters.base import (
 from adapters.fake import FakeCloud, FakeSettings, Stockout
 from provider.clock import ManualClock
 from provider.sim.accounting import Accounting, State
+from provider.sim.fidelity import BootTimes, FailureDelays, billed_seconds
 from provider.sim.runtimes import declared_runtime
 from provider.sim.trace import JobSpec, ReservationSpec, ShapeSpec, TraceModel
 
@@ -48,6 +49,7 @@ class Node:
     state: State | None = None  # None: not yet counted, or gone
     idle_since: float = 0.0
     launched_at: float = 0.0
+    boot: float = 0.0  # seconds from launch to running, drawn per node
 
     @property
     def id(self) -> str:
@@ -120,9 +122,15 @@ class Strategy(Protocol):
 
 
 class World:
-    def __init__(self, trace: TraceModel) -> None:
+    def __init__(self, trace: TraceModel, seed: int = 0) -> None:
+        """``seed`` drives every random draw of the world (boot times, when a failure is
+        seen); strategies get the same seed for their own choices."""
         self.trace = trace
         self.settings = trace.settings
+        self.seed = seed
+        s = self.settings
+        self.boot_times = BootTimes(s.boot_seconds, s.boot_spread, s.boot_max_factor, seed)
+        self.failure_delays = FailureDelays(s.failure_reported, seed)
         self.clock = ManualClock(START)
         self.shapes: dict[str, ShapeSpec] = dict(trace.shapes)
         self.shape_of_type = {s.instance_type: name for name, s in trace.shapes.items()}
@@ -242,23 +250,24 @@ class World:
         self.cloud.terminate([n.id for n in doomed])
         self.cloud_version += 1
         hit = {n.job for n in doomed if n.job is not None}
-        launched = {n.job: n.launched_at for n in doomed if n.job is not None}
+        seen = {n.job: n for n in doomed if n.job is not None}
         for n in doomed:
             self.node_gone(n)
         for job in sorted(hit, key=lambda j: j.index):
             job.interruptions += 1
-            job.interrupted.append(self._why(job, launched[job]))
+            job.interrupted.append(self._why(job, seen[job]))
             self.requeue(job, 0.0)
 
-    def _why(self, job: Job, launched_at: float) -> Interruption:
+    def _why(self, job: Job, node: Node) -> Interruption:
+        """``node``: one of the gang's nodes on the block (its launch and boot time)."""
         if job.declared is None:
             return Interruption.UNDECLARED
         # The planner plans at launch; the block ends now.
         started = job.started_at if job.running and job.started_at is not None \
-            else launched_at + self.settings.boot_seconds
+            else node.launched_at + node.boot
         if started + job.declared <= self.now:
             return Interruption.OUTLIVED
-        if launched_at + job.declared <= self.now:
+        if node.launched_at + job.declared <= self.now:
             return Interruption.BOOT
         return Interruption.AVOIDABLE
 
@@ -342,7 +351,7 @@ class World:
         """An empty node gets a pod of ``job`` (the scheduler binds to what fits)."""
         node.job = job
         job.nodes.append(node)
-        self._count(node)
+        self._recount(job)
         self._maybe_start(job)
 
     def idle(self) -> list[Node]:
@@ -367,13 +376,14 @@ class World:
     # --- nodes ---------------------------------------------------------------------------
 
     def launched(self, instances: Sequence[CloudInstance], job: Job | None) -> list[Node]:
-        """Instances the cloud just launched, held for ``job``; they boot, then run."""
+        """Instances the cloud just launched, held for ``job``; each boots in its own time
+        (provider/sim/fidelity.py), then runs."""
         out = []
         for inst in instances:
             shape = self.shapes[self.shape_of_type[inst.instance_type]]
             node = Node(inst, inst.tags.node_group, shape.gpus,
                         inst.tags.source is CapacityType.RESERVED, shape.on_demand_price,
-                        launched_at=self.now)
+                        launched_at=self.now, boot=self.boot_times.draw())
             self.nodes[node.id] = node
             self.acct.bill(node.gpus, node.reserved, node.price, 1)
             if job is not None:
@@ -381,9 +391,35 @@ class World:
                 job.nodes.append(node)
             self._count(node)
             out.append(node)
-        if out:
-            self.after(self.settings.boot_seconds, lambda: self._booted(out))
+        if job is not None:
+            self._recount(job)
+        for node in out:
+            self.after(node.boot, partial(self._booted, [node]))
         return out
+
+    def rolled_back(self, instances: Sequence[CloudInstance]) -> None:
+        """Instances launched and terminated within one attempt (never handed to a gang):
+        billed for the seconds they ran, at least the cloud's minimum on demand
+        (fidelity.billed_seconds). They count as booting: none ever ran work."""
+        for inst in instances:
+            shape = self.shapes[self.shape_of_type[inst.instance_type]]
+            reserved = inst.tags.source is CapacityType.RESERVED
+            seconds = billed_seconds(max(0.0, self.clock.now() - inst.launched_at),
+                                     reserved, self.settings.min_billed_seconds)
+            if seconds <= 0:
+                continue
+            self.acct.bill(shape.gpus, reserved, shape.on_demand_price, 1)
+            self.acct.move(shape.gpus, None, State.BOOTING)
+            self.after(seconds, partial(self._unbill, shape.gpus, reserved,
+                                        shape.on_demand_price))
+
+    def _unbill(self, gpus: int, reserved: bool, price: float) -> None:
+        self.acct.move(gpus, State.BOOTING, None)
+        self.acct.bill(gpus, reserved, price, -1)
+
+    def failure_delay(self) -> float:
+        """Seconds until a plain resize's launch failure is seen (fidelity.FailureDelays)."""
+        return self.failure_delays.draw()
 
     def _booted(self, nodes: list[Node]) -> None:
         jobs = []
@@ -405,6 +441,12 @@ class World:
         self.acct.bill(node.gpus, node.reserved, node.price, -1)
         if node.job is not None and node in node.job.nodes:
             node.job.nodes.remove(node)
+            self._recount(node.job)
+
+    def _recount(self, job: Job) -> None:
+        """The gang's nodes, after it gained or lost one (whole or not changes states)."""
+        for n in job.nodes:
+            self._count(n)
 
     def _count(self, node: Node) -> None:
         if node.id not in self.nodes:
@@ -415,6 +457,10 @@ class World:
             state = State.IDLE
         elif node.job.running:
             state = State.BUSY
+        elif len(node.job.nodes) >= node.job.spec.nodes:
+            # Every node of the gang is there; it waits for the slowest to boot. That is
+            # the gang's boot time, not a partial gang: booting, for every strategy.
+            state = State.BOOTING
         else:
             state = State.STRANDED
         if state is not node.state:

@@ -18,7 +18,9 @@ TIMEOUT = 1200.0
 
 def trace(groups: list[dict[str, Any]], jobs: list[dict[str, Any]], **extra: Any
           ) -> TraceModel:
-    settings = {"horizon": 3600, "drain": 4 * 3600, "bootSeconds": BOOT,
+    # Every node boots in exactly BOOT seconds, so tests can expect exact times
+    # (tests/sim/test_fidelity.py tests the jitter).
+    settings = {"horizon": 3600, "drain": 4 * 3600, "bootSeconds": BOOT, "bootSpread": 0,
                 "gangTimeout": TIMEOUT, "scaleDownDelay": 600, "sampleInterval": 600}
     settings.update(extra.pop("settings", {}))
     raw = {"shapes": {"h100": H100, "cpu": CPU}, "groups": groups, "jobs": jobs,
