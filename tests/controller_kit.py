@@ -78,12 +78,18 @@ class World:
 
 @pytest.fixture
 def world() -> Iterator[World]:
-    h = harness()
+    yield from running()
+
+
+def running(config: str | None = None, workers: int = 4) -> Iterator[World]:
+    """A controller on the fake API server, both on the harness' simulated clock."""
+    h = harness() if config is None else harness(config)
+
     def now() -> dt.datetime:  # the API server's clock is the simulated one
         return dt.datetime.fromtimestamp(h.clock.now(), dt.UTC)
 
     with FakeKube(clock=now) as kube, kube.client() as api:
-        controller = Controller(h.provider, KubeApi(api), workers=4,
+        controller = Controller(h.provider, KubeApi(api), workers=workers,
                                 backoff=Backoff(60, 600))
         yield World(h, kube, api, controller)
         controller.stop()

@@ -5,18 +5,14 @@ sooner. A Workload without the limit, or one that is gone, leaves the request as
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
-from provider.controller.controller import Controller
 from provider.controller.kube import KubeApi
-from provider.controller.requests import Backoff
-from tests.controller_kit import NS, World, live, templates
-from tests.fakekube import FakeKube, objects
-from tests.helpers import harness
+from tests.controller_kit import NS, World, live, running, templates
+from tests.fakekube import objects
 
 # ManualClock starts at 2027-01-15T08:00:00Z; the block is open and ends 6 h later.
 CONFIG = """\
@@ -46,26 +42,13 @@ nodeGroups:
 
 @pytest.fixture
 def world() -> Iterator[World]:
-    yield from running(CONFIG)
+    yield from running(CONFIG, workers=2)
 
 
 @pytest.fixture
 def guarded() -> Iterator[World]:
     """The operator assumes 8 h for a gang that states no runtime."""
-    yield from running(CONFIG + "runtimes: {undeclared: 8h}\n")
-
-
-def running(config: str) -> Iterator[World]:
-    h = harness(config)
-
-    def now() -> dt.datetime:
-        return dt.datetime.fromtimestamp(h.clock.now(), dt.UTC)
-
-    with FakeKube(clock=now) as kube, kube.client() as api:
-        controller = Controller(h.provider, KubeApi(api), workers=2, backoff=Backoff(60, 600))
-        yield World(h, kube, api, controller)
-        controller.stop()
-        h.provider.stop()
+    yield from running(CONFIG + "runtimes: {undeclared: 8h}\n", workers=2)
 
 
 def kueue_request(w: World, name: str, limit: int | None, *, workload: bool = True) -> None:

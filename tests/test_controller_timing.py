@@ -5,18 +5,12 @@ later."""
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator
 
 import pytest
 
 from provider.controller import conditions as c
-from provider.controller.controller import Controller
-from provider.controller.kube import KubeApi
-from provider.controller.requests import Backoff
-from tests.controller_kit import World, create, live
-from tests.fakekube import FakeKube
-from tests.helpers import harness
+from tests.controller_kit import World, create, live, running
 
 # ManualClock starts at 1_800_000_000 = 2027-01-15T08:00:00Z; the block opens 30 min later.
 CONFIG = """\
@@ -52,16 +46,7 @@ nodeGroups:
 
 @pytest.fixture
 def timed() -> Iterator[World]:
-    h = harness(CONFIG)
-
-    def now() -> dt.datetime:
-        return dt.datetime.fromtimestamp(h.clock.now(), dt.UTC)
-
-    with FakeKube(clock=now) as kube, kube.client() as api:
-        controller = Controller(h.provider, KubeApi(api), workers=4, backoff=Backoff(60, 600))
-        yield World(h, kube, api, controller)
-        controller.stop()
-        h.provider.stop()
+    yield from running(CONFIG)
 
 
 def test_waits_for_the_block_then_launches_into_it_ahead_of_later_work(timed: World) -> None:
