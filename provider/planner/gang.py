@@ -340,11 +340,12 @@ def _idle_reservations(inputs: Inputs, allocation: Allocation) -> tuple[Reason, 
 def ends_early_reasons(inputs: Inputs) -> list[Reason]:
     d = inputs.demand
     runtime = d.runtime_to_outlast or 0.0
-    what = ("the gang's expected runtime" if d.expected_runtime_seconds is None
-            or d.runtime_margin == 1.0 else
-            f"the gang's expected runtime x {d.runtime_margin:g} (runtimes.margin)")
     if d.expected_runtime_seconds is None:
         what = "the runtime assumed for a gang that states none (runtimes.undeclared)"
+    elif d.runtime_margin != 1.0:
+        what = f"the gang's expected runtime x {d.runtime_margin:g} (runtimes.margin)"
+    else:
+        what = "the gang's expected runtime"
     return [Reason(ReasonCode.RESERVATION_MISMATCH,
                    f"reservation {rid} ends in {(ends - inputs.view.now) / 3600:.1f} h, before "
                    f"{what} of {runtime / 3600:.1f} h after its nodes' boot time of "
