@@ -2,9 +2,13 @@
 a plain resize's launch failure is seen only a while later, and a node that ran for a few
 seconds is billed the cloud's minimum.
 
-Every draw comes from the run's seed (``World(trace, seed=...)``), each concern from its
-own stream: a strategy that launches more nodes draws more boot times, but that does not
-shift when its failures are seen, and the same seed always repeats the same run."""
+Every draw comes from the run's seed (``World(trace, seed=...)``), and the same seed always
+repeats the same run. A boot time is drawn for the node's identity (the k-th node launched
+for a job, or in a group), not from one stream in launch order: two strategies, or two
+set-ups of one, then meet the same boot times for the same nodes (common random numbers),
+so a comparison between them measures their decisions rather than which draws each
+happened to get. Failure delays keep their own stream: how many boots a strategy draws
+does not shift when its failures are seen."""
 
 from __future__ import annotations
 
@@ -31,12 +35,13 @@ class BootTimes:
         self._median = median
         self._spread = spread
         self._bound = math.log(max_factor)
-        self._rng = random.Random(f"boot/{seed}")
+        self._seed = seed
 
-    def draw(self) -> float:
+    def draw(self, node: str) -> float:
+        """The boot time of the node named ``node`` (e.g. "j00042/3": the job's 4th)."""
         if self._spread == 0 or self._median == 0:
             return self._median
-        factor = self._rng.gauss(0.0, self._spread)
+        factor = random.Random(f"boot/{self._seed}/{node}").gauss(0.0, self._spread)
         return self._median * math.exp(min(self._bound, max(-self._bound, factor)))
 
 

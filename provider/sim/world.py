@@ -130,6 +130,7 @@ class World:
         self.seed = seed
         s = self.settings
         self.boot_times = BootTimes(s.boot_seconds, s.boot_spread, s.boot_max_factor, seed)
+        self._launches: dict[str, int] = {}  # job or group -> nodes launched for it so far
         self.failure_delays = FailureDelays(s.failure_reported, seed)
         self.clock = ManualClock(START)
         self.shapes: dict[str, ShapeSpec] = dict(trace.shapes)
@@ -381,9 +382,15 @@ class World:
         out = []
         for inst in instances:
             shape = self.shapes[self.shape_of_type[inst.instance_type]]
+            # Who the node is, for its boot draw: the k-th launched for the job, or in the
+            # group for a job-less scale-up (BootTimes: the same node boots alike in every
+            # strategy).
+            owner = job.name if job is not None else f"group/{inst.tags.node_group}"
+            serial = self._launches[owner] = self._launches.get(owner, 0) + 1
             node = Node(inst, inst.tags.node_group, shape.gpus,
                         inst.tags.source is CapacityType.RESERVED, shape.on_demand_price,
-                        launched_at=self.now, boot=self.boot_times.draw())
+                        launched_at=self.now,
+                        boot=self.boot_times.draw(f"{owner}/{serial}"))
             self.nodes[node.id] = node
             self.acct.bill(node.gpus, node.reserved, node.price, 1)
             if job is not None:

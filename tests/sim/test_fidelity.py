@@ -21,7 +21,7 @@ SPREAD = {"bootSpread": 0.3, "bootMaxFactor": 2.0}
 def test_boot_times_are_seeded_and_bounded() -> None:
     def draws(seed: int) -> list[float]:
         boot = BootTimes(300.0, 0.3, 2.0, seed)
-        return [boot.draw() for _ in range(2001)]
+        return [boot.draw(f"j/{k}") for k in range(2001)]
 
     first = draws(1)
     assert first == draws(1)  # the same seed repeats
@@ -31,7 +31,18 @@ def test_boot_times_are_seeded_and_bounded() -> None:
     assert statistics.median(first) == pytest.approx(300.0, rel=0.05)
     assert max(first) == 600.0 and min(first) == 150.0  # sigma 0.3 reaches both bounds
     no_spread = BootTimes(300.0, 0.0, 2.0, 1)
-    assert {no_spread.draw() for _ in range(10)} == {300.0}
+    assert {no_spread.draw(f"j/{k}") for k in range(10)} == {300.0}
+
+
+def test_a_node_boots_alike_whatever_else_was_drawn() -> None:
+    """Common random numbers: a node's boot time depends on who it is, not on how many
+    boots were drawn before it, so two set-ups compared on one seed meet the same boots."""
+    boot = BootTimes(300.0, 0.3, 2.0, 5)
+    alone = boot.draw("j00007/2")
+    for k in range(50):
+        boot.draw(f"other/{k}")
+    assert boot.draw("j00007/2") == alone
+    assert BootTimes(300.0, 0.3, 2.0, 6).draw("j00007/2") != alone
 
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
