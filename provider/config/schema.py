@@ -383,11 +383,12 @@ class LeaderElection(Model):
                       "allset)")
     service: str = Field("allset", description="the Service whose EndpointSlice the "
                          "leader points at itself (in a cluster)")
-    lease_duration: Duration = Field("15s", description="how long a standby waits after the "
+    # Longer than client-go's 15s/10s/2s: see Timing (provider/leadership/elector.py).
+    lease_duration: Duration = Field("60s", description="how long a standby waits after the "
                                      "last renewal it saw before it takes over")
-    renew_deadline: Duration = Field("10s", description="the leader stops acting when it "
+    renew_deadline: Duration = Field("40s", description="the leader stops acting when it "
                                      "has not renewed for this long")
-    retry_period: Duration = Field("2s", description="how often the lease is renewed or "
+    retry_period: Duration = Field("8s", description="how often the lease is renewed or "
                                    "tried")
 
     @model_validator(mode="after")

@@ -102,12 +102,27 @@ class AlwaysLeader:
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """Defaults as Cluster Autoscaler's own (--leader-elect-lease-duration 15s,
-    --leader-elect-renew-deadline 10s, --leader-elect-retry-period 2s)."""
+    """Lease timing. Not client-go's 15s/10s/2s (Cluster Autoscaler's and most
+    controllers' defaults): the leader writes its Lease once per retry period, 30 times a
+    minute at 2s, which alone is three times the steady-state budget of issue 18 (10 API
+    requests a minute, whatever the cluster's size). At 60s/40s/8s:
 
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
+    - the leader writes 7.5 times a minute (a standby reads as often);
+    - it tries to renew 4 times within its renew deadline, so it rides out an API server
+      that is away for up to 24s (client-go's defaults: 8s);
+    - a leader that was cut off stops acting 20s before another may start (5s at the
+      defaults), the margin for clock rate skew;
+    - a standby takes over within 68s of a leader that died without releasing (17s at
+      the defaults), and within 8s of one that released on shutdown.
+
+    A GPU node takes minutes to boot and CA's --max-node-provision-time is 15 minutes, so
+    a minute more of failover after a crash costs little; OpenShift's conventions make
+    the same trade more strongly (137s/107s/26s, "Handling kube-apiserver disruption" in
+    openshift/enhancements CONVENTIONS.md). Each is a setting under `leaderElection`."""
+
+    lease_duration: float = 60.0
+    renew_deadline: float = 40.0
+    retry_period: float = 8.0
 
     def __post_init__(self) -> None:
         if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:

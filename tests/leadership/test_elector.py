@@ -29,9 +29,15 @@ def api() -> Iterator[object]:
         yield client
 
 
+# The rules are checked at client-go's timing (lease 15s, renew deadline 10s, retry 2s),
+# which the figures below are written against; allset's defaults are longer (Timing).
+CLIENT_GO = Timing(15.0, 10.0, 2.0)
+
+
 def electors(api: object, clock: ManualClock) -> tuple[LeaderElector, LeaderElector]:
     store = KubeLeaseStore(api, NS, "allset")
-    return (LeaderElector(store, "pod-a", clock), LeaderElector(store, "pod-b", clock))
+    return (LeaderElector(store, "pod-a", clock, CLIENT_GO),
+            LeaderElector(store, "pod-b", clock, CLIENT_GO))
 
 
 def test_one_leads_and_the_other_waits_a_whole_lease_duration(api: object) -> None:

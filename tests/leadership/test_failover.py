@@ -18,7 +18,7 @@ from adapters.registry import create_adapter
 from provider.app import Provider
 from provider.clock import ManualClock
 from provider.executor import inline_runner
-from provider.leadership.elector import LeaderElector
+from provider.leadership.elector import LeaderElector, Timing
 from provider.leadership.kube import KubeLeaseStore
 from provider.service.server import Server
 from provider.wire import externalgrpc_pb2 as pb
@@ -45,7 +45,8 @@ class Pair:
 
 def replica(name: str, cloud: FakeCloud, clock: ManualClock, store: KubeLeaseStore) -> Replica:
     box: list[Provider] = []
-    elector = LeaderElector(store, name, clock,
+    # At client-go's timing (15s/10s/2s), which the clock steps below are written against.
+    elector = LeaderElector(store, name, clock, Timing(15.0, 10.0, 2.0),
                             on_change=lambda leader: box[0].leadership_changed() if box else None)
     pool = ManualPool()
     provider = Provider(config(GANG), cloud, clock, pool=pool, runner=inline_runner,
