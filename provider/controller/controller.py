@@ -111,7 +111,7 @@ class Controller:
     def _choose_version(self) -> None:
         """v1 is the storage version; clusters that only serve v1beta1 are tolerated."""
         try:
-            self._kube.list_requests()
+            self._kube.probe_requests()
         except ApiException as err:
             if err.status != 404:
                 raise

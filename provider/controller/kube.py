@@ -98,6 +98,11 @@ class KubeApi:
                                                                        PLURAL)
         return list(body.get("items", [])), str(body["metadata"]["resourceVersion"])
 
+    def probe_requests(self) -> None:
+        """Raises ApiException (404) when this version of the API is not served. Asks for
+        one item: at startup the whole list is read once, by the watch."""
+        self._custom.list_cluster_custom_object(GROUP, self.version, PLURAL, limit=1)
+
     def watch_requests(self, resource_version: str, timeout_seconds: int
                        ) -> Iterator[tuple[str, dict[str, Any]]]:
         """(event type, object) until the server ends the watch. Raises ApiException 410
