@@ -66,7 +66,8 @@ def timing_json(demand: Demand, wait: Wait | None) -> dict[str, Any] | None:
     return {"decision": "wait", "reservation": wait.reservation,
             "opensAt": rfc3339(wait.opens_at), "slots": wait.slots,
             "savesUsd": round(wait.saves, 2), "costNowUsd": round(wait.cost_now, 2),
-            "costWaitingUsd": round(wait.cost_then, 2)}
+            "costWaitingUsd": round(wait.cost_then, 2),
+            "waitValuePerGpuHourUsd": round(wait.value, 4), "waitValueFrom": wait.value_from}
 
 
 def timing_text(demand: Demand, wait: Wait | None) -> str:
