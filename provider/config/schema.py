@@ -420,13 +420,20 @@ _QUEUE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[
 WaitValue = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
+def queue_problem(key: str) -> str | None:
+    """What is wrong with a Kueue LocalQueue written namespace/name, or None."""
+    namespace, slash, name = key.partition("/")
+    if slash and _QUEUE_NAMESPACE.match(namespace) and len(name) <= 253 and \
+            _QUEUE_NAME.match(name):
+        return None
+    return f"queue {key!r} is not namespace/localQueueName (a Kueue LocalQueue, e.g. ml/train)"
+
+
 def _queues(value: dict[str, float]) -> dict[str, float]:
     for key in value:
-        namespace, slash, name = key.partition("/")
-        if not (slash and _QUEUE_NAMESPACE.match(namespace) and len(name) <= 253
-                and _QUEUE_NAME.match(name)):
-            raise ValueError(f"queue {key!r} is not namespace/localQueueName (a Kueue "
-                             "LocalQueue, e.g. ml/train)")
+        problem = queue_problem(key)
+        if problem:
+            raise ValueError(problem)
     return value
 
 
