@@ -137,6 +137,9 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--request", type=Path, required=True,
                       help="YAML with the ProvisioningRequest and its PodTemplates; with "
                       "--server also one Pod: a dry run of CA's scale-up for it")
+    plan.add_argument("--queue", metavar="NAMESPACE/NAME",
+                      help="the Kueue LocalQueue the request comes through (its Workload's "
+                      "queueName): its value of waiting under runtimes.queues applies")
     plan.add_argument("--output", choices=["text", "json"], default="text")
     _client_tls(plan)
     plan.set_defaults(run=_plan)
@@ -417,6 +420,7 @@ def _plan(args: argparse.Namespace) -> int:
     from adapters.registry import connect
     from provider.clock import SystemClock
     from provider.config.files import read_text
+    from provider.config.schema import queue_problem
     from provider.ledger import Ledger
     from provider.plan import Infeasible
     from provider.planner.gang import plan
@@ -429,6 +433,8 @@ def _plan(args: argparse.Namespace) -> int:
     if (args.config is None) == (args.server is None):
         raise UsageError("give --config (plan from a fresh listing) or --server (plan in a "
                          "running allset), one of them")
+    if args.queue is not None and (problem := queue_problem(args.queue)):
+        raise UsageError(f"--queue: {problem}")
     try:
         text = read_text(args.request, "request")
     except ConfigError as err:
@@ -440,7 +446,7 @@ def _plan(args: argparse.Namespace) -> int:
         docs = list(yaml.safe_load_all(text))
         request, templates, objects = split_documents(docs, str(args.request))
         demand, _ = demand_from(request, templates, objects)
-        demand = config.guarded(demand)
+        demand = config.guarded(demand, queue=args.queue)
     except yaml.YAMLError as err:
         raise UsageError(f"{args.request}: not valid YAML: {err}") from err
     except BadRequest as err:
@@ -488,7 +494,8 @@ def _plan_on_server(args: argparse.Namespace, text: str) -> int:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
         raise UsageError(f"{args.request}: not valid YAML: {err}") from err
-    body = json.dumps({"documents": docs, "source": str(args.request)}, default=str)
+    body = json.dumps({"documents": docs, "source": str(args.request), "queue": args.queue},
+                      default=str)
     found = json.loads(_admin_call(args, PLAN_METHOD, body.encode()))
     print(json.dumps(found, indent=2) if args.output == "json" else found["text"])
     feasible = found["plan"]["feasible"] if found["kind"] == "ProvisioningRequest" else \

@@ -114,11 +114,14 @@ class Demand:
     # Time. How long the gang expects to run once its nodes are up: reserved capacity
     # that ends sooner is not used unless interruption is allowed. How long it may wait
     # for reserved capacity that has not opened yet, and what a GPU-hour of waiting is
-    # worth against on-demand spend (provider/planner/timing.py).
+    # worth against on-demand spend (provider/planner/timing.py states the precedence:
+    # the request's, its queue's, the config default; None: the on-demand GPU-hour).
     expected_runtime_seconds: float | None = None
     allow_interruption: bool = False
     max_wait_seconds: float | None = None
     wait_value_per_gpu_hour: float | None = None
+    wait_value_from: str = "the request"  # shown with a wait decision
+    queue: str | None = None  # the Kueue LocalQueue it came through, "namespace/name"
     # The operator's guard against optimistic or missing declarations (config `runtimes`):
     # capacity must outlast the declared runtime x margin, or, for a gang that declares
     # none, the runtime assumed for it (None: such a gang may go anywhere).

@@ -42,6 +42,7 @@ _VALIDATED = {
     "_quantity": "Kubernetes quantity (`96`, `95500m`, `1800Gi`)",
     "_duration": "duration (seconds, or Go style: `90s`, `10m`, `1h30m`)",
     "_labels": "map of label key to label value",
+    "_queues": "map of `namespace/localQueueName` to number ≥ 0",
 }
 
 

@@ -116,5 +116,29 @@ def create(w: World, name: str = "job", pod_sets: dict[str, int] | None = None,
         "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", body)
 
 
+def kueue_request(w: World, name: str, limit: int | None, *, workload: bool = True,
+                  queue: str = "gpu", **parameters: str) -> None:
+    """A request as Kueue's provisioning admission check creates it: owned (controller
+    reference) by the Workload of LocalQueue ``queue`` (in the request's namespace), with
+    the parameters of its ProvisioningRequestConfig only (no runtime of its own)."""
+    if w.kube.get("podtemplates", "workers", NS) is None:
+        templates(w.kube)
+    spec: dict[str, object] = {"queueName": queue, "podSets": []}
+    if limit is not None:
+        spec["maximumExecutionTimeSeconds"] = limit
+    body = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"namespace": NS, "name": f"wl-{name}"}, "spec": spec}
+    uid = "00000000-0000-0000-0000-000000000000"
+    if workload:
+        uid = w.kube.create(body)["metadata"]["uid"]
+    request = objects.provisioning_request(NS, name, {"workers": 16},
+                                           parameters=parameters or None)
+    request["metadata"]["ownerReferences"] = [{
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "name": f"wl-{name}",
+        "uid": uid, "controller": True, "blockOwnerDeletion": True}]
+    client.CustomObjectsApi(w.api).create_namespaced_custom_object(
+        "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", request)
+
+
 def live(w: World, request: str = "ml/job") -> list[Any]:
     return [i for i in w.h.cloud.live_instances() if i.tags.request == request]

@@ -96,3 +96,53 @@ def test_plan_reads_dra_claims_and_explains_a_miss_by_group(tmp_path: Path) -> N
            "is false)" in result.stdout
     assert "a100-b: claim gpus request gpus: no device matches (memory 40Gi ≥ 96Gi is " \
            "false)" in result.stdout
+
+
+WINDOW_CONFIG = """\
+cluster: test
+cloud:
+  provider: fake
+  fake:
+    reservations:
+      - {{id: cb-h100, zone: us-east-1b, instanceType: p5.48xlarge, count: 2,
+         kind: capacity-block, targeted: true, startsAt: {opens}, endsAt: {ends}}}
+runtimes:
+  waitValuePerGpuHour: 500
+  queues: {{research/batch: 1}}
+nodeGroups:
+  - {{id: h100, zone: us-east-1b, instanceType: p5.48xlarge, cpu: 191, memory: 1900Gi,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, maxSize: 4, reservations: [cb-h100],
+     price: {{onDemand: 98.32}}, bootTime: 5m}}
+"""
+
+
+def test_plan_shows_the_value_of_waiting_of_the_queue_given(tmp_path: Path) -> None:
+    """Issue 19: `allset plan --queue ns/name` values the wait as the request's Kueue queue
+    would, and says which value it used and where it came from. A block opens in 30 min:
+    16 GPUs x 0.5 h x 1 USD (queue research/batch) is worth waiting for against about
+    1,180 USD bought now; at the default 500 USD it is not."""
+    import datetime as dt
+
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    path = tmp_path / "allset.yaml"
+    path.write_text(WINDOW_CONFIG.format(opens=(now + dt.timedelta(minutes=30)).isoformat(),
+                                         ends=(now + dt.timedelta(hours=12)).isoformat()))
+    request = tmp_path / "req.yaml"
+    request.write_text(GANG.read_text().replace(
+        'capacityTypes: "reserved,on-demand"',
+        'expectedRuntimeSeconds: "21600", maxWaitSeconds: "7200"').replace(
+        "    - podTemplateRef: {name: ps}\n      count: 2\n", ""))
+    batch = allset_plan("--config", str(path), "--request", str(request),
+                        "--queue", "research/batch")
+    assert batch.returncode == 0, batch.stderr
+    assert "decision: waiting for cb-h100 opening at" in batch.stdout
+    assert "valued at 1.00 USD/GPU-h from queue research/batch)" in batch.stdout
+    other = allset_plan("--config", str(path), "--request", str(request), "--queue",
+                        "research/urgent", "--output", "json")
+    assert other.returncode == 0, other.stderr
+    assert json.loads(other.stdout)["timing"] == {
+        "decision": "buy-now", "waitValuePerGpuHourUsd": 500.0,
+        "waitValueFrom": "runtimes.waitValuePerGpuHour"}
+    bad = allset_plan("--config", str(path), "--request", str(request), "--queue", "batch")
+    assert bad.returncode == 1
+    assert "--queue: queue 'batch' is not namespace/localQueueName" in bad.stderr

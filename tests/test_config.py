@@ -73,6 +73,17 @@ def test_the_cloud_is_never_chosen_by_omission() -> None:
         ("refreshInterval: soon", "refreshInterval", "not a duration"),
         ("runtimes: {margin: 0.8}", "runtimes.margin", "greater than or equal to 1"),
         ("runtimes: {undeclared: a day}", "runtimes.undeclared", "not a duration"),
+        ("runtimes: {waitValuePerGpuHour: -2}", "runtimes.waitValuePerGpuHour",
+         "greater than or equal to 0"),
+        ("runtimes: {waitValuePerGpuHour: .inf}", "runtimes.waitValuePerGpuHour", "finite"),
+        ("runtimes: {queues: {ml/train: -1}}", "runtimes.queues.ml/train",
+         "greater than or equal to 0"),
+        ("runtimes: {queues: {train: 4}}", "runtimes.queues",
+         "queue 'train' is not namespace/localQueueName"),
+        ("runtimes: {queues: {ml/: 4}}", "runtimes.queues", "queue 'ml/' is not"),
+        ("runtimes: {queues: {/train: 4}}", "runtimes.queues", "queue '/train' is not"),
+        ("runtimes: {queues: {ML/Train: 4}}", "runtimes.queues", "queue 'ML/Train' is not"),
+        ("runtimes: {queues: {ml/train/x: 4}}", "runtimes.queues", "'ml/train/x' is not"),
     ],
 )
 def test_top_level_errors(patch: str, field: str, words: str) -> None:
@@ -81,6 +92,29 @@ def test_top_level_errors(patch: str, field: str, words: str) -> None:
                    if not line.startswith(f"{key}:"))
     got = problems(base + patch + "\n")
     assert any(f == field and words in m for f, m in got), got
+
+
+def test_the_value_of_waiting_is_set_by_queue_and_by_default() -> None:
+    """Issue 19: runtimes.queues and runtimes.waitValuePerGpuHour reach the demand below
+    the request's own value (the precedence is tested in tests/planner/test_timing.py)."""
+    from provider.demand import Demand
+
+    cfg = load_config_text(MINIMAL + "runtimes:\n  waitValuePerGpuHour: 2.5\n"
+                           "  queues: {ml/train: 4, ml/serve.v2: 0}\n")
+    bare = Demand("ns/r", ())
+    assert cfg.schema.runtimes.queues == {"ml/train": 4.0, "ml/serve.v2": 0.0}
+    on_train = cfg.guarded(bare, queue="ml/train")
+    assert (on_train.queue, on_train.wait_value_per_gpu_hour, on_train.wait_value_from) == \
+        ("ml/train", 4.0, "queue ml/train")
+    assert cfg.guarded(bare, queue="ml/serve.v2").wait_value_per_gpu_hour == 0.0
+    other = cfg.guarded(bare, queue="ml/other")
+    assert (other.wait_value_per_gpu_hour, other.wait_value_from) == \
+        (2.5, "runtimes.waitValuePerGpuHour")
+    own = cfg.guarded(Demand("ns/r", (), wait_value_per_gpu_hour=9.0), queue="ml/train")
+    assert (own.wait_value_per_gpu_hour, own.wait_value_from) == (9.0, "the request")
+    # Unset: nothing stated, the planner prices the on-demand GPU-hour.
+    assert load_config_text(MINIMAL).guarded(bare, queue="ml/train") \
+        .wait_value_per_gpu_hour is None
 
 
 @pytest.mark.parametrize(

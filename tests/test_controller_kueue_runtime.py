@@ -11,8 +11,7 @@ import pytest
 from kubernetes import client
 
 from provider.controller.kube import KubeApi
-from tests.controller_kit import NS, World, live, running, templates
-from tests.fakekube import objects
+from tests.controller_kit import NS, World, kueue_request, live, running
 
 # ManualClock starts at 2027-01-15T08:00:00Z; the block is open and ends 6 h later.
 CONFIG = """\
@@ -49,27 +48,6 @@ def world() -> Iterator[World]:
 def guarded() -> Iterator[World]:
     """The operator assumes 8 h for a gang that states no runtime."""
     yield from running(CONFIG + "runtimes: {undeclared: 8h}\n", workers=2)
-
-
-def kueue_request(w: World, name: str, limit: int | None, *, workload: bool = True) -> None:
-    """A request as Kueue's provisioning admission check creates it: owned (controller
-    reference) by the Workload, with no runtime parameter."""
-    if w.kube.get("podtemplates", "workers", NS) is None:
-        templates(w.kube)
-    spec: dict[str, object] = {"queueName": "gpu", "podSets": []}
-    if limit is not None:
-        spec["maximumExecutionTimeSeconds"] = limit
-    body = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-            "metadata": {"namespace": NS, "name": f"wl-{name}"}, "spec": spec}
-    uid = "00000000-0000-0000-0000-000000000000"
-    if workload:
-        uid = w.kube.create(body)["metadata"]["uid"]
-    request = objects.provisioning_request(NS, name, {"workers": 16})
-    request["metadata"]["ownerReferences"] = [{
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "name": f"wl-{name}",
-        "uid": uid, "controller": True, "blockOwnerDeletion": True}]
-    client.CustomObjectsApi(w.api).create_namespaced_custom_object(
-        "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", request)
 
 
 def sources(w: World, name: str) -> list[str | None]:

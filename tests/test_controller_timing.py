@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from provider.controller import conditions as c
-from tests.controller_kit import World, create, live, running
+from tests.controller_kit import World, create, kueue_request, live, running
 
 # ManualClock starts at 1_800_000_000 = 2027-01-15T08:00:00Z; the block opens 30 min later.
 CONFIG = """\
@@ -93,3 +93,28 @@ def test_the_deadline_counts_from_the_requests_creation(timed: World) -> None:
     cond = w.condition(c.PROVISIONED, "job")
     assert cond is None or cond.reason != c.WAITING_FOR_RESERVATION, cond.message
     assert len(live(w)) == 2 and {i.tags.reservation for i in live(w)} == {None}
+
+
+@pytest.fixture
+def by_queue() -> Iterator[World]:
+    """Issue 19: the operator values a GPU-hour of waiting at 500 USD, but 1 USD on the
+    batch queue."""
+    yield from running(CONFIG + "runtimes:\n  waitValuePerGpuHour: 500\n"
+                       "  queues: {ml/batch: 1}\n")
+
+
+def test_the_queue_of_the_owning_workload_sets_the_value_of_waiting(by_queue: World) -> None:
+    """The same Kueue request, 6 h on 16 GPUs with 2 h to wait: on the batch queue it
+    waits for the block (16 GPUs x 0.5 h x 1 USD against 1,180 USD bought now); on another
+    queue the default 500 USD makes the wait dearer (4,000 USD) and it buys now. Each
+    request's Workload is read once, for its runtime and its queue."""
+    w = by_queue
+    kueue_request(w, "batch", 6 * 3600, queue="batch", maxWaitSeconds="7200")
+    kueue_request(w, "urgent", 6 * 3600, queue="urgent", maxWaitSeconds="7200")
+    w.sync()
+    cond = w.condition(c.PROVISIONED, "batch")
+    assert cond is not None and cond.reason == c.WAITING_FOR_RESERVATION, cond
+    assert "valued at 1.00 USD/GPU-h from queue ml/batch" in cond.message
+    assert live(w, "ml/batch") == []
+    assert [i.tags.reservation for i in live(w, "ml/urgent")] == [None, None]
+    assert w.kube.count("get", "workloads") == 2

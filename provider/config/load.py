@@ -41,6 +41,7 @@ from provider.model import (
     ScaleUpMode,
     Taint,
 )
+from provider.planner.timing import valued
 
 # EC2 documents its API as eventually consistent ("Eventual consistency in the Amazon EC2
 # API": a launch may not show in Describe* calls at once) without a bound; seconds in
@@ -112,13 +113,16 @@ class LoadedConfig:
             return 0.0 if self.schema.cloud.provider == "fake" else DEFAULT_LISTING_SETTLE
         return duration_seconds(value)
 
-    def guarded(self, demand: Demand) -> Demand:
-        """``demand`` with the operator's guard on declared runtimes (``runtimes``)."""
+    def guarded(self, demand: Demand, queue: str | None = None) -> Demand:
+        """``demand`` with the operator's guard on declared runtimes and value of waiting
+        (``runtimes``); ``queue``: the Kueue LocalQueue it came through, namespace/name."""
         r = self.schema.runtimes
-        return dataclasses.replace(
+        demand = dataclasses.replace(
             demand, runtime_margin=r.margin,
             undeclared_runtime_seconds=None if r.undeclared is None
-            else duration_seconds(r.undeclared))
+            else duration_seconds(r.undeclared),
+            queue=queue if queue is not None else demand.queue)
+        return valued(demand, r.wait_value_per_gpu_hour, r.queues)
 
     @property
     def attempt_deadline_seconds(self) -> float:

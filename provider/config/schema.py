@@ -413,9 +413,34 @@ class ProvisioningRequests(Model):
     resync: Duration = Field("30s", description="how often every request is looked at again")
 
 
+_QUEUE_NAMESPACE = re.compile(_DNS_LABEL)
+_QUEUE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+# USD per GPU-hour of waiting: finite and not negative, as the request's parameter.
+WaitValue = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+def queue_problem(key: str) -> str | None:
+    """What is wrong with a Kueue LocalQueue written namespace/name, or None."""
+    namespace, slash, name = key.partition("/")
+    if slash and _QUEUE_NAMESPACE.match(namespace) and len(name) <= 253 and \
+            _QUEUE_NAME.match(name):
+        return None
+    return f"queue {key!r} is not namespace/localQueueName (a Kueue LocalQueue, e.g. ml/train)"
+
+
+def _queues(value: dict[str, float]) -> dict[str, float]:
+    for key in value:
+        problem = queue_problem(key)
+        if problem:
+            raise ValueError(problem)
+    return value
+
+
 class Runtimes(Model):
     """How far a request's declared runtime is trusted when placing it on reserved capacity
-    that ends (capacity blocks, future-dated and calendar reservations)."""
+    that ends (capacity blocks, future-dated and calendar reservations), and what its
+    waiting for capacity that opens later is worth."""
 
     margin: float = Field(1.0, ge=1.0, le=10.0, description="capacity must outlast the "
                           "declared runtime times this (after the boot time); declarations "
@@ -424,6 +449,17 @@ class Runtimes(Model):
         None, description="runtime assumed for a request that declares none (neither "
         "expectedRuntimeSeconds nor a Kueue maximumExecutionTimeSeconds); unset: such a "
         "gang may be placed on capacity ending at any time")
+    wait_value_per_gpu_hour: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="USD an hour of one GPU's waiting is "
+        "worth, when a request could wait for reserved capacity that opens before its "
+        "deadline instead of buying on-demand now. Precedence: the request's parameter "
+        "waitValuePerGpuHour, else its Kueue queue's value under queues, else this, else "
+        "(unset) the on-demand price of a GPU-hour of the plan it would buy now")
+    queues: Annotated[dict[str, WaitValue], AfterValidator(_queues)] = Field(
+        default_factory=dict, description="value of waiting (USD per GPU-hour) by Kueue "
+        "LocalQueue, keyed namespace/name, e.g. {ml/train: 4.0}: the queue of the Workload "
+        "that owns the request; below the request's own waitValuePerGpuHour, above the "
+        "default waitValuePerGpuHour")
 
 
 class Gangs(Model):

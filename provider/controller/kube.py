@@ -209,7 +209,7 @@ class KubeApi:
                      ) -> dict[str, Any] | None:
         """A Kueue Workload (the owner of the requests Kueue creates); None when it is gone
         or allset may not read Workloads (RBAC without Kueue's rule: the request is then
-        planned without the Workload's limits)."""
+        planned without the Workload's limit and queue)."""
         group, _, version = api_version.partition("/")
         try:
             found: dict[str, Any] = call(self._custom.get_namespaced_custom_object, group,
@@ -222,7 +222,8 @@ class KubeApi:
             if not self._workloads_forbidden:
                 self._workloads_forbidden = True
                 log.warning("may not read Kueue Workloads (%s); requests' runtimes come "
-                            "from their parameters only", err.reason)
+                            "from their parameters only, and runtimes.queues values of "
+                            "waiting do not apply", err.reason)
             return None
         return found
 

@@ -506,26 +506,31 @@ class RequestHandler:
                     f"PodTemplate {name!r} not found in namespace {namespace}",
                 )]) from None
         demand, params = demand_from(obj, templates, ApiObjects(self._kube))
-        if demand.expected_runtime_seconds is None:
-            limit = self._execution_limit(obj)
-            if limit is not None:
-                demand = dataclasses.replace(demand, expected_runtime_seconds=limit)
-        return self._p.config.guarded(demand), params
+        workload = self._workload(obj)
+        spec = (workload or {}).get("spec") or {}
+        limit = spec.get("maximumExecutionTimeSeconds")
+        # Kueue deactivates the workload when it has run that long, so the gang never needs
+        # capacity for longer (its admission comes after provisioning, so this bounds it).
+        if demand.expected_runtime_seconds is None and isinstance(limit, int) and \
+                not isinstance(limit, bool) and limit >= 1:
+            demand = dataclasses.replace(demand, expected_runtime_seconds=float(limit))
+        # The Workload's LocalQueue, in its namespace (the request's): its value of waiting.
+        queue = spec.get("queueName")
+        return self._p.config.guarded(
+            demand, queue=f"{namespace}/{queue}" if isinstance(queue, str) and queue
+            else None), params
 
-    def _execution_limit(self, obj: Obj) -> float | None:
-        """Kueue's ``maximumExecutionTimeSeconds`` of the Workload that owns the request:
-        Kueue deactivates the workload when it has run that long, so the gang never needs
-        capacity for longer (its admission comes after provisioning, so this bounds it)."""
+    def _workload(self, obj: Obj) -> Obj | None:
+        """The Kueue Workload that owns the request (Kueue's admission check creates it so),
+        read once per demand build for its runtime limit and its queue; None when there is
+        none, it is gone, or allset may not read Workloads."""
         meta = obj.get("metadata") or {}
         for ref in meta.get("ownerReferences") or []:
             api_version = str(ref.get("apiVersion") or "")
             if ref.get("kind") != "Workload" or not api_version.startswith(KUEUE_GROUP + "/"):
                 continue
-            workload = self._kube.get_workload(api_version, str(meta.get("namespace")),
-                                               str(ref.get("name")))
-            limit = ((workload or {}).get("spec") or {}).get("maximumExecutionTimeSeconds")
-            if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1:
-                return float(limit)
+            return self._kube.get_workload(api_version, str(meta.get("namespace")),
+                                           str(ref.get("name")))
         return None
 
     def _consumed(self, namespace: str, name: str, pods: int) -> bool:

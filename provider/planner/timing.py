@@ -4,10 +4,14 @@ deadline, is waiting for it cheaper than buying on-demand now? (pure)
 The cost model, stated once: a gang that runs R hours on a plan buying on-demand at P per
 hour costs P x R. Waiting W hours for a window whose plan buys at P' per hour costs
 P' x R + W x G x V, where G is the gang's GPUs (what sits idle in the queue) and V what an
-hour of one GPU's waiting is worth to the user: the request's `waitValuePerGpuHour`, else
-the on-demand price of a GPU-hour of the plan it would buy now (time-to-result valued at
-what compute costs). The gang waits when that is strictly cheaper. Without an expected
-runtime or a deadline the comparison cannot be made, and the gang never waits."""
+hour of one GPU's waiting is worth to the user, the first that is set of:
+  1. the request's own parameter `waitValuePerGpuHour`;
+  2. the value of its Kueue queue (config `runtimes.queues`, keyed `namespace/localQueue`);
+  3. the operator's default (config `runtimes.waitValuePerGpuHour`);
+  4. the on-demand price of a GPU-hour of the plan it would buy now (time-to-result
+     valued at what compute costs).
+The gang waits when that is strictly cheaper. Without an expected runtime or a deadline the
+comparison cannot be made, and the gang never waits."""
 
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ from provider.plan import Infeasible, Plan
 from provider.planner.gang import plan
 from provider.planner.matching import Matcher
 
+ON_DEMAND_SOURCE = "the on-demand GPU-hour"  # rung 4: no one stated a value
+
 
 @dataclass(frozen=True, slots=True)
 class Wait:
@@ -31,11 +37,29 @@ class Wait:
     saves: float  # USD against buying now
     cost_now: float
     cost_then: float
+    value: float  # USD per GPU-hour of waiting, as used
+    value_from: str  # which rung of the precedence gave it
 
     def text(self, clock_text: str) -> str:
         return (f"waiting for {self.reservation} opening at {clock_text}, saves "
                 f"{self.saves:,.0f} USD (on-demand now {self.cost_now:,.0f} USD; waiting "
-                f"{self.cost_then:,.0f} USD with the wait valued)")
+                f"{self.cost_then:,.0f} USD with the wait valued at {self.value:,.2f} "
+                f"USD/GPU-h from {self.value_from})")
+
+
+def valued(demand: Demand, default: float | None,
+           queues: Mapping[str, float]) -> Demand:
+    """``demand`` with its value of waiting set by rungs 1-3 of the precedence above, and
+    where it came from; left unset (rung 4, priced when a plan exists) when none applies."""
+    if demand.wait_value_per_gpu_hour is not None:
+        return demand
+    if demand.queue is not None and demand.queue in queues:
+        return dataclasses.replace(demand, wait_value_per_gpu_hour=queues[demand.queue],
+                                   wait_value_from=f"queue {demand.queue}")
+    if default is not None:
+        return dataclasses.replace(demand, wait_value_per_gpu_hour=default,
+                                   wait_value_from="runtimes.waitValuePerGpuHour")
+    return demand
 
 
 def gang_gpus(demand: Demand, result: Plan | None, groups: Mapping[str, object]) -> int:
@@ -64,9 +88,10 @@ def wait_or_buy(demand: Demand, view: CapacityView, matcher: Matcher,
     cost_now = now_plan.on_demand_cost_per_hour * hours if isinstance(now_plan, Plan) \
         else float("inf")
     gpus = gang_gpus(demand, now_plan if isinstance(now_plan, Plan) else None, view.groups)
-    value = demand.wait_value_per_gpu_hour
+    value, value_from = demand.wait_value_per_gpu_hour, demand.wait_value_from
     if value is None:
         value = _gpu_hour_price(now_plan, view) if isinstance(now_plan, Plan) else 0.0
+        value_from = ON_DEMAND_SOURCE
     best: Wait | None = None
     for r in upcoming:
         assert r.starts_at is not None
@@ -80,7 +105,8 @@ def wait_or_buy(demand: Demand, view: CapacityView, matcher: Matcher,
         waited = (r.starts_at - now) / 3600
         cost_then = then.on_demand_cost_per_hour * hours + waited * gpus * value
         if cost_then < cost_now and (best is None or cost_then < best.cost_then):
-            best = Wait(r.id, r.starts_at, slots, cost_now - cost_then, cost_now, cost_then)
+            best = Wait(r.id, r.starts_at, slots, cost_now - cost_then, cost_now, cost_then,
+                        value, value_from)
     return best
 
 

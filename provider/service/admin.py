@@ -29,7 +29,9 @@ def add_admin(server: grpc.Server, provider: Provider) -> None:
             context.abort(grpc.StatusCode.UNAVAILABLE, provider.not_ready_reason())
         try:
             body = json.loads(request)
-            found = live_plan(provider, body["documents"], str(body.get("source", "request")))
+            queue = body.get("queue")
+            found = live_plan(provider, body["documents"], str(body.get("source", "request")),
+                              queue=None if queue is None else str(queue))
         except (ValueError, KeyError, TypeError) as err:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"not a plan request: {err}")
         except BadRequest as err:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from provider.app import Provider
+from provider.config.schema import queue_problem
 from provider.demand import CLASS_NAME
 from provider.devices.from_api import DocumentObjects, is_dra_document
 from provider.model import ScaleUpMode
@@ -23,8 +24,12 @@ from provider.provreq import BadRequest, demand_from, split_documents
 from provider.render import plan_json, plan_text, timing_json, timing_text
 
 
-def live_plan(provider: Provider, documents: Sequence[Any], source: str) -> dict[str, Any]:
-    """Raises BadRequest for documents that are neither a request nor one Pod."""
+def live_plan(provider: Provider, documents: Sequence[Any], source: str,
+              queue: str | None = None) -> dict[str, Any]:
+    """Raises BadRequest for documents that are neither a request nor one Pod, or a
+    ``queue`` (the request's Kueue LocalQueue, namespace/name) that is not one."""
+    if queue is not None and (problem := queue_problem(queue)):
+        raise BadRequest(source, [("queue", problem)])
     pods = [d for d in documents if isinstance(d, Mapping) and d.get("kind") == "Pod"]
     if pods:
         others = [d for d in documents if d and not (isinstance(d, Mapping) and (
@@ -36,7 +41,7 @@ def live_plan(provider: Provider, documents: Sequence[Any], source: str) -> dict
         return _dry_run(provider, pods[0], DocumentObjects(dra))
     request, templates, objects = split_documents(documents, source)
     demand, _ = demand_from(request, templates, objects)
-    demand = provider.config.guarded(demand)
+    demand = provider.config.guarded(demand, queue=queue)
     view = provider.ledger.view()
     sizes = provider.fleet.occupied()
     result = plan(demand, view, provider.matcher, sizes)

@@ -10,7 +10,7 @@ from adapters.base import CapacityType
 from provider.demand import Demand
 from provider.plan import Infeasible, Plan, ReasonCode
 from provider.planner.gang import plan
-from provider.planner.timing import Wait, wait_or_buy
+from provider.planner.timing import Wait, valued, wait_or_buy
 from tests.planner.kit import NOW, World, demand, gpu_group, reservation, workers
 
 HOUR = 3600.0
@@ -89,9 +89,11 @@ def test_a_window_opening_within_the_deadline_is_waited_for_when_cheaper() -> No
     wait = decide(world, job(6.0))
     # Now: 200/h x 6 h = 1,200. Waiting 0.5 h: 16 GPUs x 0.5 h x 12.5 (the plan's on-demand
     # GPU-hour) = 100, and nothing bought.
-    assert wait == Wait("cb", NOW + 0.5 * HOUR, 2, 1100.0, 1200.0, 100.0)
+    assert wait == Wait("cb", NOW + 0.5 * HOUR, 2, 1100.0, 1200.0, 100.0, 12.5,
+                        "the on-demand GPU-hour")
     assert "waiting for cb opening at" in wait.text("14:00") and "saves 1,100 USD" in \
         wait.text("14:00")
+    assert "valued at 12.50 USD/GPU-h from the on-demand GPU-hour" in wait.text("14:00")
 
 
 def test_waiting_is_not_worth_it_when_a_gpu_hour_of_waiting_is_dear() -> None:
@@ -99,6 +101,41 @@ def test_waiting_is_not_worth_it_when_a_gpu_hour_of_waiting_is_dear() -> None:
     world = World([gpu_group("g")], [opening])
     # 16 GPUs x 0.5 h x 200 = 1,600 > 1,200: buy now.
     assert decide(world, job(6.0, value=200.0)) is None
+
+
+def test_the_value_of_waiting_comes_from_the_request_then_its_queue_then_the_default(
+        ) -> None:
+    """Issue 19: the value of a GPU-hour of waiting is configurable per queue and by
+    default, below the request's own. Waiting 0.5 h costs 16 GPUs x 0.5 h x V against
+    1,200 USD bought now: a value of 200 buys now, 4 waits."""
+    opening = reservation("cb", free=2, window=(NOW + 0.5 * HOUR, NOW + 12 * HOUR))
+    world = World([gpu_group("g")], [opening])
+    train = dataclasses.replace(job(6.0), queue="ml/train")
+
+    def wait(d: Demand, default: float | None, queues: dict[str, float]) -> Wait | None:
+        return decide(world, valued(d, default, queues))
+
+    # The request's own value comes first, whatever the queue and the default say.
+    mine = dataclasses.replace(train, wait_value_per_gpu_hour=200.0)
+    assert wait(mine, 4.0, {"ml/train": 4.0}) is None
+    found = wait(dataclasses.replace(mine, wait_value_per_gpu_hour=4.0), 200.0,
+                 {"ml/train": 200.0})
+    assert found is not None and (found.value, found.value_from) == (4.0, "the request")
+    # Else its queue's, over the default.
+    assert wait(train, 4.0, {"ml/train": 200.0}) is None
+    found = wait(train, 200.0, {"ml/train": 4.0})
+    assert found is not None and (found.value, found.value_from) == (4.0, "queue ml/train")
+    assert found.cost_then == 16 * 0.5 * 4.0
+    assert "valued at 4.00 USD/GPU-h from queue ml/train" in found.text("14:00")
+    # Another queue's value is not this request's: the default applies.
+    assert wait(train, 200.0, {"ml/serve": 4.0}) is None
+    assert wait(dataclasses.replace(train, queue=None), 200.0, {"ml/train": 4.0}) is None
+    found = wait(train, 4.0, {})
+    assert found is not None and found.value_from == "runtimes.waitValuePerGpuHour"
+    # None set: the on-demand GPU-hour (12.5), as before.
+    found = wait(train, None, {"ml/serve": 200.0})
+    assert found is not None and (found.value, found.value_from) == \
+        (12.5, "the on-demand GPU-hour")
 
 
 def test_a_window_opening_after_the_deadline_is_not_waited_for() -> None:
