@@ -112,8 +112,15 @@ def figures(world: World) -> dict[str, float]:
     # not up yet. From the states' view; billed is billing's (they agree, tests check).
     not_busy = hours[State.STRANDED] + hours[State.IDLE] + hours[State.BOOTING]
     total_cost = acct.cost + reserved_cost(world)
+    # Work done: busy GPU-hours less those of runs an interruption or eviction cut short
+    # (the gang restarts from the beginning). Per GPU-hour of it is what work costs; per
+    # busy GPU-hour would count a run that was lost as work bought.
+    lost = world.lost_gpu_seconds / 3600
+    useful = hours[State.BUSY] - lost
     return {
         "busyGpuHours": hours[State.BUSY],
+        "lostGpuHours": lost,
+        "usefulGpuHours": useful,
         "strandedGpuHours": hours[State.STRANDED],
         "idleGpuHours": hours[State.IDLE],
         "bootingGpuHours": hours[State.BOOTING],
@@ -131,6 +138,7 @@ def figures(world: World) -> dict[str, float]:
         "reservedCost": total_cost - acct.cost,
         "totalCost": total_cost,
         "costPerBusyGpuHour": total_cost / hours[State.BUSY] if hours[State.BUSY] else 0.0,
+        "costPerUsefulGpuHour": total_cost / useful if useful > 0 else 0.0,
         "reservedUtilisation": world.reserved_seconds_at_horizon / offered if offered else 0.0,
         "waitP50Minutes": percentile(waits, 50),
         "waitP95Minutes": percentile(waits, 95),

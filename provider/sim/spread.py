@@ -99,7 +99,7 @@ def _unique(items: Iterable[Any]) -> tuple[Any, ...]:
 
 # Figures whose ratio to allset is printed under each trace's table.
 RATIO_KEYS: tuple[tuple[str, str], ...] = (
-    ("total USD per busy GPU-hour", "costPerBusyGpuHour"),
+    ("total USD per GPU-hour of work done", "costPerUsefulGpuHour"),
     ("on-demand cost", "onDemandCost"),
     ("billed, not busy GPU-hours", "notBusyGpuHours"),
     ("job wait p50", "waitP50Minutes"),
@@ -142,7 +142,7 @@ def _columns(rows: list[list[str]]) -> list[str]:
 
 # (column header, figure key, format, divisor)
 MARKDOWN_COLUMNS: tuple[tuple[str, str, str, float], ...] = (
-    ("total USD per busy GPU-hour", "costPerBusyGpuHour", "{:.2f}", 1.0),
+    ("total USD per GPU-hour of work done", "costPerUsefulGpuHour", "{:.2f}", 1.0),
     ("on-demand USD (M)", "onDemandCost", "{:.2f}", 1e6),
     ("billed, not busy (k GPU-h)", "notBusyGpuHours", "{:.1f}", 1e3),
     ("not busy, share of billed", "notBusyShare", "{:.1%}", 1.0),
@@ -156,7 +156,7 @@ MARKDOWN_COLUMNS: tuple[tuple[str, str, str, float], ...] = (
 
 def markdown(table: Table, titles: Mapping[str, str], extras: Mapping[str, str] | None = None,
              columns: Sequence[tuple[str, str, str, float]] = MARKDOWN_COLUMNS) -> str:
-    """The README's tables: first each strategy's total cost per busy GPU-hour against
+    """The README's tables: first each strategy's total cost per GPU-hour of work done against
     allset's on every trace, then one table per trace with every column. Rows are the fair
     set-up's labels; a label in ``extras`` (e.g. a naive set-up) comes last, marked with
     what it is. Cells: median over seeds (min-max)."""
@@ -168,14 +168,15 @@ def markdown(table: Table, titles: Mapping[str, str], extras: Mapping[str, str] 
     def name(label: str) -> str:
         return f"*{label} ({extras[label]})*" if label in extras else label
 
-    out = [f"Total cost (on demand, plus reserved capacity at its price, used or not) per busy "
-           f"GPU-hour: {BASE}'s in USD, every other row's as a ratio to {BASE}'s on the same "
+    out = [f"Total cost (on demand, plus reserved capacity at its price, used or not) per "
+           f"GPU-hour of work done (busy, less the runs an interruption or eviction cut short "
+           f"and restarted): {BASE}'s in USD, every other row's as a ratio to {BASE}'s on the same "
            f"trace and seed; median over seeds {seeds} (min-max).", ""]
     out.append("| | " + " | ".join(titles.get(t, t) for t in table.traces) + " |")
     out.append("|---" * (len(table.traces) + 1) + "|")
     for lb in ordered:
-        cells = [_usd(table.spread(t, lb, "costPerBusyGpuHour")) if lb == BASE
-                 else _cell(table.ratio(t, lb, "costPerBusyGpuHour"), "{:.3f}")
+        cells = [_usd(table.spread(t, lb, "costPerUsefulGpuHour")) if lb == BASE
+                 else _cell(table.ratio(t, lb, "costPerUsefulGpuHour"), "{:.3f}")
                  for t in table.traces]
         out.append(f"| {name(lb)} | " + " | ".join(cells) + " |")
     for t in table.traces:

@@ -131,6 +131,7 @@ class World:
         s = self.settings
         self.boot_times = BootTimes(s.boot_seconds, s.boot_spread, s.boot_max_factor, seed)
         self._launches: dict[str, int] = {}  # job or group -> nodes launched for it so far
+        self.lost_gpu_seconds = 0.0  # busy GPU-seconds of runs cut short and restarted
         self.failure_delays = FailureDelays(s.failure_reported, seed)
         self.clock = ManualClock(START)
         self.shapes: dict[str, ShapeSpec] = dict(trace.shapes)
@@ -297,6 +298,13 @@ class World:
         """Take the gang off its nodes (they go idle) and hand it back to the strategy."""
         job.epoch += 1
         was_running = job.running
+        if was_running and job.started_at is not None:
+            # A restarted gang runs its whole duration again: what it had done is lost,
+            # though it was busy while it ran.
+            # (Its whole gang ran: counted from the job, as a block's end has already
+            # taken its nodes away.)
+            self.lost_gpu_seconds += (self.now - job.started_at) * sum(
+                self.shapes[p.shape].gpus * p.nodes for p in job.spec.pod_sets)
         job.running = False
         self.free(job)
         if was_running:

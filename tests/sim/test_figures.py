@@ -47,6 +47,8 @@ def test_total_cost_counts_reservations_at_their_price_used_or_not(strategy: str
     assert f["reservedCost"] == pytest.approx(80 + 50)
     assert f["totalCost"] == pytest.approx(130)
     assert f["costPerBusyGpuHour"] == pytest.approx(130 / 16)
+    assert f["lostGpuHours"] == 0  # nothing was cut short: all of it was work done
+    assert f["costPerUsefulGpuHour"] == f["costPerBusyGpuHour"]
 
 
 def test_on_demand_spend_adds_to_the_reserved_cost() -> None:
@@ -62,8 +64,8 @@ def test_on_demand_spend_adds_to_the_reserved_cost() -> None:
 def test_the_report_shows_the_new_figures() -> None:
     out = text([run(PRICED, "allset")[0]])
     assert "billed, not busy GPU-hours" in out
-    assert "total USD per busy GPU-hour" in out
-    assert "8.12" in out  # 130 USD over 16 busy GPU-hours, 2 decimals
+    assert "total USD per GPU-hour of work done" in out
+    assert "8.12" in out  # 130 USD over 16 GPU-hours of work done, 2 decimals
 
 
 def test_a_negative_reservation_price_is_refused_by_name() -> None:

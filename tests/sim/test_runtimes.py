@@ -75,6 +75,14 @@ def test_a_job_is_not_placed_on_a_block_that_ends_under_its_declared_runtime() -
     assert today.figures["interruptions"] == 1
     assert world.jobs[0].interrupted == [Interruption.AVOIDABLE]
     assert today.figures["interruptionsAvoidable"] == 1
+    # Its first run (from its nodes' boot to the block's end) was busy, and lost: the
+    # gang ran its two hours again. Work done is the same two hours either way.
+    lost = 16 * (HOUR - BOOT) / 3600
+    assert today.figures["lostGpuHours"] == pytest.approx(lost)
+    assert today.figures["busyGpuHours"] == pytest.approx(16 * 2 + lost)
+    assert today.figures["usefulGpuHours"] == pytest.approx(f["usefulGpuHours"]) == \
+        pytest.approx(16 * 2)
+    assert f["lostGpuHours"] == 0
 
 
 def test_a_job_that_outlives_its_declaration_is_an_unforeseeable_interruption() -> None:

@@ -59,13 +59,13 @@ def test_ratios_are_paired_by_seed_and_skip_a_zero_base() -> None:
 
 
 FABRICATED = Table.of([
-    *runs("allset", "ref", costPerBusyGpuHour=[10.0, 11.0, 12.0],
+    *runs("allset", "ref", costPerUsefulGpuHour=[10.0, 11.0, 12.0],
           onDemandCost=[2.0e6, 2.2e6, 2.1e6], strandedGpuHours=[0.0, 0.0, 0.0],
           waitP95Minutes=[5.0, 5.0, 5.0]),
-    *runs("per-pod", "ref", costPerBusyGpuHour=[12.0, 11.0, 18.0],
+    *runs("per-pod", "ref", costPerUsefulGpuHour=[12.0, 11.0, 18.0],
           onDemandCost=[2.4e6, 2.2e6, 2.52e6], strandedGpuHours=[1500.0, 900.0, 1200.0],
           waitP95Minutes=[19.0, 21.0, 20.0]),
-    *runs("naive", "ref", costPerBusyGpuHour=[20.0, 22.0, 24.0],
+    *runs("naive", "ref", costPerUsefulGpuHour=[20.0, 22.0, 24.0],
           onDemandCost=[3.0e6, 3.3e6, 3.6e6], strandedGpuHours=[0.0, 0.0, 0.0],
           waitP95Minutes=[5.0, 5.0, 5.0]),
 ])
@@ -75,7 +75,7 @@ def test_text_prints_medians_ranges_and_ratios() -> None:
     rows = (("stranded GPU-hours", "strandedGpuHours", "{:,.0f}"),
             ("job wait p95 (min)", "waitP95Minutes", "{:.1f}"))
     out = text(FABRICATED, "ref", "ref; seeds 0, 1, 2", rows=rows,
-               ratios=(("total USD per busy GPU-hour", "costPerBusyGpuHour"),
+               ratios=(("total USD per GPU-hour of work done", "costPerUsefulGpuHour"),
                        ("stranded GPU-hours", "strandedGpuHours")))
     assert out.splitlines() == [
         "ref; seeds 0, 1, 2",
@@ -84,24 +84,25 @@ def test_text_prints_medians_ranges_and_ratios() -> None:
         "job wait p95 (min)     5.0   20.0 (19.0-21.0)    5.0",
         "",
         "ratio to allset (seed by seed: median (min-max))",
-        "                                         per-pod  naive",
+        "                                                 per-pod  naive",
         # naive's ratios are 2.000 on every seed: no range shown.
-        "total USD per busy GPU-hour  1.200 (1.000-1.500)  2.000",
+        "total USD per GPU-hour of work done  1.200 (1.000-1.500)  2.000",
         # allset strands nothing on any seed: no ratio.
-        "stranded GPU-hours                           n/a    n/a",
+        "stranded GPU-hours                                   n/a    n/a",
     ]
 
 
 def test_markdown_lists_the_fair_rows_then_the_labelled_extras() -> None:
-    columns = (("USD per busy GPU-hour", "costPerBusyGpuHour", "{:.2f}", 1.0),
+    columns = (("USD per GPU-hour of work done", "costPerUsefulGpuHour", "{:.2f}", 1.0),
                ("on-demand USD (M)", "onDemandCost", "{:.2f}", 1e6),
                ("stranded (k GPU-h)", "strandedGpuHours", "{:.1f}", 1e3))
     # "naive" was run second-to-last here but goes last, marked, wherever it was run.
     table = Table.of([*FABRICATED.runs[6:], *FABRICATED.runs[:6]])
     out = markdown(table, {"ref": "reference"}, {"naive": "naive set-up"}, columns)
     assert out.splitlines() == [
-        "Total cost (on demand, plus reserved capacity at its price, used or not) per busy "
-        "GPU-hour: allset's in USD, every other row's as a ratio to allset's on the same "
+        "Total cost (on demand, plus reserved capacity at its price, used or not) per "
+        "GPU-hour of work done (busy, less the runs an interruption or eviction cut short and "
+        "restarted): allset's in USD, every other row's as a ratio to allset's on the same "
         "trace and seed; median over seeds 0, 1, 2 (min-max).",
         "",
         "| | reference |",
@@ -112,7 +113,7 @@ def test_markdown_lists_the_fair_rows_then_the_labelled_extras() -> None:
         "",
         "reference: median over seeds 0, 1, 2 (min-max).",
         "",
-        "| | USD per busy GPU-hour | on-demand USD (M) | stranded (k GPU-h) |",
+        "| | USD per GPU-hour of work done | on-demand USD (M) | stranded (k GPU-h) |",
         "|---|---|---|---|",
         "| allset | 11.00 (10.00-12.00) | 2.10 (2.00-2.20) | 0.0 |",
         "| per-pod | 12.00 (11.00-18.00) | 2.40 (2.20-2.52) | 1.2 (0.9-1.5) |",
