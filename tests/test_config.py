@@ -78,12 +78,13 @@ def test_the_cloud_is_never_chosen_by_omission() -> None:
         ("runtimes: {waitValuePerGpuHour: .inf}", "runtimes.waitValuePerGpuHour", "finite"),
         ("runtimes: {queues: {ml/train: -1}}", "runtimes.queues.ml/train",
          "greater than or equal to 0"),
-        ("runtimes: {queues: {train: 4}}", "runtimes.queues",
+        ("runtimes: {queues: {train: 4}}", "runtimes.queues.train",
          "queue 'train' is not namespace/localQueueName"),
-        ("runtimes: {queues: {ml/: 4}}", "runtimes.queues", "queue 'ml/' is not"),
-        ("runtimes: {queues: {/train: 4}}", "runtimes.queues", "queue '/train' is not"),
-        ("runtimes: {queues: {ML/Train: 4}}", "runtimes.queues", "queue 'ML/Train' is not"),
-        ("runtimes: {queues: {ml/train/x: 4}}", "runtimes.queues", "'ml/train/x' is not"),
+        ("runtimes: {queues: {ml/: 4}}", "runtimes.queues.ml/", "queue 'ml/' is not"),
+        ("runtimes: {queues: {/train: 4}}", "runtimes.queues./train", "queue '/train' is not"),
+        ("runtimes: {queues: {ML/Train: 4}}", "runtimes.queues.ML/Train", "'ML/Train' is not"),
+        ("runtimes: {queues: {ml/train/x: 4}}", "runtimes.queues.ml/train/x",
+         "'ml/train/x' is not"),
     ],
 )
 def test_top_level_errors(patch: str, field: str, words: str) -> None:
@@ -286,3 +287,12 @@ def test_a_key_given_twice_is_a_config_error_naming_it() -> None:
     message = str(caught.value)
     assert message == ("test.yaml: not valid YAML: line 18: key 'maxSize' given twice in the "
                        "mapping that starts at line 10"), message
+
+
+def test_a_bad_queue_and_a_bad_value_are_reported_together() -> None:
+    """Keys and values of runtimes.queues are checked in one pass: an operator sees every
+    mistake of the mapping at once, each named by its key."""
+    got = problems(MINIMAL + "runtimes: {waitValuePerGpuHour: -1, queues: {train: 2, ml/b: -3}}\n")
+    fields = {f for f, _ in got}
+    assert {"runtimes.waitValuePerGpuHour", "runtimes.queues.train",
+            "runtimes.queues.ml/b"} <= fields, got

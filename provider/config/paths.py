@@ -19,6 +19,8 @@ def field_path(loc: tuple[int | str, ...], raw: Any) -> str:
                     if isinstance(node.get(key), str):
                         text += f" ({key} {node[key]})"
                         break
+        elif part == "[key]":
+            continue  # pydantic's mark of a mapping's key (not its value) that is wrong
         else:
             text += ("." if text else "") + str(part)
             node = node.get(part) if isinstance(node, dict) else None

@@ -429,12 +429,15 @@ def queue_problem(key: str) -> str | None:
     return f"queue {key!r} is not namespace/localQueueName (a Kueue LocalQueue, e.g. ml/train)"
 
 
-def _queues(value: dict[str, float]) -> dict[str, float]:
-    for key in value:
-        problem = queue_problem(key)
-        if problem:
-            raise ValueError(problem)
-    return value
+def _queue_key(key: str) -> str:
+    problem = queue_problem(key)
+    if problem:
+        raise ValueError(problem)
+    return key
+
+
+# Checked with the values, in one pass: a bad key and a bad value are reported together.
+QueueKey = Annotated[str, AfterValidator(_queue_key)]
 
 
 class Runtimes(Model):
@@ -455,7 +458,7 @@ class Runtimes(Model):
         "deadline instead of buying on-demand now. Precedence: the request's parameter "
         "waitValuePerGpuHour, else its Kueue queue's value under queues, else this, else "
         "(unset) the on-demand price of a GPU-hour of the plan it would buy now")
-    queues: Annotated[dict[str, WaitValue], AfterValidator(_queues)] = Field(
+    queues: dict[QueueKey, WaitValue] = Field(
         default_factory=dict, description="value of waiting (USD per GPU-hour) by Kueue "
         "LocalQueue, keyed namespace/name, e.g. {ml/train: 4.0}: the queue of the Workload "
         "that owns the request; below the request's own waitValuePerGpuHour, above the "
