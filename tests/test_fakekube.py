@@ -847,3 +847,22 @@ def test_provisioning_requests_listed_by_label_in_every_namespace(kube: FakeKube
     # Gone at once (no finalizer): a Success Status, as the real server answers.
     assert (gone["kind"], gone["status"], gone["details"]["group"]) == (
         "Status", "Success", GROUP)
+
+
+def test_a_list_with_a_small_limit_is_its_first_page(api: Any) -> None:
+    """The API's chunked list: `limit` items, a continue token and the count left; a later
+    page is not modelled (501), so a caller that would need it learns so at once."""
+    for name in ("r1", "r2", "r3"):
+        create_request(api, name)
+    objects_api = custom(api)
+    page = objects_api.list_cluster_custom_object(GROUP, "v1", PLURAL, limit=1)
+    assert [i["metadata"]["name"] for i in page["items"]] == ["r1"]
+    assert page["metadata"]["continue"] and page["metadata"]["remainingItemCount"] == 2
+    with pytest.raises(ApiException) as err:
+        objects_api.list_cluster_custom_object(GROUP, "v1", PLURAL, limit=1,
+                                               _continue=page["metadata"]["continue"])
+    assert err.value.status == 501
+    # The controller's served-version probe asks for one item, whatever there are.
+    KubeApi(api).probe_requests()
+    whole = objects_api.list_cluster_custom_object(GROUP, "v1", PLURAL, limit=10)
+    assert len(whole["items"]) == 3 and "continue" not in whole["metadata"]

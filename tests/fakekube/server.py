@@ -23,7 +23,7 @@ from tests.fakekube.store import Store, render
 Json = dict[str, Any]
 
 # Query parameters whose meaning the fake does not implement: refused, never ignored.
-UNMODELLED = ("dryRun", "resourceVersionMatch", "sendInitialEvents")
+UNMODELLED = ("dryRun", "resourceVersionMatch", "sendInitialEvents", "continue")
 
 
 def _flag(value: str | None) -> bool:
@@ -71,15 +71,22 @@ def handle(store: Store, name: str, route: Route, query: dict[str, str], raw: by
         keep = selectors.predicate(res, query.get("labelSelector"), query.get("fieldSelector"))
         items, rv = store.select(res, ns, keep)
         limit = int(query.get("limit") or 0)
+        meta: Json = {"resourceVersion": str(rv)}
         if 0 < limit < len(items):
-            raise errors.not_modelled("paged lists (limit smaller than the result)")
+            # The first page of a chunked list: `limit` items, a `continue` token and the
+            # count left (https://kubernetes.io/docs/reference/using-api/api-concepts/
+            # #retrieving-large-results-sets-in-chunks). Asking for a later page (the
+            # `continue` parameter) is not modelled and answers 501.
+            meta |= {"continue": f"fakekube-page-2-at-{rv}",
+                     "remainingItemCount": len(items) - limit}
+            items = items[:limit]
         rendered = [render(i, res, version) for i in items]
         if not res.custom:  # built-in list items carry no type meta
             for item in rendered:
                 item.pop("apiVersion", None)
                 item.pop("kind", None)
         return 200, {"apiVersion": res.api_version(version), "kind": f"{res.kind}List",
-                     "metadata": {"resourceVersion": str(rv)}, "items": rendered}
+                     "metadata": meta, "items": rendered}
     if name == "create":
         return 201, render(store.create(res, version, ns, _json_body(raw)), res, version)
     if name == "update":
