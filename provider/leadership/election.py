@@ -37,7 +37,8 @@ class Election:
         self.timing = Timing(duration_seconds(settings.lease_duration),
                              duration_seconds(settings.renew_deadline),
                              duration_seconds(settings.retry_period))
-        self.store = KubeLeaseStore(api, namespace, settings.name)
+        self.store = KubeLeaseStore(api, namespace, settings.name,
+                                    timeout=duration_seconds(settings.retry_period))
         self.elector = LeaderElector(self.store, identity(), clock, self.timing,
                                      on_change=self._changed)
         self._provider: Any = None

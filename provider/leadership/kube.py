@@ -31,15 +31,22 @@ def _epoch(text: str | None) -> float | None:
 class KubeLeaseStore:
     """Implements provider.leadership.elector.LeaseStore."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, name: str) -> None:
+    def __init__(self, api: client.ApiClient, namespace: str, name: str,
+                 timeout: float = 5.0) -> None:
         self._api = client.CoordinationV1Api(api)
         self.namespace = namespace
         self.name = name
+        # Each try is bounded, as client-go bounds each by its context: a call hung on a
+        # dead connection would otherwise keep the elector from noticing it lost the lease
+        # (the fence still holds by the clock, but the leader metric and routing would not
+        # follow).
+        self._timeout = timeout
 
     def get(self) -> LeaseRecord | None:
         try:
             response = self._api.read_namespaced_lease(self.name, self.namespace,
-                                                       _preload_content=False)
+                                                       _preload_content=False,
+                                                       _request_timeout=self._timeout)
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -56,7 +63,7 @@ class KubeLeaseStore:
 
     def _send(self, call: Any, *args: Any) -> LeaseRecord:
         try:
-            response = call(*args, _preload_content=False)
+            response = call(*args, _preload_content=False, _request_timeout=self._timeout)
         except ApiException as err:
             if err.status == 409:
                 raise LeaseConflict(str(err.reason)) from err

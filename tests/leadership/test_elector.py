@@ -163,3 +163,24 @@ def test_a_leader_renews_with_one_request_and_a_conflict_makes_it_read() -> None
         clock.advance(2)
         assert not a.step() and a.holder == "pod-z"
         assert not a.is_leader()
+
+
+def test_a_lease_call_to_a_server_that_never_answers_fails_within_its_timeout() -> None:
+    """Each try is bounded: a hung connection must not keep the elector from stepping down
+    (the fence holds by the clock, but the leader metric and routing follow the elector)."""
+    import socket
+
+    from kubernetes import client
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)  # accepts, never answers
+    try:
+        cfg = client.Configuration()
+        cfg.host = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        cfg.retries = 0
+        store = KubeLeaseStore(client.ApiClient(cfg), NS, "allset", timeout=0.5)
+        with pytest.raises(Exception, match=r"(?i)timed? ?out"):
+            store.get()
+    finally:
+        silent.close()
