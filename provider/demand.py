@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -120,7 +121,7 @@ class Demand:
     allow_interruption: bool = False
     max_wait_seconds: float | None = None
     wait_value_per_gpu_hour: float | None = None
-    wait_value_from: str = "the request"  # shown with a wait decision
+    wait_value_from: str = "the request"  # where a set value came from (value_source)
     queue: str | None = None  # the Kueue LocalQueue it came through, "namespace/name"
     # The operator's guard against optimistic or missing declarations (config `runtimes`):
     # capacity must outlast the declared runtime x margin, or, for a gang that declares
@@ -140,3 +141,28 @@ class Demand:
     @property
     def pods(self) -> int:
         return sum(p.count for p in self.pod_sets)
+
+
+# Rung 4 of the precedence (provider/planner/timing.py): no one stated a value.
+ON_DEMAND_SOURCE = "the on-demand GPU-hour"
+
+
+def value_source(demand: Demand) -> str:
+    """Where the demand's value of waiting comes from, as shown with a wait decision."""
+    return ON_DEMAND_SOURCE if demand.wait_value_per_gpu_hour is None else \
+        demand.wait_value_from
+
+
+def valued(demand: Demand, default: float | None, queues: Mapping[str, float]) -> Demand:
+    """``demand`` with its value of waiting set by rungs 1-3 of the precedence stated in
+    provider/planner/timing.py, and where it came from; left unset (rung 4, priced when a
+    plan exists) when none applies."""
+    if demand.wait_value_per_gpu_hour is not None:
+        return demand
+    if demand.queue is not None and demand.queue in queues:
+        return dataclasses.replace(demand, wait_value_per_gpu_hour=queues[demand.queue],
+                                   wait_value_from=f"queue {demand.queue}")
+    if default is not None:
+        return dataclasses.replace(demand, wait_value_per_gpu_hour=default,
+                                   wait_value_from="runtimes.waitValuePerGpuHour")
+    return demand

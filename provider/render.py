@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from provider.controller.conditions import rfc3339
-from provider.demand import Demand
+from provider.demand import Demand, value_source
 from provider.plan import Infeasible, Plan, Reason
-from provider.planner.timing import ON_DEMAND_SOURCE, Wait
+from provider.planner.timing import Wait
 
 
 def plan_json(result: Plan | Infeasible) -> dict[str, Any]:
@@ -63,7 +63,7 @@ def timing_json(demand: Demand, wait: Wait | None) -> dict[str, Any] | None:
         return None
     if wait is None:
         return {"decision": "buy-now", "waitValuePerGpuHourUsd": demand.wait_value_per_gpu_hour,
-                "waitValueFrom": _value_from(demand)}
+                "waitValueFrom": value_source(demand)}
     return {"decision": "wait", "reservation": wait.reservation,
             "opensAt": rfc3339(wait.opens_at), "slots": wait.slots,
             "savesUsd": round(wait.saves, 2), "costNowUsd": round(wait.cost_now, 2),
@@ -75,13 +75,8 @@ def timing_text(demand: Demand, wait: Wait | None) -> str:
     if demand.expected_runtime_seconds is None:
         return ""
     if wait is None:
-        valued = ON_DEMAND_SOURCE if demand.wait_value_per_gpu_hour is None else \
-            f"{demand.wait_value_per_gpu_hour:,.2f} USD/GPU-h from {demand.wait_value_from}"
+        valued = value_source(demand) if demand.wait_value_per_gpu_hour is None else \
+            f"{demand.wait_value_per_gpu_hour:,.2f} USD/GPU-h from {value_source(demand)}"
         return ("  decision: launch now (no reserved window before the deadline is cheaper; "
                 f"waiting valued at {valued})")
     return "  decision: " + wait.text(rfc3339(wait.opens_at))
-
-
-def _value_from(demand: Demand) -> str:
-    return ON_DEMAND_SOURCE if demand.wait_value_per_gpu_hour is None else \
-        demand.wait_value_from

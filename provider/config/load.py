@@ -29,7 +29,7 @@ from provider.config.schema import (
 )
 from provider.config.shapes import allocatable_cpu_milli, allocatable_memory_milli
 from provider.config.units import duration_seconds, quantity_milli
-from provider.demand import Demand
+from provider.demand import Demand, valued
 from provider.devices.catalog import GpuDevices, gpu_slice, mig_resource, plain_slice
 from provider.devices.model import AttrValue, DeviceSlice, Version
 from provider.model import (
@@ -41,7 +41,6 @@ from provider.model import (
     ScaleUpMode,
     Taint,
 )
-from provider.planner.timing import valued
 
 # EC2 documents its API as eventually consistent ("Eventual consistency in the Amazon EC2
 # API": a launch may not show in Describe* calls at once) without a bound; seconds in
@@ -121,7 +120,7 @@ class LoadedConfig:
             demand, runtime_margin=r.margin,
             undeclared_runtime_seconds=None if r.undeclared is None
             else duration_seconds(r.undeclared),
-            queue=queue if queue is not None else demand.queue)
+            queue=queue)
         return valued(demand, r.wait_value_per_gpu_hour, r.queues)
 
     @property

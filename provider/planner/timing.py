@@ -19,14 +19,12 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from provider.demand import Demand
+from provider.demand import Demand, value_source
 from provider.ledger import CapacityView
 from provider.model import GPU_RESOURCE, MILLI
 from provider.plan import Infeasible, Plan
 from provider.planner.gang import plan
 from provider.planner.matching import Matcher
-
-ON_DEMAND_SOURCE = "the on-demand GPU-hour"  # rung 4: no one stated a value
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,19 +45,6 @@ class Wait:
                 f"USD/GPU-h from {self.value_from})")
 
 
-def valued(demand: Demand, default: float | None,
-           queues: Mapping[str, float]) -> Demand:
-    """``demand`` with its value of waiting set by rungs 1-3 of the precedence above, and
-    where it came from; left unset (rung 4, priced when a plan exists) when none applies."""
-    if demand.wait_value_per_gpu_hour is not None:
-        return demand
-    if demand.queue is not None and demand.queue in queues:
-        return dataclasses.replace(demand, wait_value_per_gpu_hour=queues[demand.queue],
-                                   wait_value_from=f"queue {demand.queue}")
-    if default is not None:
-        return dataclasses.replace(demand, wait_value_per_gpu_hour=default,
-                                   wait_value_from="runtimes.waitValuePerGpuHour")
-    return demand
 
 
 def gang_gpus(demand: Demand, result: Plan | None, groups: Mapping[str, object]) -> int:
@@ -88,10 +73,9 @@ def wait_or_buy(demand: Demand, view: CapacityView, matcher: Matcher,
     cost_now = now_plan.on_demand_cost_per_hour * hours if isinstance(now_plan, Plan) \
         else float("inf")
     gpus = gang_gpus(demand, now_plan if isinstance(now_plan, Plan) else None, view.groups)
-    value, value_from = demand.wait_value_per_gpu_hour, demand.wait_value_from
+    value, value_from = demand.wait_value_per_gpu_hour, value_source(demand)
     if value is None:
         value = _gpu_hour_price(now_plan, view) if isinstance(now_plan, Plan) else 0.0
-        value_from = ON_DEMAND_SOURCE
     best: Wait | None = None
     for r in upcoming:
         assert r.starts_at is not None

@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 
 from adapters.base import CapacityType
-from provider.demand import Demand
+from provider.demand import Demand, valued
 from provider.plan import Infeasible, Plan, ReasonCode
 from provider.planner.gang import plan
-from provider.planner.timing import Wait, valued, wait_or_buy
+from provider.planner.timing import Wait, wait_or_buy
 from tests.planner.kit import NOW, World, demand, gpu_group, reservation, workers
 
 HOUR = 3600.0
