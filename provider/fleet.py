@@ -78,6 +78,8 @@ class _GroupState:
     # Live uncommitted instances no attempt here runs (a dead run's, waiting out their
     # grace): not CA's, but they hold room against maxSize until they are gone.
     uncommitted: int = 0
+    # The attempts with a scale-up or a claim here, as Fleet._recount last saw them.
+    holders: frozenset[str] = frozenset()
 
 
 class Fleet:
@@ -97,6 +99,11 @@ class Fleet:
         # Live committed instances whose group is no longer configured: never CA's, never
         # forgotten; reported until someone (or reconcile, if configured) removes them.
         self._unknown: dict[str, CloudInstance] = {}
+        # Every plan reads what each group holds, and every attempt touches its own groups
+        # only: both are kept as things change (see _recount), so neither walks the fleet.
+        self._held: dict[str, int] = {}  # group -> nodes held against maxSize
+        self._holding: dict[str, dict[str, None]] = {}  # attempt -> its groups (ordered set)
+        self._order = {gid: i for i, gid in enumerate(self._state)}
         for gid in self._state:
             self._publish(gid)
 
@@ -147,11 +154,14 @@ class Fleet:
 
     def occupied(self, exclude: str | None = None) -> dict[str, int]:
         """Per group: nodes held against maxSize (instances, CA's slots, requests' claims),
-        leaving out what attempt ``exclude`` holds (it is planning again)."""
+        leaving out what attempt ``exclude`` holds (it is planning again). One consistent
+        picture, read under the lock; a copy of counts kept up to date, not a recount."""
         with self._lock:
-            return {gid: self._occupied(state) - (
-                        self._held_by(state, exclude) if exclude else 0)
-                    for gid, state in self._state.items()}
+            out = dict(self._held)
+            if exclude:
+                for gid in self._holding.get(exclude, ()):
+                    out[gid] -= self._held_by(self._state[gid], exclude)
+            return out
 
     def unknown(self) -> list[CloudInstance]:
         """Committed instances of groups the config no longer has."""
@@ -170,7 +180,7 @@ class Fleet:
 
     def scale_up(self, attempt: str) -> ScaleUp | None:
         with self._lock:
-            for state in self._state.values():
+            for state in self._attempt_states(attempt):
                 if attempt in state.scale_ups:
                     return state.scale_ups[attempt]
         return None
@@ -277,7 +287,7 @@ class Fleet:
 
     def show_launched(self, attempt: str, instances: Iterable[CloudInstance]) -> None:
         with self._lock:
-            for state in self._state.values():
+            for state in self._attempt_states(attempt):
                 su = state.scale_ups.get(attempt)
                 if su is not None:
                     su.launched.extend(i for i in instances if i.tags.node_group == su.group)
@@ -293,10 +303,11 @@ class Fleet:
             for inst in adopted:
                 by_group.setdefault(inst.tags.node_group, []).append(inst)
             touched = set(by_group)
-            for state in self._state.values():
+            for state in self._attempt_states(attempt):
                 state.claims.pop(attempt, None)  # the launch is over: only what it left counts
                 su = state.scale_ups.pop(attempt, None)
                 if su is None:
+                    self._recount(state.group.id)
                     continue
                 touched.add(su.group)
                 mine = [i for i in by_group.get(su.group, []) if i.id not in state.deleting]
@@ -345,26 +356,31 @@ class Fleet:
                     return (f"group {gid} holds {held} nodes (instances, scale-ups and other "
                             f"requests' launches); {count} more exceed maxSize "
                             f"{state.group.max_size}")
-            for gid, state in self._state.items():
+            for gid in [*self._holding.get(attempt, ()), *counts]:
+                state = self._state[gid]
                 if counts.get(gid):
                     state.claims[attempt] = counts[gid]
                 else:
                     state.claims.pop(attempt, None)
+                self._recount(gid)
             return None
 
     def hold_uncommitted(self, counts: Mapping[str, int]) -> None:
         """Set, per group, the live uncommitted instances that no attempt here runs."""
         with self._lock:
             for gid, state in self._state.items():
-                state.uncommitted = counts.get(gid, 0)
+                if state.uncommitted != counts.get(gid, 0):
+                    state.uncommitted = counts.get(gid, 0)
+                    self._recount(gid)
 
     def end_claim(self, attempt: str, committed: Iterable[CloudInstance], now: float) -> None:
         """The attempt is over: its committed instances become the group's and its claim
         goes, in one step, so no scale-up can slip in between the two."""
         with self._lock:
             self._adopt(committed, now)
-            for state in self._state.values():
+            for state in self._attempt_states(attempt):
                 state.claims.pop(attempt, None)
+                self._recount(state.group.id)
 
         # --- cloud sync -----------------------------------------------------------------------
 
@@ -437,6 +453,30 @@ class Fleet:
         return len(state.instances) + state.uncommitted + \
             sum(cls._held_by(state, a) for a in attempts)
 
+    def _attempt_states(self, attempt: str) -> list[_GroupState]:
+        """The groups where ``attempt`` has a scale-up or a claim, in config order (as a
+        walk of every group would meet them)."""
+        gids = sorted(self._holding.get(attempt, ()), key=self._order.__getitem__)
+        return [self._state[gid] for gid in gids]
+
+    def _recount(self, group_id: str) -> None:
+        """Bring the group's kept counts up to date. Every change to a group's instances,
+        scale-ups, claims or uncommitted count is followed by this (``_publish`` does it),
+        under the lock, before the lock is let go."""
+        state = self._state[group_id]
+        self._held[group_id] = self._occupied(state)
+        holders = frozenset(state.scale_ups) | frozenset(state.claims)
+        if holders == state.holders:
+            return
+        for attempt in state.holders - holders:
+            groups = self._holding[attempt]
+            del groups[group_id]
+            if not groups:
+                del self._holding[attempt]
+        for attempt in holders - state.holders:
+            self._holding.setdefault(attempt, {})[group_id] = None
+        state.holders = holders
+
     def _adopt(self, instances: Iterable[CloudInstance], now: float) -> None:
         touched = set()
         for inst in instances:
@@ -467,6 +507,7 @@ class Fleet:
             del state.scale_ups[attempt]
 
     def _publish(self, group_id: str) -> None:
+        self._recount(group_id)
         state = self._state[group_id]
         nodes: list[NodeView] = [
             NodeView(i.provider_id, _node_state(i), instance=i) for i in state.instances.values()
