@@ -57,6 +57,8 @@ def pods_per_node(pod_set: PodSet, group: NodeGroup, devices: int = UNLIMITED) -
 # once and each (selector, device) verdict is remembered across plans.
 _CEL = CelEnvironment()
 _MAX_CLAIM_SETS = 10_000
+# Distinct pod sets remembered with their candidates (see Matcher.match_all).
+_MAX_MATCHES = 10_000
 
 
 class Matcher:
@@ -72,6 +74,7 @@ class Matcher:
         self._devices = {g.id: devices.setdefault(g.devices, len(devices)) for g in groups}
         self._claims: dict[int, tuple[object, int]] = {}
         self._claim_tokens: dict[object, int] = {}
+        self._matches: dict[tuple[object, ...], tuple[Candidate, ...]] = {}
         self.groups = {g.id: g for g in groups}
         self.gpu_label = gpu_label
         self.labels = {g.id: node_labels(g, gpu_label) for g in groups}
@@ -91,15 +94,25 @@ class Matcher:
             self._kind[g.id] = kinds.setdefault(key, len(kinds))
 
     def match_all(self, demand: Demand) -> dict[str, list[Candidate]]:
-        """Candidates of every pod set; pod sets that ask the same thing are matched once."""
-        seen: dict[tuple[object, ...], list[Candidate]] = {}
+        """Candidates of every pod set. Pod sets that ask the same thing, in this demand or
+        an earlier one, are matched once: the groups are fixed for the matcher's life, and
+        matching every group anew for each request grew with the fleet (issue 18)."""
+        if demand.pinned_group is not None:  # one group, no walk to save
+            return {p.name: self.match(demand, p) for p in demand.pod_sets}
         out = {}
         for p in demand.pod_sets:
-            key = (tuple(sorted(p.node_selector.items())), p.affinity, p.tolerations,
-                   p.requests, p.claims)
-            if key not in seen:
-                seen[key] = self.match(demand, p)
-            out[p.name] = seen[key]
+            # Everything a check reads: the demand's capacity types and topology, and the
+            # pod set's selectors, tolerations, requests and claims (a shared claim's
+            # verdict depends on how many pods share it).
+            key = (demand.capacity_types, demand.topology,
+                   tuple(sorted(p.node_selector.items())), p.affinity, p.tolerations,
+                   p.requests, p.claims, p.count if p.claims else 0)
+            found = self._matches.get(key)
+            if found is None:
+                if len(self._matches) >= _MAX_MATCHES:
+                    self._matches.clear()  # the matcher lives as long as its config
+                found = self._matches[key] = tuple(self.match(demand, p))
+            out[p.name] = list(found)
         return out
 
     def match(self, demand: Demand, pod_set: PodSet) -> list[Candidate]:

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from provider.devices.claims import AllocationMode, MatchAttribute
 from provider.devices.from_api import DocumentObjects, pod_claims
-from tests.devices.test_shape_table import NVIDIA_CLASS, claim_template, exactly
+from provider.plan import Infeasible, Plan
+from provider.planner.gang import plan
+from provider.provreq import demand_from
+from tests.devices.test_shape_table import (
+    CONFIG,
+    NVIDIA_CLASS,
+    claim_template,
+    exactly,
+    request_docs,
+)
+from tests.helpers import harness
 
 
 def claims(spec: dict[str, Any], *docs: dict[str, Any]) -> tuple[Any, list[tuple[str, str]]]:
@@ -100,3 +111,28 @@ def test_pods_sharing_a_claim_must_fit_one_node() -> None:
     assert isinstance(too_many, Infeasible)
     assert "the 4 pods share claim s, whose devices are on one node; a node holds 3" in \
         too_many.summary()
+
+
+def test_a_shared_claims_verdict_counts_the_pods_of_each_pod_set() -> None:
+    """Two pod sets with the same shared claim but 3 and 4 pods: the one of 4 cannot fit
+    one node, whichever was matched first, in the same demand or an earlier one. (The
+    matcher once remembered the first pod set's verdict for the second: the gang was
+    planned with 4 pods' shared devices spread over two nodes.)"""
+    rc = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+          "metadata": {"name": "shared", "namespace": "ml"},
+          "spec": {"devices": {"requests": [exactly("g", count=8)]}}}
+    spec = {"containers": [{"name": "c", "image": "x",
+                            "resources": {"requests": {"cpu": "60"}, "claims": [{"name": "s"}]}}],
+            "resourceClaims": [{"name": "s", "resourceClaimName": "shared"}]}
+    request, templates = request_docs(spec, 3)
+    three, _ = demand_from(request, templates, DocumentObjects([NVIDIA_CLASS, rc]))
+    (pod_set,) = three.pod_sets
+    four = dataclasses.replace(three, pod_sets=(dataclasses.replace(pod_set, count=4),))
+    both = dataclasses.replace(three, pod_sets=(
+        pod_set, dataclasses.replace(pod_set, name="more", count=4)))
+    p = harness(CONFIG).provider
+    assert isinstance(plan(three, p.ledger.view(), p.matcher), Plan)
+    assert isinstance(plan(four, p.ledger.view(), p.matcher), Infeasible)
+    together = plan(both, p.ledger.view(), p.matcher)
+    assert isinstance(together, Infeasible), together
+    assert "the 4 pods share claim s" in together.summary()

@@ -166,3 +166,32 @@ def test_fast_match_agrees_with_explain() -> None:
         fast = {c.group for c in world.matcher.match(d, pod_set)}
         full = {g for g, failures in world.matcher.explain(d, pod_set).items() if not failures}
         assert fast == full
+
+
+# --- match_all remembers answers across demands (issue 18): never another demand's -------
+
+_VARIANTS: list[tuple[str, dict[str, object], dict[str, object]]] = [
+    ("plain", {}, {}),
+    ("reserved only", {"capacity": [CapacityType.RESERVED]}, {}),
+    ("fabric topology", {"topology": Topology.FABRIC}, {}),
+    ("a100", {}, {"gpu": "a100"}),
+    ("no toleration", {}, {"tolerate": False}),
+    ("9 gpus a pod", {}, {"gpus": 9}),
+    ("2 gpus a pod", {}, {"gpus": 2}),
+    ("zone affinity", {}, {"affinity": ((Requirement(
+        "topology.kubernetes.io/zone", Operator.IN, ("z-b",)),),)}),
+]
+
+
+@pytest.mark.parametrize("first", [v[0] for v in _VARIANTS])
+def test_match_all_answers_each_demand_as_a_fresh_matcher_would(first: str) -> None:
+    """Whatever was asked before, each demand gets the candidates a new matcher gives it:
+    everything a check reads is part of what the answer is remembered by."""
+    groups = [gpu_group("a"), gpu_group("b", gpu="a100"), gpu_group("c", zone="z-b"),
+              gpu_group("d", fabric="f1", capacity=[CapacityType.ON_DEMAND]), cpu_group("e")]
+    world = World(groups)
+    order = sorted(_VARIANTS, key=lambda v: v[0] != first)  # `first` asked first
+    for name, d_kw, p_kw in order * 2:
+        d = demand(workers(**p_kw), **d_kw)  # type: ignore[arg-type]
+        fresh = World(groups).matcher.match_all(d)
+        assert world.matcher.match_all(d) == fresh, name
