@@ -55,6 +55,7 @@ from provider.sim.allset import InlinePool
 PHASES: tuple[tuple[str, str, str], ...] = (
     ("plan", "provider/planner/gang.py", "plan"),
     ("  gather", "provider/planner/gang.py", "gather"),
+    ("    layout", "provider/planner/layout.py", "layout"),
     ("    match_all", "provider/planner/matching.py", "match_all"),
     ("    Inputs", "provider/planner/gang.py", "__post_init__"),
     ("  best_solution", "provider/planner/gang.py", "best_solution"),

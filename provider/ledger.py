@@ -46,11 +46,8 @@ class CapacityView:
         """The group's offerings; only reservations of its type in its zone can serve it
         (the others are found by explanations directly). A view is a fixed picture, so
         each group's answer is computed once."""
-        # Groups of one kind (type, zone, fabric, targeted reservations, sources, prices)
-        # have the same offerings: work them out once per kind.
-        kind = (group.instance_type, group.zone, group.fabric, group.targeted_reservations,
-                group.capacity_types, group.on_demand_price, group.spot_price,
-                group.gpu_count, group.allocatable.get("cpu"))
+        # Groups of one kind have the same offerings: work them out once per kind.
+        kind = offerings_kind(group)
         found = self._cache.get(kind)
         if found is None:
             candidates = self.by_pool.get((group.instance_type, group.zone), ())
@@ -61,6 +58,14 @@ class CapacityView:
                                     self.now, self._states)
             self._cache[kind] = found
         return found
+
+
+def offerings_kind(group: NodeGroup) -> tuple[object, ...]:
+    """What a group's offerings depend on (type, zone, fabric, targeted reservations,
+    sources, prices, and the GPU and CPU counts quotas are measured in)."""
+    return (group.instance_type, group.zone, group.fabric, group.targeted_reservations,
+            group.capacity_types, group.on_demand_price, group.spot_price,
+            group.gpu_count, group.allocatable.get("cpu"))
 
 
 class Ledger:

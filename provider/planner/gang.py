@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from types import MappingProxyType
 
 from adapters.base import CapacityType, Reservation
@@ -19,6 +20,7 @@ from provider.inventory import GroupOfferings
 from provider.ledger import CapacityView
 from provider.model import NodeGroup
 from provider.plan import Infeasible, Part, Plan, Reason, ReasonCode
+from provider.planner.layout import Arcs, Kind, Layout, layout
 from provider.planner.matching import Candidate, Matcher
 from provider.planner.solver import (
     Arc,
@@ -44,60 +46,106 @@ class Relax:
     reservations: Sequence[Reservation] = ()  # extra reservations treated as matching
 
 
+# A capacity source less its group: (type, price, reservation, its free slots, its end).
+SourceFields = tuple[CapacityType, float, str | None, int, float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Usable:
+    """What a gang may use of one kind of group's offerings: shared by every group whose
+    offerings and boot time are the same, so it is worked out once per kind, not per group
+    (at 1,000 groups the per-group work was most of a plan: issue 18)."""
+
+    sources: tuple[SourceFields, ...]
+    key: tuple[tuple[CapacityType, float, str | None], ...]  # what tells classes apart
+    reserved_free: tuple[tuple[str, int], ...]  # free slots of each usable reservation
+    ends_early: tuple[tuple[str, float, float], ...]  # (reservation, its end, boot time)
+
+
 @dataclass(slots=True)
 class Inputs:
-    """Everything a planning pass looks at, gathered once."""
+    """Everything a planning pass looks at, gathered once: the gang's layout (fixed while
+    the groups are) and what this view offers each kind of group in it. The per-group
+    maps are filled a kind at a time (dict.fromkeys), never group by group."""
 
     demand: Demand
-    candidates: dict[str, list[Candidate]]
-    groups: dict[str, NodeGroup]
-    offerings: dict[str, GroupOfferings]
+    layout: Layout
     view: CapacityView
     sizes: Mapping[str, int]
+    candidates: dict[str, list[Candidate]] = field(init=False)
+    groups: dict[str, NodeGroup] = field(init=False)
+    kinds: tuple[Kind, ...] = field(init=False)  # the layout's, with this gang's names
+    offerings: dict[str, GroupOfferings] = field(default_factory=dict, init=False)
     # (pod set, pods per node) for each group that can host some pod set
-    arcs: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
-    # each group's usable capacity sources, and the free slots of each reservation
-    sources: dict[str, list[Source]] = field(default_factory=dict)
-    reserved_free: dict[str, int] = field(default_factory=dict)
+    arcs: dict[str, Arcs] = field(default_factory=dict, init=False)
+    # each such group's usable capacity sources (see sources_of), and the free slots of
+    # each reservation
+    usable: dict[str, Usable] = field(default_factory=dict, init=False)
+    reserved_free: dict[str, int] = field(default_factory=dict, init=False)
     # Reservations left out because they end before the gang's expected runtime would,
     # counted after the boot time: reservation -> (its end, the boot time allowed).
-    ends_early: dict[str, tuple[float, float]] = field(default_factory=dict)
+    ends_early: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        for p in self.demand.pod_sets:
-            for c in self.candidates[p.name]:
-                if c.pods_per_node > 0:
-                    self.arcs.setdefault(c.group, []).append((p.name, c.pods_per_node))
+        self.candidates = {p.name: list(cs) for p, cs in
+                           zip(self.demand.pod_sets, self.layout.candidates, strict=True)}
+        used = self.layout.used
+        self.groups = dict(zip(used, map(self.layout.groups.__getitem__, used), strict=True))
+        self.kinds = self.layout.named(self.demand)
+        # A view gives every group of an offerings kind the same offerings object.
+        by_offerings: dict[tuple[int, float], Usable] = {}
+        for kind in self.kinds:
+            offerings = self.view.offerings(kind.first)
+            self.offerings.update(dict.fromkeys(kind.groups, offerings))
+            if not kind.arcs:
+                continue
+            self.arcs.update(dict.fromkeys(kind.groups, kind.arcs))
+            boot = kind.first.boot_seconds
+            usable = by_offerings.get((id(offerings), boot))
+            if usable is None:
+                usable = by_offerings[(id(offerings), boot)] = self._usable(offerings, boot)
+            self.usable.update(dict.fromkeys(kind.groups, usable))
+            # In the layout's order of kinds, the last group to write a reservation's
+            # entry is the one a walk of every group would have left.
+            for rid, ends, boot_allowed in usable.ends_early:
+                self.ends_early[rid] = (ends, boot_allowed)
+            self.reserved_free.update(usable.reserved_free)
+
+    def _usable(self, offerings: GroupOfferings, boot: float) -> Usable:
         allowed = self.demand.capacity_types
         runtime = self.demand.runtime_to_outlast
         checked = runtime is not None
-        for gid in self.arcs:
-            mine = self.sources.setdefault(gid, [])
-            # A runtime counts from the nodes being Ready, which takes the group's boot time.
-            must_last = self.view.now + self.groups[gid].boot_seconds + (runtime or 0.0)
-            for o in self.offerings[gid].offerings:
-                if o.capacity_type not in allowed:
-                    continue
-                if checked and o.ends_at is not None and o.ends_at < must_last:
-                    # Capacity that ends under the gang interrupts it: never planned.
-                    assert o.reservation is not None
-                    self.ends_early[o.reservation] = (o.ends_at,
-                                                      self.groups[gid].boot_seconds)
-                    continue
-                # Caps live elsewhere: reservations in `shared`, on-demand in quota rows.
-                mine.append(Source(gid, o.capacity_type, o.price, None,
-                                   o.reservation, o.reservation_size, o.ends_at))
-                if o.reservation:
-                    self.reserved_free[o.reservation] = o.available or 0
+        # A runtime counts from the nodes being Ready, which takes the group's boot time.
+        must_last = self.view.now + boot + (runtime or 0.0)
+        sources: list[SourceFields] = []
+        free: list[tuple[str, int]] = []
+        early: list[tuple[str, float, float]] = []
+        for o in offerings.offerings:
+            if o.capacity_type not in allowed:
+                continue
+            if checked and o.ends_at is not None and o.ends_at < must_last:
+                # Capacity that ends under the gang interrupts it: never planned.
+                assert o.reservation is not None
+                early.append((o.reservation, o.ends_at, boot))
+                continue
+            # Caps live elsewhere: reservations in `shared`, on-demand in quota rows.
+            sources.append((o.capacity_type, o.price, o.reservation, o.reservation_size,
+                            o.ends_at))
+            if o.reservation:
+                free.append((o.reservation, o.available or 0))
+        return Usable(tuple(sources), tuple((t, price, r) for t, price, r, _, _ in sources),
+                      tuple(free), tuple(early))
+
+    def sources_of(self, gid: str) -> list[Source]:
+        """The group's usable capacity sources (built on demand: a plan needs those of one
+        group per class only)."""
+        return [Source(gid, ctype, price, None, rid, size, ends)
+                for ctype, price, rid, size, ends in self.usable[gid].sources]
 
 
 def gather(demand: Demand, view: CapacityView, matcher: Matcher,
            sizes: Mapping[str, int]) -> Inputs:
-    candidates = matcher.match_all(demand)
-    used = sorted({c.group for cs in candidates.values() for c in cs})
-    groups = {g: matcher.groups[g] for g in used}
-    offerings = {g: view.offerings(groups[g]) for g in used}
-    return Inputs(demand, candidates, groups, offerings, view, sizes)
+    return Inputs(demand, layout(demand, matcher), view, sizes)
 
 
 def domain_of(group: NodeGroup, topology: Topology) -> str:
@@ -143,12 +191,12 @@ def best_solution(inputs: Inputs, relax: Relax, *, any_will_do: bool = False) ->
     heuristic finds: explanations only ask whether a relaxed gang would fit, and a "no"
     from the heuristic is good enough to leave a reason out."""
     topology = Topology.NONE if relax.topology else inputs.demand.topology
-    by_domain: dict[str, list[str]] = defaultdict(list)
-    for gid, group in inputs.groups.items():
-        by_domain[domain_of(group, topology)].append(gid)
+    by_domain: dict[str, set[str]] = defaultdict(set)
+    for kind in inputs.kinds:  # a kind's groups share their zone and fabric
+        by_domain[domain_of(kind.first, topology)].update(kind.groups)
     problems = []
     for domain in sorted(by_domain):
-        built = build(inputs, set(by_domain[domain]), relax,
+        built = build(inputs, by_domain[domain], relax,
                       count_zones=topology is Topology.NONE)
         if built is not None:
             problems.append((built[2], domain, built[:2]))
@@ -174,45 +222,56 @@ def build(inputs: Inputs, domain: set[str], relax: Relax, count_zones: bool
 
     Groups that are interchangeable for this gang (same pods per node for every pod set,
     same sources and prices, same zone and type) form one class with their headroom
-    summed: many identical groups no longer multiply the search."""
+    summed: many identical groups no longer multiply the search. The layout's kinds are
+    such groups already; a class is one or more kinds, named by its first group."""
     demand = inputs.demand
-    per_node = {g: inputs.arcs[g] for g in domain if g in inputs.arcs}
-    covered = {name for pairs in per_node.values() for name, _ in pairs}
+    kinds = [k if domain.issuperset(k.groups) else _within(k, domain)
+             for k in inputs.kinds if k.arcs and not domain.isdisjoint(k.groups)]
+    covered = {name for k in kinds for name, _ in k.arcs}
     if any(p.name not in covered for p in demand.pod_sets):
         return None
     reserved_ok = CapacityType.RESERVED in demand.capacity_types
     shared: dict[str, int] = {}
-    classes: dict[tuple[object, ...], list[str]] = defaultdict(list)
-    group_sources: dict[str, list[Source]] = {}
-    for gid in sorted(per_node):
-        group = inputs.groups[gid]
-        mine = list(inputs.sources[gid])
-        for s in mine:
-            if s.reservation:
-                shared[s.reservation] = inputs.reserved_free[s.reservation]
-        for r in relax.reservations:
-            if reserved_ok and r.instance_type == group.instance_type:
-                mine.append(Source(gid, CapacityType.RESERVED, r.price, None, r.id, r.free,
-                                   r.ends_at))
-                shared[r.id] = r.free
-        group_sources[gid] = mine
-        key = (tuple(per_node[gid]), group.zone, group.instance_type,
-               tuple((s.capacity_type, s.price, s.reservation) for s in mine))
-        classes[key].append(gid)
+    classes: dict[tuple[object, ...], list[Kind]] = defaultdict(list)
+    for kind in kinds:
+        usable = inputs.usable[kind.groups[0]]
+        for rid, _ in usable.reserved_free:
+            shared[rid] = inputs.reserved_free[rid]
+        extra = _relaxed_reservations(kind.first, relax, reserved_ok)
+        for r in extra:
+            shared[r.id] = r.free
+        key = (kind.arcs, kind.first.zone, kind.first.instance_type,
+               usable.key + tuple((CapacityType.RESERVED, r.price, r.id) for r in extra))
+        classes[key].append(kind)
     members: dict[str, tuple[tuple[str, int | None], ...]] = {}
     arcs: list[Arc] = []
     sources: list[Source] = []
     headroom: dict[str, int | None] = {}
     zones: dict[str, str] = {}
-    for gids in classes.values():
+    # Classes in the order of their first groups, members sorted, as a walk of the
+    # domain's groups in sorted order would have met them.
+    for of_class in sorted(classes.values(), key=lambda ks: min(k.groups[0] for k in ks)):
+        gids, most = of_class[0].groups, of_class[0].max_sizes
+        if len(of_class) > 1:
+            pairs = sorted(p for k in of_class for p in zip(k.groups, k.max_sizes, strict=True))
+            gids, most = tuple(g for g, _ in pairs), tuple(m for _, m in pairs)
         cid = gids[0]
-        rooms = [None if relax.max_size else
-                 max(0, inputs.groups[g].max_size - inputs.sizes.get(g, 0)) for g in gids]
-        members[cid] = tuple(zip(gids, rooms, strict=True))
-        headroom[cid] = None if any(r is None for r in rooms) else sum(
-            r for r in rooms if r is not None)
-        arcs.extend(Arc(name, cid, k) for name, k in per_node[cid])
-        sources.extend(group_sources[cid])  # members share the class's sources
+        if relax.max_size:
+            members[cid] = tuple(zip(gids, [None] * len(gids), strict=True))
+            headroom[cid] = None
+        else:
+            # Room left in each group (its maxSize less what it holds), in C-level loops
+            # but this one: a class may have hundreds of members.
+            held = map(inputs.sizes.get, gids, repeat(0))
+            rooms = [m - h if m > h else 0 for m, h in zip(most, held, strict=True)]
+            members[cid] = tuple(zip(gids, rooms, strict=True))
+            headroom[cid] = sum(rooms)
+        arcs.extend(Arc(name, cid, k) for name, k in of_class[0].arcs)
+        # Members share the class's sources.
+        sources.extend(inputs.sources_of(cid))
+        sources.extend(Source(cid, CapacityType.RESERVED, r.price, None, r.id, r.free,
+                              r.ends_at)
+                       for r in _relaxed_reservations(of_class[0].first, relax, reserved_ok))
         zones[cid] = inputs.groups[cid].zone
     quotas = () if relax.quota else _quota_rows(inputs, sorted(members))
     problem = Problem(
@@ -228,6 +287,20 @@ def build(inputs: Inputs, domain: set[str], relax: Relax, count_zones: bool
     if not may_fit(problem, families):
         return None
     return problem, members, lower_bound(problem, families)
+
+
+def _within(kind: Kind, domain: set[str]) -> Kind:
+    """The kind's groups that are in ``domain`` (a caller's own partition of the groups)."""
+    keep = [(g, most) for g, most in zip(kind.groups, kind.max_sizes, strict=True)
+            if g in domain]
+    return Kind(tuple(g for g, _ in keep), tuple(m for _, m in keep), kind.first, kind.arcs)
+
+
+def _relaxed_reservations(group: NodeGroup, relax: Relax, reserved_ok: bool
+                          ) -> list[Reservation]:
+    """Reservations a relaxation treats as matching this group ("would it fit if ...")."""
+    return [r for r in relax.reservations
+            if reserved_ok and r.instance_type == group.instance_type]
 
 
 def allocate(found: Found) -> Allocation:
@@ -278,8 +351,8 @@ def _quota_rows(inputs: Inputs, used: Sequence[str]) -> tuple[QuotaRow, ...]:
 def to_plan(inputs: Inputs, found: Found) -> Plan:
     """Parts per (group, source), with how many pods of each pod set they host."""
     allocation = allocate(found)
-    per_node = {(c.group, name): c.pods_per_node
-                for name, cs in inputs.candidates.items() for c in cs}
+    per_node = {(gid, name): k for gid in {g for g, _, _ in allocation.takes}
+                for name, k in inputs.arcs[gid]}
     pods_left = {p.name: p.count for p in inputs.demand.pod_sets}
     node_queue: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for (pod_set, gid), n in sorted(allocation.nodes.items()):

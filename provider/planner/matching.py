@@ -57,8 +57,10 @@ def pods_per_node(pod_set: PodSet, group: NodeGroup, devices: int = UNLIMITED) -
 # once and each (selector, device) verdict is remembered across plans.
 _CEL = CelEnvironment()
 _MAX_CLAIM_SETS = 10_000
-# Distinct pod sets remembered with their candidates (see Matcher.match_all).
-_MAX_MATCHES = 10_000
+# Distinct pod sets remembered with their candidates (see Matcher.match_all). Each holds
+# a Candidate per matching group (about 50 KiB at 1,000 groups): a few hundred asks cover
+# a cluster's gang shapes, and a miss costs one walk of the groups.
+_MAX_MATCHES = 256
 
 
 class Matcher:
@@ -101,12 +103,7 @@ class Matcher:
             return {p.name: self.match(demand, p) for p in demand.pod_sets}
         out = {}
         for p in demand.pod_sets:
-            # Everything a check reads: the demand's capacity types and topology, and the
-            # pod set's selectors, tolerations, requests and claims (a shared claim's
-            # verdict depends on how many pods share it).
-            key = (demand.capacity_types, demand.topology,
-                   tuple(sorted(p.node_selector.items())), p.affinity, p.tolerations,
-                   p.requests, p.claims, p.count if p.claims else 0)
+            key = self.match_key(demand, p)
             found = self._matches.get(key)
             if found is None:
                 if len(self._matches) >= _MAX_MATCHES:
@@ -114,6 +111,15 @@ class Matcher:
                 found = self._matches[key] = tuple(self.match(demand, p))
             out[p.name] = list(found)
         return out
+
+    @staticmethod
+    def match_key(demand: Demand, pod_set: PodSet) -> tuple[object, ...]:
+        """Everything a check reads: the demand's capacity types and topology, and the pod
+        set's selectors, tolerations, requests and claims (a shared claim's verdict depends
+        on how many pods share it). Equal keys, equal candidates."""
+        p = pod_set
+        return (demand.capacity_types, demand.topology, tuple(sorted(p.node_selector.items())),
+                p.affinity, p.tolerations, p.requests, p.claims, p.count if p.claims else 0)
 
     def match(self, demand: Demand, pod_set: PodSet) -> list[Candidate]:
         if demand.pinned_group is not None:

@@ -4,6 +4,7 @@ plan."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections import defaultdict
@@ -17,8 +18,17 @@ from provider.demand import Demand, Topology
 from provider.model import NodeGroup
 from provider.plan import Infeasible, Plan
 from provider.planner.gang import domain_of, plan
-from provider.planner.matching import pods_per_node
-from tests.planner.kit import World, cpu_group, demand, gpu_group, ps, reservation, workers
+from provider.planner.matching import Matcher, pods_per_node
+from tests.planner.kit import (
+    GPU_LABEL,
+    World,
+    cpu_group,
+    demand,
+    gpu_group,
+    ps,
+    reservation,
+    workers,
+)
 
 RES, OD = CapacityType.RESERVED, CapacityType.ON_DEMAND
 
@@ -194,3 +204,20 @@ def test_pod_set_order_does_not_change_the_cost() -> None:
     assert isinstance(one, Plan) and isinstance(two, Plan)
     assert one.on_demand_cost_per_hour == two.on_demand_cost_per_hour
 
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases(), st.lists(cases(), min_size=1, max_size=3))
+def test_what_the_matcher_remembers_never_changes_a_plan(case: Case,
+                                                          before: list[Case]) -> None:
+    """The matcher remembers candidates and layouts across gangs (issue 18): a gang
+    planned after others (some asking the same under other pod set names) gets the plan,
+    or the explanation, a fresh matcher gives it."""
+    world = case.world
+    renamed = dataclasses.replace(case.demand, pod_sets=tuple(
+        dataclasses.replace(p, name=f"other-{p.name}") for p in case.demand.pod_sets))
+    for other in [*[b.demand for b in before], renamed]:
+        plan(other, world.view(), world.matcher)
+    remembered = plan(case.demand, world.view(), world.matcher)
+    fresh = plan(case.demand, world.view(), Matcher(world.groups, GPU_LABEL))
+    assert remembered == fresh
