@@ -28,7 +28,7 @@ from provider.executor import AttemptSpec, Result
 from provider.ledger import CapacityView
 from provider.plan import Infeasible, Part, Plan, ReasonCode
 from provider.planner.gang import plan
-from provider.planner.timing import wait_or_buy
+from provider.planner.timing import Wait, wait_or_buy
 from provider.provreq import BadRequest, Parameters, demand_from
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,7 @@ class Tracked:
     retry_at: float = 0.0
     gang_attempt: str | None = None  # the attempt whose nodes ``known`` holds
     known: set[str] = field(default_factory=set)  # its provider ids seen live
+    waiting: Wait | None = None  # the wait for a window decided, as first stated
 
 
 def ours(obj: Mapping[str, Any]) -> bool:
@@ -203,7 +204,7 @@ class RequestHandler:
         key = key_of(obj)
         demand = t.demand
         assert demand is not None
-        waiting = self._wait_for_window(obj, key, demand)
+        waiting = self._wait_for_window(obj, t, key, demand)
         if waiting is not None:
             return waiting
         attempt = self._p.new_attempt_id("r")
@@ -253,7 +254,8 @@ class RequestHandler:
         self._w.update(obj, changes, warning=True, note=f"retrying in {delay:.0f}s")
         return delay
 
-    def _wait_for_window(self, obj: Obj, key: str, demand: Demand) -> float | None:
+    def _wait_for_window(self, obj: Obj, t: Tracked, key: str, demand: Demand
+                         ) -> float | None:
         """Wait for reserved capacity that opens before the deadline when that is cheaper
         than buying now; its slots are held for this request meanwhile, so work that
         arrives later does not take them first. None: plan and launch now."""
@@ -272,11 +274,19 @@ class RequestHandler:
         wait = wait_or_buy(demand, view, self._p.matcher, sizes,
                            plan(demand, view, self._p.matcher, sizes))
         if wait is None:
+            t.waiting = None
             self._p.ledger.unhold(key)
             return None
         self._p.ledger.hold(key, wait.reservation, wait.slots, wait.opens_at + HOLD_GRACE)
+        # The saving shrinks as the opening nears, but the same wait is the same decision:
+        # its status (and event) stays as first written rather than being rewritten on
+        # every look.
+        stands = t.waiting
+        if stands is None or (stands.reservation, stands.opens_at) != (wait.reservation,
+                                                                        wait.opens_at):
+            t.waiting = stands = wait
         self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_RESERVATION,
-                              wait.text(c.rfc3339(wait.opens_at)))])
+                              stands.text(c.rfc3339(stands.opens_at)))])
         return max(0.0, wait.opens_at - self._p.clock.now())
 
     def _waiting(self, obj: Obj, t: Tracked, found: Gang) -> float | None:
