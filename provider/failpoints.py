@@ -4,7 +4,8 @@ at that exact step loses nothing. Off unless ALLSET_FAILPOINTS is set, e.g.
     ALLSET_FAILPOINTS="executor.part-launched=kill@2"   # SIGKILL on the 2nd hit
 
 Every hit of an armed point is counted; `kill` sends SIGKILL to this process (no cleanup,
-no flush: the same as the node dying), `exit` leaves with status 86."""
+no flush: the same as the node dying), `exit` leaves with status 86, `hang` blocks the
+thread that hit it for good (a cloud call that never returns, as seen by a shutdown)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ POINTS = (
     "executor.committed",  # the commit tag is on; the local record is not updated
 )
 
+ACTIONS = ("kill", "exit", "hang")
+
 _lock = threading.Lock()
 _armed: dict[str, tuple[str, int]] = {}
 _hits: dict[str, int] = {}
@@ -33,6 +36,9 @@ def _load() -> None:
         action, _, nth = action.partition("@")
         if name not in POINTS:
             raise ValueError(f"{ENV}: unknown failpoint {name!r}; known: {', '.join(POINTS)}")
+        if (action or "kill") not in ACTIONS:
+            raise ValueError(f"{ENV}: {name}: unknown action {action!r}; known: "
+                             f"{', '.join(ACTIONS)}")
         _armed[name] = (action or "kill", int(nth or "1"))
 
 
@@ -50,4 +56,6 @@ def hit(name: str) -> None:
             return
     if action[0] == "exit":
         os._exit(86)
+    if action[0] == "hang":
+        threading.Event().wait()
     os.kill(os.getpid(), signal.SIGKILL)
