@@ -21,6 +21,7 @@ POINTS = (
     "executor.part-rolled-back",  # some parts terminated, others still running
     "executor.before-commit",  # every part is up; no commit tag yet
     "executor.committed",  # the commit tag is on; the local record is not updated
+    "reconcile.rolling-back",  # orphans are due (at startup: a crashed run's); none gone yet
 )
 
 ACTIONS = ("kill", "exit", "hang")

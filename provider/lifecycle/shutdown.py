@@ -16,7 +16,10 @@ lines, interpreter exit) the watcher writes every thread's stack to stderr and e
 process with ``os._exit``, whatever is still running. That is a crash as far as state
 goes, which allset survives by design: attempts are in the journal before their first
 cloud call and tagged in the cloud, terminations owed are written before they are tried.
-A second signal ends the process at once, the same way."""
+A second signal ends the process at once, the same way. Should the watcher itself be
+unable to run (a thread holding the GIL in a C call, an interpreter stuck in its own
+exit), faulthandler's timer, a C thread that needs no GIL, dumps the stacks and exits a
+moment later."""
 
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ log = logging.getLogger(__name__)
 # 8s by default) and the interpreter's exit.
 EXIT_MARGIN_SECONDS = 10.0
 EXIT_NOT_DRAINED = 1  # the status when the process ends without an orderly stop
+BACKSTOP_SECONDS = 2.0  # after the watcher's bound: faulthandler's, if the watcher is stuck
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -135,6 +139,9 @@ class Shutdown:
             return
         self._received_at = self._clock()
         self.signal_name = name
+        if self._exit is os._exit:  # a real exit, not a test's: arm the C-level backstop
+            faulthandler.dump_traceback_later(self.grace + self.margin + BACKSTOP_SECONDS,
+                                              exit=True, file=sys.stderr.fileno())
         log.info("received %s: draining for at most %.0fs, exiting within %.0fs", name,
                  self.grace, self.grace + self.margin)
         self.requested.set()

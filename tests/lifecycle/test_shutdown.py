@@ -41,6 +41,7 @@ def test_a_sigterm_as_the_main_thread_settles_into_its_wait_stops_it(
 CONFIG = """\
 cluster: hang
 refreshInterval: 1s
+reconcile: {{orphanGrace: 1s}}
 cloud:
   provider: fake
   fake:
@@ -175,3 +176,61 @@ def test_no_signal_no_stop(exits: Exits) -> None:
 def test_a_negative_grace_is_refused() -> None:
     with pytest.raises(ValueError, match="grace"):
         Shutdown(-1.0)
+
+
+GIL_HELD = """\
+import os, re, signal, time
+from provider.lifecycle.shutdown import Shutdown
+shutdown = Shutdown(0.5, 0.5)
+shutdown.install()
+os.kill(os.getpid(), signal.SIGTERM)
+assert shutdown.wait(10)
+print("stopping", flush=True)
+re.match(r"(a+)+$", "a" * 64 + "b")  # backtracks for ages without letting the GIL go
+"""
+
+
+def test_the_backstop_ends_a_process_whose_watcher_cannot_run(tmp_path: Path) -> None:
+    """The main thread holds the GIL in C for good, so the watcher thread never runs:
+    faulthandler's timer (a C thread) still dumps the stacks and ends the process."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", GIL_HELD], capture_output=True, text=True,
+                          timeout=EXIT_SECONDS, cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout == "stopping\n", done.stderr
+    assert done.returncode == EXIT_NOT_DRAINED and "Timeout" in done.stderr, done.stderr
+
+
+def test_a_sigterm_during_startup_recovery_ends_the_process_within_the_bound(
+        tmp_path: Path) -> None:
+    """The restart after a crash rolls the crashed attempt back before it serves; a cloud
+    call of that rollback never returns. SIGTERM still ends the process within --grace
+    plus the margin (the main thread never gets back to its wait: the watcher ends it),
+    and the next start finishes the recovery. Fails on the code before: the handler ran,
+    but nothing else ever looked at what it set."""
+    import grpc
+
+    cloud_db = tmp_path / "cloud.db"
+    config = tmp_path / "allset.yaml"
+    config.write_text(CONFIG.format(state=cloud_db))
+    serve = ServeProcess(tmp_path, config, tmp_path / "state", grace=1.0)
+    proc, address = serve.start("executor.part-launched=kill@1")
+    with grpc.insecure_channel(address) as channel:
+        pb_grpc.CloudProviderStub(channel).NodeGroupIncreaseSize(
+            pb.NodeGroupIncreaseSizeRequest(id="gpu", delta=3), timeout=30)
+    assert serve.wait(proc) == -signal.SIGKILL, serve.log_tail()
+    assert live(cloud_db)
+
+    proc, _ = serve.start("reconcile.rolling-back=hang@1", answering=False)
+    wait_until(lambda: "rolling back" in serve.log_tail(), timeout=30)  # and hangs there
+    proc.send_signal(signal.SIGTERM)
+    code = serve.wait(proc)
+    assert code == EXIT_NOT_DRAINED, serve.log_tail()
+    assert "still running" in serve.log_tail() and live(cloud_db)
+
+    proc, _ = serve.start()
+    try:
+        wait_until(lambda: not live(cloud_db), timeout=30)
+    finally:
+        assert serve.stop(proc) == 0, serve.log_tail()
