@@ -3,6 +3,9 @@
     python -m bench.simulate [--quick] [--json FILE] [--markdown FILE] [--plot FILE.png]
     python -m bench.simulate --from-json FILE --markdown FILE   # render again, no rerun
     python -m bench.simulate --runtimes-only                    # the issue-19 comparison
+    python -m bench.simulate --runtimes-only --traces 30-days --first-seed 5 --seeds 16 \
+        --json more.json                                        # more seeds, later
+    python -m bench.simulate --runtimes-only --from-json runs.json more.json  # all of them
     python -m bench.simulate --scale                            # 10,000 jobs, 30 days
 
 Every strategy registered in provider/sim/run.py's STRATEGIES, plus "allset (no runtimes)"
@@ -24,7 +27,9 @@ per allset run, hence only in --runtimes-only (300 CPU-seconds in all) and --sca
 one seed unless --seeds says more.
 
 Printed per trace: every figure as its median over seeds and (min-max), then each
-strategy's ratio to allset, seed by seed. `--markdown` writes the README's tables from the
+strategy's ratio to allset, seed by seed; with --runtimes-only also the on-demand spend's
+change seed by seed, its mean and standard error, and a sign test (whether the change is
+beyond the spread between seeds). `--markdown` writes the README's tables from the
 same runs; `--json` saves the runs so that `--from-json` can render them again."""
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from pathlib import Path
 from bench.common import machine
 from provider.sim.generate import generate
 from provider.sim.run import STRATEGIES, simulate, with_runtimes
-from provider.sim.spread import Run, Table, dump, load, markdown, text
+from provider.sim.spread import Paired, Run, Table, dump, load, markdown, text
 from provider.sim.trace import TraceModel, load_trace
 
 REFERENCE = Path(__file__).resolve().parent / "reference-trace.yaml"
@@ -193,11 +198,16 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                       "30-day trace (issue 19)")
     what.add_argument("--scale", action="store_true",
                       help="every strategy on 10,000 gangs over 30 days (aim: each under 60 s)")
-    what.add_argument("--from-json", type=Path, metavar="FILE",
-                      help="render runs saved by --json instead of running")
+    parser.add_argument("--from-json", type=Path, metavar="FILE", nargs="+",
+                      help="render runs saved by --json instead of running (several files: "
+                      "their runs together, e.g. more seeds run later)")
     parser.add_argument("--seeds", type=int, metavar="N",
-                        help=f"seeds 0..N-1 (default {SEEDS}; 2 with --quick; 1 with "
-                        "--runtimes-only and --scale)")
+                        help=f"N seeds from --first-seed (default {SEEDS}; 2 with --quick; 1 "
+                        "with --runtimes-only and --scale)")
+    parser.add_argument("--first-seed", type=int, default=0, metavar="S",
+                        help="the first seed (default 0): more seeds for runs saved earlier")
+    parser.add_argument("--traces", metavar="NAME[,NAME]",
+                        help="only these traces (names as saved: reference, 30-days, ...)")
     parser.add_argument("--workers", type=int, default=WORKERS,
                         help=f"processes (default {WORKERS}; 1: no pool)")
     parser.add_argument("--only", metavar="LABEL[,LABEL]",
@@ -210,6 +220,10 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.seeds is not None and args.seeds < 1:
         parser.error("--seeds must be at least 1")
+    if args.first_seed < 0:
+        parser.error("--first-seed must be at least 0")
+    if args.from_json is not None and (args.quick or args.scale):
+        parser.error("--from-json renders saved runs; with --runtimes-only, as that comparison")
     if args.workers < 1:
         parser.error("--workers must be at least 1")
     return args
@@ -230,10 +244,7 @@ def _chosen(args: argparse.Namespace) -> list[Variant]:
 def main(argv: Sequence[str] | None = None) -> None:
     args = _arguments(argv)
     if args.from_json is not None:
-        try:
-            table, titles, extras = load(json.loads(args.from_json.read_text()))
-        except (OSError, ValueError) as err:  # JSONDecodeError is a ValueError
-            raise SystemExit(f"--from-json: {args.from_json}: {err}") from None
+        table, titles, extras = _load_all(args.from_json)
     else:
         if args.quick:
             traces, seeds = QUICK, 2
@@ -244,6 +255,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         else:
             traces, seeds = TRACES, SEEDS
         seeds = args.seeds or seeds
+        traces = _only_traces(traces, args.traces)
         chosen = _chosen(args)
         titles = {t.name: t.title for t in traces}
         extras = {v.label: v.extra for v in chosen if v.extra is not None}
@@ -260,7 +272,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                   file=sys.stderr, flush=True)
 
         cpu = _children_cpu()
-        table = run_all(models, chosen, range(seeds), args.workers, done)
+        table = run_all(models, chosen, range(args.first_seed, args.first_seed + seeds),
+                        args.workers, done)
         print(f"{total} runs in {time.perf_counter() - started:.0f} s with {args.workers} "
               f"workers, {_children_cpu() - cpu + _own_cpu():.0f} CPU-seconds; {machine()}\n")
     rows = RUNTIME_ROWS if args.runtimes_only else None
@@ -270,6 +283,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                else text(table, t, title, rows=rows, ratios=(
                    ("on-demand cost", "onDemandCost"), ("interruptions", "interruptions"))))
               + "\n")
+        if args.runtimes_only:
+            print(_paired(table, t) + "\n")
     if args.json is not None:
         args.json.write_text(json.dumps(dump(table, titles, extras), indent=1) + "\n")
         print(f"runs: {args.json}")
@@ -278,6 +293,52 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"markdown: {args.markdown}")
     if args.plot is not None:
         _plot(table, titles, args.plot)
+
+
+def _only_traces(traces: Sequence[Trace], wanted: str | None) -> tuple[Trace, ...]:
+    if wanted is None:
+        return tuple(traces)
+    names = [w.strip() for w in wanted.split(",") if w.strip()]
+    known = [t.name for t in traces]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SystemExit(f"--traces: unknown {', '.join(unknown)}; traces: {', '.join(known)}")
+    return tuple(t for t in traces if t.name in names)
+
+
+def _load_all(paths: Sequence[Path]) -> tuple[Table, dict[str, str], dict[str, str]]:
+    """The runs of every file, together; a run (trace, row, seed) saved twice is refused,
+    since which of the two counts would be a guess."""
+    runs: list[Run] = []
+    titles: dict[str, str] = {}
+    extras: dict[str, str] = {}
+    seen: dict[tuple[str, str, int], Path] = {}
+    for path in paths:
+        try:
+            table, more_titles, more_extras = load(json.loads(path.read_text()))
+        except (OSError, ValueError) as err:  # JSONDecodeError is a ValueError
+            raise SystemExit(f"--from-json: {path}: {err}") from None
+        for r in table.runs:
+            key = (r.trace, r.label, r.seed)
+            if key in seen:
+                raise SystemExit(f"--from-json: {path}: {r.trace} {r.label} seed {r.seed} "
+                                 f"is also in {seen[key]}")
+            seen[key] = path
+            runs.append(r)
+        titles.update(more_titles)
+        extras.update(more_extras)
+    return Table.of(runs), titles, extras
+
+
+def _paired(table: Table, trace: str) -> str:
+    """With runtimes against without, seed by seed: is the change in on-demand spend
+    beyond the spread between seeds?"""
+    diffs = table.differences(trace, "allset", "onDemandCost", NO_RUNTIMES.label)
+    if len(diffs) < 2:
+        return "on-demand USD, runtimes - no runtimes: needs at least two seeds"
+    by_seed = ", ".join(f"{diffs[s]:+,.0f}" for s in sorted(diffs))
+    return (f"on-demand USD, runtimes - no runtimes, seed by seed: {by_seed}\n"
+            f"  {Paired.of(diffs.values()).format('{:+,.0f}')}")
 
 
 def _children_cpu() -> float:

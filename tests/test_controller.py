@@ -47,6 +47,9 @@ def test_a_mixed_request_is_provisioned_whole(world: World) -> None:
         assert node["metadata"]["labels"][c.BOOKING_LABEL] == booking
         assert node["metadata"]["annotations"][c.SCALE_DOWN_DISABLED] == "true"
     assert {("Accepted", "Normal"), ("CapacityIsProvisioned", "Normal")} <= set(w.events())
+    # Three status writes on the way (issue 18: API writes per request): Accepted with
+    # the attempt's record before the first cloud call, what launched, Provisioned.
+    assert w.kube.count("update", "provisioningrequests/status") == 3
     # CA cannot scale a booked node down.
     with pytest.raises(Exception, match="is booked by ml/job"):
         w.h.provider.delete_nodes("gpu", [instances[-1].provider_id])

@@ -118,3 +118,21 @@ def test_the_queue_of_the_owning_workload_sets_the_value_of_waiting(by_queue: Wo
     assert live(w, "ml/batch") == []
     assert [i.tags.reservation for i in live(w, "ml/urgent")] == [None, None]
     assert w.kube.count("get", "workloads") == 2
+
+
+def test_a_waiting_request_is_not_rewritten_while_its_wait_stands(timed: World) -> None:
+    """The saving shrinks as the opening nears (less waiting left to value), but the
+    decision stands: its status and events are written once, not on every look."""
+    w = timed
+    create(w, "job", {"workers": 16}, expectedRuntimeSeconds="21600", maxWaitSeconds="7200")
+    w.sync()
+    first = w.condition(c.PROVISIONED, "job")
+    assert first is not None and first.reason == c.WAITING_FOR_RESERVATION, first
+    writes = w.kube.count("update", "provisioningrequests/status")
+    events = len(w.events("job"))
+    w.h.clock.advance(20 * 60)  # 10 minutes before the opening: every pass looks again
+    w.sync()
+    assert w.condition(c.PROVISIONED, "job") == first
+    assert w.kube.count("update", "provisioningrequests/status") == writes
+    assert len(w.events("job")) == events
+    assert w.h.provider.ledger.held()["ml/job"][:2] == ("cb-h100", 2)

@@ -21,14 +21,14 @@ from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, Gang, owned
 from provider.controller.kube import KUEUE_GROUP, Gone, KubeApi
 from provider.controller.nodes import NodeCache, is_ready
 from provider.controller.pod_cache import PodCache
-from provider.controller.writes import Writer, key_of, uid_of
+from provider.controller.writes import Change, Writer, key_of, uid_of
 from provider.demand import CLASS_NAME, Demand
 from provider.errors import DomainError
 from provider.executor import AttemptSpec, Result
 from provider.ledger import CapacityView
 from provider.plan import Infeasible, Part, Plan, ReasonCode
 from provider.planner.gang import plan
-from provider.planner.timing import wait_or_buy
+from provider.planner.timing import Wait, wait_or_buy
 from provider.provreq import BadRequest, Parameters, demand_from
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,7 @@ class Tracked:
     retry_at: float = 0.0
     gang_attempt: str | None = None  # the attempt whose nodes ``known`` holds
     known: set[str] = field(default_factory=set)  # its provider ids seen live
+    waiting: Wait | None = None  # the wait for a window decided, as first stated
 
 
 def ours(obj: Mapping[str, Any]) -> bool:
@@ -167,11 +168,11 @@ class RequestHandler:
                       ) -> float | None:
         now = self._p.clock.now()
         assert t.demand is not None and t.params is not None
-        if not conds.get(c.ACCEPTED, _FALSE).true:
-            self._w.update(obj, [(c.ACCEPTED, True, "Accepted",
-                                  f"allset plans {t.demand.pods} pods in "
-                                  f"{len(t.demand.pod_sets)} pod sets all-or-nothing")])
-            return 0.0
+        # Accepted goes with the attempt's first write (its record, or the wait for a
+        # window) when it is planned in this pass: one status write per request fewer.
+        accept: list[Change] = [] if conds.get(c.ACCEPTED, _FALSE).true else [
+            (c.ACCEPTED, True, "Accepted", f"allset plans {t.demand.pods} pods in "
+                                           f"{len(t.demand.pod_sets)} pod sets all-or-nothing")]
         created = c.epoch((obj.get("metadata") or {}).get("creationTimestamp")) or now
         if t.params.valid_until_seconds is not None and \
                 now > created + t.params.valid_until_seconds:
@@ -195,22 +196,28 @@ class RequestHandler:
             # An earlier attempt of this request left uncommitted instances (a crash): a
             # new gang now would pay twice and find their reservation slots taken. Reconcile
             # settles them within its grace period; then the gang is planned afresh.
-            return SUSPECTS_DELAY
-        return self._attempt(obj, t)
+            return self._accepted(obj, accept, SUSPECTS_DELAY)
+        return self._attempt(obj, t, accept)
 
-    def _attempt(self, obj: Obj, t: Tracked) -> float | None:
+    def _accepted(self, obj: Obj, accept: list[Change], then: float | None) -> float | None:
+        """A pass that writes nothing else still says the request is accepted."""
+        if accept:
+            self._w.update(obj, accept)
+        return then
+
+    def _attempt(self, obj: Obj, t: Tracked, accept: list[Change]) -> float | None:
         """Plan and launch the whole gang as one attempt (in this worker's thread)."""
         key = key_of(obj)
         demand = t.demand
         assert demand is not None
-        waiting = self._wait_for_window(obj, key, demand)
+        waiting = self._wait_for_window(obj, t, key, demand, accept)
         if waiting is not None:
             return waiting
         attempt = self._p.new_attempt_id("r")
         # The attempt is named in the request before its first cloud call, so a restart
         # knows which instances are this request's gang.
-        recorded = self._w.update(obj, [], details={ATTEMPT_DETAIL: attempt,
-                                                    PLANNED_DETAIL: None})
+        recorded = self._w.update(obj, accept, details={ATTEMPT_DETAIL: attempt,
+                                                        PLANNED_DETAIL: None})
         if recorded is None:
             return NOT_READY_DELAY
         obj = recorded
@@ -253,7 +260,8 @@ class RequestHandler:
         self._w.update(obj, changes, warning=True, note=f"retrying in {delay:.0f}s")
         return delay
 
-    def _wait_for_window(self, obj: Obj, key: str, demand: Demand) -> float | None:
+    def _wait_for_window(self, obj: Obj, t: Tracked, key: str, demand: Demand,
+                         accept: list[Change]) -> float | None:
         """Wait for reserved capacity that opens before the deadline when that is cheaper
         than buying now; its slots are held for this request meanwhile, so work that
         arrives later does not take them first. None: plan and launch now."""
@@ -272,11 +280,19 @@ class RequestHandler:
         wait = wait_or_buy(demand, view, self._p.matcher, sizes,
                            plan(demand, view, self._p.matcher, sizes))
         if wait is None:
+            t.waiting = None
             self._p.ledger.unhold(key)
             return None
         self._p.ledger.hold(key, wait.reservation, wait.slots, wait.opens_at + HOLD_GRACE)
-        self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_RESERVATION,
-                              wait.text(c.rfc3339(wait.opens_at)))])
+        # The saving shrinks as the opening nears, but the same wait is the same decision:
+        # its status (and event) stays as first written rather than being rewritten on
+        # every look.
+        stands = t.waiting
+        if stands is None or (stands.reservation, stands.opens_at) != (wait.reservation,
+                                                                        wait.opens_at):
+            t.waiting = stands = wait
+        self._w.update(obj, [*accept, (c.PROVISIONED, False, c.WAITING_FOR_RESERVATION,
+                                       stands.text(c.rfc3339(stands.opens_at)))])
         return max(0.0, wait.opens_at - self._p.clock.now())
 
     def _waiting(self, obj: Obj, t: Tracked, found: Gang) -> float | None:

@@ -5,6 +5,7 @@ formatting only, so that a saved set of runs (JSON) can be rendered again withou
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -89,6 +90,47 @@ class Table:
         pairs = [(mine[s].get(key), theirs[s].get(key)) for s in mine if s in theirs]
         ratios = [a / b for a, b in pairs if b != 0]
         return Spread.of(ratios) if ratios else None
+
+
+    def differences(self, trace: str, label: str, key: str, base: str) -> dict[int, float]:
+        """``label``'s figure less ``base``'s, seed by seed (seeds both ran)."""
+        mine, theirs = self.select(trace, label), self.select(trace, base)
+        return {s: mine[s].get(key) - theirs[s].get(key) for s in mine if s in theirs}
+
+
+@dataclass(frozen=True, slots=True)
+class Paired:
+    """Seed-by-seed differences of one figure between two set-ups, summed up: whether a
+    change is beyond the spread between seeds. The mean and its standard error (the
+    differences' sample deviation over the square root of their count), and the sign
+    test: how many seeds went down, and the two-sided probability of a split at least
+    that uneven were either way equally likely on each seed (exact binomial)."""
+
+    mean: float
+    standard_error: float
+    below: int
+    above: int
+
+    @classmethod
+    def of(cls, differences: Iterable[float]) -> Paired:
+        ds = list(differences)
+        if len(ds) < 2:
+            raise ValueError("a paired comparison needs at least two seeds")
+        return cls(statistics.fmean(ds), statistics.stdev(ds) / math.sqrt(len(ds)),
+                   sum(1 for d in ds if d < 0), sum(1 for d in ds if d > 0))
+
+    @property
+    def sign_p(self) -> float:
+        n, k = self.below + self.above, min(self.below, self.above)
+        if n == 0:
+            return 1.0
+        tail = sum(math.comb(n, i) for i in range(k + 1)) / float(2 ** n)
+        return min(1.0, 2 * tail)
+
+    def format(self, fmt: str) -> str:
+        seeds = self.below + self.above
+        return (f"mean {fmt.format(self.mean)} (standard error {fmt.format(self.standard_error)}); "
+                f"{self.below} of {seeds} seeds below, sign test p = {self.sign_p:.3f}")
 
 
 def _unique(items: Iterable[Any]) -> tuple[Any, ...]:

@@ -11,7 +11,7 @@ import pytest
 
 from bench.simulate import NO_RUNTIMES, Variant, main, run_all
 from provider.sim.run import simulate, with_runtimes
-from provider.sim.spread import Run, Spread, Table, dump, load, markdown, text
+from provider.sim.spread import Paired, Run, Spread, Table, dump, load, markdown, text
 from tests.sim.kit import group, job, trace
 
 
@@ -132,6 +132,48 @@ def test_runs_saved_as_json_render_the_same(tmp_path: Path) -> None:
     path.write_text(json.dumps(saved))
     main(["--from-json", str(path), "--markdown", str(out)])
     assert out.read_text() == markdown(FABRICATED, {"ref": "reference"}, extras)
+
+
+def test_a_paired_comparison_is_the_mean_difference_its_error_and_the_sign_test() -> None:
+    table = Table.of([
+        *runs("allset", "t", onDemandCost=[90.0, 100.0, 95.0, 130.0, 70.0]),
+        *runs("allset (no runtimes)", "t", onDemandCost=[100.0, 104.0, 100.0, 100.0]),
+    ])
+    # Seed 4 ran on one side only: not paired.
+    diffs = table.differences("t", "allset", "onDemandCost", "allset (no runtimes)")
+    assert diffs == {0: -10.0, 1: -4.0, 2: -5.0, 3: 30.0}
+    paired = Paired.of(diffs.values())
+    assert paired.mean == pytest.approx(2.75)
+    # stdev of (-10, -4, -5, 30) is 18.355; over the square root of 4 seeds.
+    assert paired.standard_error == pytest.approx(9.1776, abs=1e-4)
+    assert (paired.below, paired.above) == (3, 1)
+    # 3 of 4 one way: P(<= 1 of 4 the other way) = 5/16, both ways 10/16.
+    assert paired.sign_p == pytest.approx(0.625)
+    assert Paired(-1.0, 0.1, 10, 0).sign_p == pytest.approx(2 / 1024)
+    assert Paired(0.0, 0.0, 0, 0).sign_p == 1.0  # no seed moved at all
+    assert paired.format("{:+,.0f}") == \
+        "mean +3 (standard error +9); 3 of 4 seeds below, sign test p = 0.625"
+    with pytest.raises(ValueError):
+        Paired.of([1.0])
+
+
+def test_runs_saved_apart_render_together_and_a_run_saved_twice_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """More seeds run later (--first-seed) join the runs saved before (--from-json A B)."""
+    first = Table.of([*runs("allset", "30-days", onDemandCost=[90.0, 100.0]),
+                      *runs("allset (no runtimes)", "30-days", onDemandCost=[100.0, 98.0])])
+    later = Table.of([Run("30-days", "allset", 2, {"onDemandCost": 80.0}),
+                      Run("30-days", "allset (no runtimes)", 2, {"onDemandCost": 95.0})])
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(dump(first, {"30-days": "thirty days"}, {})))
+    b.write_text(json.dumps(dump(later, {}, {})))
+    main(["--runtimes-only", "--from-json", str(a), str(b)])
+    out = capsys.readouterr().out
+    assert "thirty days; seeds 0, 1, 2" in out
+    assert "on-demand USD, runtimes - no runtimes, seed by seed: -10, +2, -15" in out
+    assert "2 of 3 seeds below" in out
+    with pytest.raises(SystemExit, match="allset seed 2 is also in"):
+        main(["--from-json", str(b), str(b)])
 
 
 def test_a_broken_json_file_is_named_where_it_breaks() -> None:
