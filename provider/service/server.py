@@ -107,7 +107,8 @@ class Server:
         deadline = time.monotonic() + grace
         self._stopping = True
         self._health.enter_graceful_shutdown()
-        drained = self.provider.stop(timeout=grace)
+        # Even at --grace 0 an idle pool gets a moment to join (within the exit margin).
+        drained = self.provider.stop(timeout=max(grace, 1.0))
         left = max(0.0, deadline - time.monotonic())
         # A handler that ignores its cancellation would keep the stop from completing:
         # the wait is bounded too (the process's exit is bounded by lifecycle.shutdown).
