@@ -212,6 +212,8 @@ class Provider:
             return False
         if self._loop is not None and self._loop.is_alive():
             return False  # a refresh is still out, and may still terminate orphans
+        if self.executor.in_flight:
+            return False  # an attempt of another thread (a controller worker) still runs
         self.adapter.close()
         self._drained.set()
         return True

@@ -297,9 +297,9 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"allset: serving {config.source} ({len(config.groups)} node groups, "
           f"cloud {config.schema.cloud.provider}) on {server.address} [{mode}]", flush=True)
     shutdown.wait()
-    if controller is not None:
-        controller.stop(shutdown.remaining())
-    drained = server.stop(shutdown.remaining())
+    # Its workers run attempts too: drained only if they ended as well.
+    quiet = controller.stop(shutdown.remaining()) if controller is not None else True
+    drained = server.stop(shutdown.remaining()) and quiet
     if election is not None:
         # After the drain: hand the lease over, the standby takes it now. Not while an
         # attempt may still reach the cloud: then the lease runs out first.
