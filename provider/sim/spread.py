@@ -128,8 +128,9 @@ class Paired:
         return min(1.0, 2 * tail)
 
     def format(self, fmt: str) -> str:
-        seeds = self.below + self.above
-        return (f"mean {fmt.format(self.mean)} (standard error {fmt.format(self.standard_error)}); "
+        seeds, unsigned = self.below + self.above, fmt.replace("+", "")
+        return (f"mean {fmt.format(self.mean)} (standard error "
+                f"{unsigned.format(self.standard_error)}); "
                 f"{self.below} of {seeds} seeds below, sign test p = {self.sign_p:.3f}")
 
 

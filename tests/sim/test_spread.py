@@ -152,7 +152,7 @@ def test_a_paired_comparison_is_the_mean_difference_its_error_and_the_sign_test(
     assert Paired(-1.0, 0.1, 10, 0).sign_p == pytest.approx(2 / 1024)
     assert Paired(0.0, 0.0, 0, 0).sign_p == 1.0  # no seed moved at all
     assert paired.format("{:+,.0f}") == \
-        "mean +3 (standard error +9); 3 of 4 seeds below, sign test p = 0.625"
+        "mean +3 (standard error 9); 3 of 4 seeds below, sign test p = 0.625"
     with pytest.raises(ValueError):
         Paired.of([1.0])
 
