@@ -108,7 +108,8 @@ class Shutdown:
 
     def exit_now(self, why: str) -> None:
         """End the process now, without an orderly stop: say why, flush the log, exit.
-        (From the main thread: the watcher never touches the logging module's locks.)"""
+        (The main thread's way out; the watcher's own exits write to stderr directly, so
+        that a thread stuck inside the logging module cannot hold them up.)"""
         log.warning("%s", why)
         _flush_logs()
         self._exit(EXIT_NOT_DRAINED)
@@ -139,7 +140,9 @@ class Shutdown:
             return
         self._received_at = self._clock()
         self.signal_name = name
-        if self._exit is os._exit:  # a real exit, not a test's: arm the C-level backstop
+        # A real exit, not a test's: arm the C-level backstop first (the log line below
+        # may wait for a thread that is inside the logging module).
+        if self._exit is os._exit:
             faulthandler.dump_traceback_later(self.grace + self.margin + BACKSTOP_SECONDS,
                                               exit=True, file=sys.stderr.fileno())
         log.info("received %s: draining for at most %.0fs, exiting within %.0fs", name,
