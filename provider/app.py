@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 
@@ -89,6 +90,7 @@ class Provider:
         self._watch_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        self._drained = threading.Event()  # stop() saw every worker finish
         self._loop: threading.Thread | None = None
         self._last_refresh = float("-inf")
         self._listed_at = float("-inf")  # when the last complete listing was taken
@@ -185,19 +187,36 @@ class Provider:
             for callback in self._watchers:
                 callback(state[1])
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop taking work, let running attempts finish (they commit or roll back)."""
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Stop taking work, let running attempts finish (they commit or roll back) for at
+        most ``timeout`` seconds. True when everything finished. False: some attempt or
+        termination still runs, recorded in the journal and tagged in the cloud; the
+        caller must then end the process without handing its lease over, and the next
+        start (or the next leader) recovers it as after a crash."""
         if self.scaleups.draining:
-            return
+            return self._drained.is_set()
+        deadline = time.monotonic() + timeout
         self.scaleups.draining = True
         self._stopping.set()
         self._wake.set()
-        self.workers.shutdown(wait=True, cancel_futures=False)
+        if not _within(lambda: self.workers.shutdown(wait=True), timeout):
+            log.warning("stopping: attempts still running after %.0fs, left for recovery: "
+                        "%s", timeout, ", ".join(sorted(self.executor.in_flight)) or
+                        "(terminations)")
+            return False
         if self._loop is not None:
-            self._loop.join(timeout)
-        if self._thread_runner is not None:
-            self._thread_runner.shutdown()
+            self._loop.join(max(0.0, deadline - time.monotonic()))
+        runner = self._thread_runner
+        if runner is not None and not _within(runner.shutdown,
+                                              max(0.0, deadline - time.monotonic())):
+            return False
+        if self._loop is not None and self._loop.is_alive():
+            return False  # a refresh is still out, and may still terminate orphans
+        if self.executor.in_flight:
+            return False  # an attempt of another thread (a controller worker) still runs
         self.adapter.close()
+        self._drained.set()
+        return True
 
     def refresh_now(self) -> bool:
         with self._refresh_lock:
@@ -311,3 +330,12 @@ class Provider:
             price = self.next_node_price(group) * share
             best = price if best is None else min(best, price)
         return best
+
+
+def _within(call: Callable[[], object], seconds: float) -> bool:
+    """Run ``call`` (a join with no timeout of its own) for at most ``seconds``: True if
+    it returned. Otherwise it goes on in a daemon thread, which the process's exit ends."""
+    thread = threading.Thread(target=call, name="stop-wait", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return not thread.is_alive()

@@ -7,10 +7,8 @@ import logging
 import os
 import signal
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from provider.config import ConfigError, LoadedConfig, load_config
@@ -82,8 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--insecure-bind-any", action="store_true",
                        help="with --insecure, allow a non-loopback --address: anyone who "
                        "can reach it may scale your cloud (not for production)")
-    serve.add_argument("--grace", type=float, default=10.0,
-                       help="seconds RPCs in progress get to finish on SIGTERM")
+    serve.add_argument("--grace", type=float, default=30.0,
+                       help="on SIGTERM, seconds scale-ups in flight get to finish (commit "
+                       "or roll back) and RPCs in progress to complete; the process exits "
+                       "at most 10 s later, whatever still runs (left for recovery at the "
+                       "next start) (default: %(default)s)")
     serve.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
                        help="local attempt journal (SQLite); safe to lose, the cloud's tags "
                        "are the truth (default: %(default)s)")
@@ -196,6 +197,7 @@ def _serve(args: argparse.Namespace) -> int:
     from adapters.registry import connect
     from provider.app import Provider
     from provider.clock import SystemClock
+    from provider.lifecycle.shutdown import Shutdown
     from provider.service.address import bind_problem, is_loopback, problem
     from provider.service.server import Server
     from provider.store.journal import SqliteJournal
@@ -244,6 +246,12 @@ def _serve(args: argparse.Namespace) -> int:
         wrong = bind_problem(address) if address else None
         if wrong:
             raise UsageError(f"{flag}: cannot listen on {address}: {wrong}")
+    if not 0 <= args.grace <= 3600:
+        raise UsageError(f"--grace: {args.grace:g} is not between 0 and 3600 seconds")
+    # Before anything is taken (the state lock, the lease, the journal): a SIGTERM from
+    # here on is an orderly stop, bounded even while startup still recovers a crash.
+    shutdown = Shutdown(args.grace)
+    shutdown.install()
     config = _load(args.config)
     clock = SystemClock()
     adapter, config = connect(config, clock)
@@ -281,14 +289,6 @@ def _serve(args: argparse.Namespace) -> int:
         except OSError as err:
             raise UsageError(f"--metrics-address: cannot listen on {args.metrics_address}: "
                              f"{err.strerror}") from err
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("received %s, draining", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     controller = _controller(args, provider)
     server.start()
     if controller is not None:
@@ -296,12 +296,19 @@ def _serve(args: argparse.Namespace) -> int:
     mode = "plaintext" if credentials is None else "mTLS"
     print(f"allset: serving {config.source} ({len(config.groups)} node groups, "
           f"cloud {config.schema.cloud.provider}) on {server.address} [{mode}]", flush=True)
-    stop.wait()
-    if controller is not None:
-        controller.stop()
-    server.stop(args.grace)
+    shutdown.wait()
+    # Its workers run attempts too: drained only if they ended as well.
+    quiet = controller.stop(shutdown.remaining()) if controller is not None else True
+    drained = server.stop(shutdown.remaining()) and quiet
     if election is not None:
-        election.stop()  # after the drain: hand the lease over, the standby takes it now
+        # After the drain: hand the lease over, the standby takes it now. Not while an
+        # attempt may still reach the cloud: then the lease runs out first.
+        election.stop(hand_over=drained, timeout=shutdown.margin)
+    if not drained:
+        # Its threads may still call the cloud: only the process's end stops them (and
+        # frees the state lock after them). Their records stay for the next start.
+        shutdown.exit_now(f"attempts still in flight after --grace {args.grace:g}s are "
+                          "left for recovery at the next start; exiting")
     if lock is not None:
         lock.release()
     return 0
@@ -334,6 +341,7 @@ def _election(args: argparse.Namespace, config: LoadedConfig, clock: Any) -> Any
     from kubernetes import client
     from kubernetes import config as kubeconfig
 
+    from provider.config.units import duration_seconds
     from provider.leadership.election import Election
     from provider.leadership.endpoint import LeaderEndpoint
 
@@ -353,7 +361,8 @@ def _election(args: argparse.Namespace, config: LoadedConfig, clock: Any) -> Any
     if in_cluster and pod and ip:
         namespace = settings.namespace or os.environ.get("POD_NAMESPACE") or "kube-system"
         port = int(args.address.rsplit(":", 1)[1])
-        endpoint = LeaderEndpoint(api, namespace, settings.service, pod, ip, {"grpc": port})
+        endpoint = LeaderEndpoint(api, namespace, settings.service, pod, ip, {"grpc": port},
+                                  timeout=duration_seconds(settings.retry_period))
     return Election(config, api, clock, endpoint)
 
 

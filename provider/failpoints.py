@@ -4,7 +4,8 @@ at that exact step loses nothing. Off unless ALLSET_FAILPOINTS is set, e.g.
     ALLSET_FAILPOINTS="executor.part-launched=kill@2"   # SIGKILL on the 2nd hit
 
 Every hit of an armed point is counted; `kill` sends SIGKILL to this process (no cleanup,
-no flush: the same as the node dying), `exit` leaves with status 86."""
+no flush: the same as the node dying), `exit` leaves with status 86, `hang` blocks the
+thread that hit it for good (a cloud call that never returns, as seen by a shutdown)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ POINTS = (
     "executor.part-rolled-back",  # some parts terminated, others still running
     "executor.before-commit",  # every part is up; no commit tag yet
     "executor.committed",  # the commit tag is on; the local record is not updated
+    "reconcile.rolling-back",  # orphans are due (at startup: a crashed run's); none gone yet
 )
+
+ACTIONS = ("kill", "exit", "hang")
 
 _lock = threading.Lock()
 _armed: dict[str, tuple[str, int]] = {}
@@ -33,6 +37,9 @@ def _load() -> None:
         action, _, nth = action.partition("@")
         if name not in POINTS:
             raise ValueError(f"{ENV}: unknown failpoint {name!r}; known: {', '.join(POINTS)}")
+        if (action or "kill") not in ACTIONS:
+            raise ValueError(f"{ENV}: {name}: unknown action {action!r}; known: "
+                             f"{', '.join(ACTIONS)}")
         _armed[name] = (action or "kill", int(nth or "1"))
 
 
@@ -50,4 +57,6 @@ def hit(name: str) -> None:
             return
     if action[0] == "exit":
         os._exit(86)
+    if action[0] == "hang":
+        threading.Event().wait()
     os.kill(os.getpid(), signal.SIGKILL)

@@ -16,6 +16,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from adapters.base import CloudAdapter, CloudError, CloudInstance, CloudSnapshot
+from provider import failpoints
 from provider.clock import Clock
 from provider.executor import Executor, Finished
 from provider.fleet import Fleet
@@ -187,6 +188,7 @@ class Reconciler:
         self._hold(found.orphans, doomed)
         doomed += self._unknown_group(found.unknown_group)
         if doomed:
+            failpoints.hit("reconcile.rolling-back")
             released = self._executor.terminator.terminate([i.id for i in doomed],
                                                            self._executor.retrying())
             if released:

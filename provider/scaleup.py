@@ -65,6 +65,14 @@ class ScaleUps:
         return attempt
 
     def _run_logged(self, attempt: str, group_id: str) -> None:
+        if self.draining:
+            # Still queued when the process began to stop: handed back before any record
+            # or cloud call, so the drain waits only for attempts that already act. CA
+            # sees the placeholders fail and scales up again through the next leader.
+            self._fleet.settle(attempt, [], ErrorInfo(
+                "Unavailable", "allset shut down before this scale-up started", False),
+                self._clock.now())
+            return
         try:
             self.run(attempt, group_id)
         except Exception:  # a worker must never die silently

@@ -83,8 +83,9 @@ class _Flaky:
             raise ConnectionRefusedError("refused")
         self.started += 1
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = 30.0) -> bool:
         self.stopped += 1
+        return True
 
 
 def test_retries_back_off_and_build_once(caplog: pytest.LogCaptureFixture) -> None:

@@ -138,3 +138,11 @@ def test_a_config_without_cloud_is_refused(tmp_path: Path) -> None:
                  "--state-dir", str(tmp_path / "state")) == expected
     assert fails("plan", "--config", str(cfg), "--request", REQUEST) == expected
 
+
+
+def test_grace_out_of_range(tmp_path: Path) -> None:
+    """--grace bounds how long a SIGTERM may take: negative or absurd is refused."""
+    for grace in ("-1", "nan", "86400"):
+        assert fails("serve", "--insecure", "--address", f"127.0.0.1:{free_port()}",
+                     "--grace", grace, "--state-dir", str(tmp_path)) == (
+            f"allset: --grace: {float(grace):g} is not between 0 and 3600 seconds")

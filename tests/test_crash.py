@@ -5,11 +5,8 @@ launched twice, and target sizes equal to what exists."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
-import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +18,8 @@ from adapters.base import InstanceState
 from adapters.fake.store import FakeStore
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
-from tests.helpers import free_port, wait_until
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import wait_until
+from tests.serve_process import ServeProcess
 
 CONFIG = """\
 cluster: crash
@@ -71,47 +67,13 @@ SCENARIOS = [
 COVERED: list[str] = []
 
 
-class Service:
-    def __init__(self, tmp: Path, config: Path, state_dir: Path) -> None:
-        self.tmp, self.config, self.state_dir = tmp, config, state_dir
-
-    def start(self, failpoints: str = "") -> tuple[subprocess.Popen[bytes], str]:
-        address = f"127.0.0.1:{free_port()}"
-        env = {**os.environ, "ALLSET_FAILPOINTS": failpoints}
-        log = open(self.tmp / "serve.log", "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "provider.cli", "serve", "--insecure", "--address", address,
-             "--config", str(self.config), "--state-dir", str(self.state_dir)],
-            cwd=ROOT, env=env, stdout=log, stderr=log,
-        )
-        stub = pb_grpc.CloudProviderStub(grpc.insecure_channel(address))
-
-        def up() -> bool:
-            assert proc.poll() is None, (self.tmp / "serve.log").read_text()
-            try:
-                stub.GPULabel(pb.GPULabelRequest(), timeout=1)
-                return True
-            except grpc.RpcError:
-                return False
-
-        wait_until(up, timeout=60)
-        return proc, address
-
-
-    def wait(self, proc: subprocess.Popen[bytes], timeout: float = 120) -> int:
-        """The process's exit status; on a hang, fail with what it logged."""
-        try:
-            return proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            log = (self.tmp / "serve.log").read_text()
-            raise AssertionError(f"allset serve did not exit; its log:\n{log[-4000:]}") from None
-
-
 def stub_for(address: str) -> pb_grpc.CloudProviderStub:
     return pb_grpc.CloudProviderStub(grpc.insecure_channel(address))
 
 
+# Two children and their waits, each bounded (tests.serve_process) so that a child that
+# hangs fails with its stacks and log before pytest's own timeout would cut it short.
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("wipe_state", [False, True], ids=["state-kept", "state-wiped"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.point for s in SCENARIOS])
 def test_crash_at_every_step(tmp_path: Path, scenario: Scenario, wipe_state: bool) -> None:
@@ -120,7 +82,7 @@ def test_crash_at_every_step(tmp_path: Path, scenario: Scenario, wipe_state: boo
     config.write_text(CONFIG.format(state=cloud_db,
                                     stockouts=STOCKOUT if scenario.fails else "[]"))
     state_dir = tmp_path / "state"
-    service = Service(tmp_path, config, state_dir)
+    service = ServeProcess(tmp_path, config, state_dir)
 
     proc, address = service.start(scenario.point)
     stub_for(address).NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="gpu", delta=5),
@@ -146,8 +108,9 @@ def test_crash_at_every_step(tmp_path: Path, scenario: Scenario, wipe_state: boo
         target = stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="gpu")).targetSize
         listed = {i.id for i in stub.NodeGroupNodes(pb.NodeGroupNodesRequest(id="gpu")).instances}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        service.wait(proc)
+        code = service.stop(proc)
+    assert code == 0, f"allset serve did not stop in order (status {code}):\n" \
+        f"{service.log_tail()}"
 
     after = cloud_instances(cloud_db)
     live = [i for i in after if i.state is not InstanceState.TERMINATED]

@@ -19,6 +19,7 @@ from provider.config import load_config
 from provider.controller import conditions
 from provider.controller.kube import CALLS
 from provider.demand import CLASS_NAME
+from provider.lifecycle.shutdown import EXIT_MARGIN_SECONDS
 from provider.provreq import parse_parameters
 from provider.service.server import LIVE, READY
 from tests.deploy_kit import (
@@ -358,7 +359,9 @@ def test_two_replicas_rolled_with_time_to_finish(directory: Path) -> None:
     assert keys == ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
     spec = pod_spec(deployment)
     assert spec["terminationGracePeriodSeconds"] >= 120
-    assert float(args_of(container)["--grace"]) < spec["terminationGracePeriodSeconds"]
+    # The drain, then the hand-over and exit, end before kubelet's SIGKILL.
+    assert float(args_of(container)["--grace"]) + EXIT_MARGIN_SECONDS < \
+        spec["terminationGracePeriodSeconds"]
     requests = container["resources"]["requests"]
     assert requests["cpu"] and requests["memory"]
     pdb = one(docs, "PodDisruptionBudget", "allset")

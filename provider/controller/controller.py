@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -80,14 +81,18 @@ class Controller:
         log.info("ProvisioningRequest controller started (%s/%s, %d workers)",
                  "autoscaling.x-k8s.io", self._kube.version, self._workers)
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Stop watching and working, waiting at most ``timeout`` for the threads in all:
+        True when every one ended (a worker still running may be in an attempt)."""
+        deadline = time.monotonic() + timeout
         self._stop.set()
         if self.gangs is not None:
             self.gangs.wake()  # out of its wait, to see the stop
         self.queue.close()
         self._kube.stop_watching()
         for thread in self._threads:
-            thread.join(timeout)
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
 
     def sync_once(self, limit: int = 1000) -> int:
         """List, then handle every key that is due, in this thread (tests, simulation)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -17,7 +18,7 @@ log = logging.getLogger("allset.controller")
 
 class Startable(Protocol):
     def start(self) -> None: ...
-    def stop(self, timeout: float = 30.0) -> None: ...
+    def stop(self, timeout: float = 30.0) -> bool: ...  # True: none of its threads runs
 
 
 class StartFailed(Exception):
@@ -76,15 +77,21 @@ class RetryingStart:
             if self._stop.wait(self.delay()):
                 return
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Within ``timeout``: True when no controller thread still runs (one that does
+        may be in an attempt, so the caller must not hand its lease over)."""
+        deadline = time.monotonic() + timeout
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        if not self._lock.acquire(timeout=timeout):
-            return  # a try still hangs on the API server; the process exits without it
+        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            # A try still hangs on the API server; the process exits without it. Nothing
+            # started, so nothing of the controller acts on the cloud.
+            return True
         try:
             if self.started.is_set() and self.controller is not None:
-                self.controller.stop(timeout)
+                return self.controller.stop(max(0.0, deadline - time.monotonic()))
+            return True
         finally:
             self._lock.release()
 

@@ -3,11 +3,14 @@ the provider when leadership changes, and keeps the leadership metrics current."
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import threading
+import time
 import uuid
+from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -63,15 +66,24 @@ class Election:
                                         daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """After the provider has drained: give the lease up so a standby need not wait."""
+    def stop(self, *, hand_over: bool = True, timeout: float = 10.0) -> None:
+        """After the provider has drained: stop routing CA here and give the lease up so a
+        standby need not wait (a renewal still in flight cannot take it back: the
+        elector's release flag). Not when the provider did not drain (``hand_over``
+        False): its attempts may still reach the cloud, so the lease runs out instead and
+        the standby waits the lease duration. Bounded by ``timeout`` (each Lease and
+        EndpointSlice call is bounded by its own timeout as well)."""
+        deadline = time.monotonic() + timeout
         self._stop.set()
+        withdrawn = self._routing.submit(self._endpoint.withdraw) \
+            if self._endpoint is not None else None
+        self._routing.shutdown(wait=False)
+        if withdrawn is not None:
+            futures.wait([withdrawn], timeout=max(0.0, deadline - time.monotonic()))
+        if hand_over:
+            self.elector.release()
         if self._thread is not None:
-            self._thread.join(self.timing.retry_period * 2)
-        if self._endpoint is not None:
-            self._routing.submit(self._endpoint.withdraw)
-        self._routing.shutdown(wait=True)
-        self.elector.release()
+            self._thread.join(max(0.0, deadline - time.monotonic()))
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -86,7 +98,8 @@ class Election:
         endpoint = self._endpoint
         if endpoint is None or self._stop.is_set():
             return
-        self._routing.submit(endpoint.point_here if acting else endpoint.withdraw)
+        with contextlib.suppress(RuntimeError):  # stop() shut the queue since the check
+            self._routing.submit(endpoint.point_here if acting else endpoint.withdraw)
 
     def _observe(self) -> None:
         provider = self._provider

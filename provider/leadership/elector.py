@@ -153,6 +153,9 @@ class LeaderElector:
         self._took_over_at: float | None = None
         self._predecessor_stopped_by: float | None = None
         self._predecessor = float("-inf")  # step's reading, for _write
+        # Set once release() begins, under _lock: from then on no step renews or takes the
+        # lease, so a renewal in flight cannot take back a lease being given up.
+        self._released = False
         self.failovers = 0  # times this process became leader after another holder
 
     # --- Leadership ------------------------------------------------------------------------
@@ -214,9 +217,13 @@ class LeaderElector:
 
     def step(self) -> bool:
         """Try once to take or renew the lease. Returns whether this process leads."""
+        if self._is_released():
+            return False
         now = self._clock.now()
         if self._renew_blind(now):
-            return True
+            return self.is_leader()
+        if self._is_released():  # the renewal conflicted with release(): stay out
+            return False
         try:
             current = self._store.get()
         except Exception as err:
@@ -233,6 +240,8 @@ class LeaderElector:
             now >= self._observed_at + current.duration_seconds
         if not mine and not free:
             self._set_leader(False)
+            return False
+        if self._is_released():
             return False
         if not self.is_leader():
             # Read before the write below replaces what we observed of the last holder.
@@ -269,18 +278,45 @@ class LeaderElector:
         return True
 
     def release(self) -> None:
-        """Give the lease up on a clean shutdown, so the standby need not wait it out."""
-        if not self.is_leader():
-            return
-        observed = self._observed
+        """Give the lease up on a clean shutdown, so the standby need not wait it out.
+
+        A step may be in flight on the elector's thread meanwhile. From here on no step
+        renews or takes the lease, but one write of it may already be on its way: if it
+        lands after ours it conflicts (the version moved) and the step stays out; if it
+        lands first, ours conflicts, and we read the lease and give it up again."""
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+            leading = self._leader and \
+                self._clock.now() < self._renewed_at + self.timing.renew_deadline
         self._set_leader(False)
-        if observed is None:
+        observed = self._observed
+        if not leading or observed is None:
             return
-        try:
-            self._store.update(dataclasses.replace(
-                observed, holder=None, duration_seconds=1.0, renewed_at=self._clock.now()))
-        except Exception as err:
-            log.info("releasing the lease failed (it will expire): %s", err)
+        for _ in range(3):  # at most one write was in flight; one more try is spare
+            try:
+                self._store.update(dataclasses.replace(
+                    observed, holder=None, duration_seconds=1.0,
+                    renewed_at=self._clock.now()))
+                return
+            except LeaseConflict:
+                try:
+                    current = self._store.get()
+                except Exception as err:
+                    log.info("releasing the lease failed (it will expire): %s", err)
+                    return
+                if current is None or current.holder != self.identity:
+                    return  # no longer ours: nothing to give up
+                observed = current
+            except Exception as err:
+                log.info("releasing the lease failed (it will expire): %s", err)
+                return
+        log.info("releasing the lease kept conflicting; it will expire")
+
+    def _is_released(self) -> bool:
+        with self._lock:
+            return self._released
 
     # --- internals -------------------------------------------------------------------------
 
@@ -297,6 +333,10 @@ class LeaderElector:
             return self.is_leader()
         self._observed, self._observed_at = written, now
         with self._lock:
+            if self._released:
+                # release() began while this write was out: it gives the lease up again
+                # (its write conflicts with this one and it reads); never act on it.
+                return False
             # A renewal only while the record was ours: a holder that lapsed and takes the
             # lease back after another's term starts a new epoch like any newcomer.
             was = self._leader and current is not None and current.holder == self.identity

@@ -16,6 +16,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +25,11 @@ MANAGED_BY = "allset.dev"
 
 class LeaderEndpoint:
     def __init__(self, api: client.ApiClient, namespace: str, service: str, pod_name: str,
-                 pod_ip: str, ports: dict[str, int]) -> None:
+                 pod_ip: str, ports: dict[str, int], *, timeout: float = 10.0) -> None:
         self._api = client.DiscoveryV1Api(api)
+        # Each call is bounded: a withdraw hung on a dead connection kept `allset serve`
+        # from exiting on SIGTERM (the routing queue was joined without a timeout).
+        self._timeout = timeout
         self.namespace = namespace
         self.service = service
         self.name = f"{service}-leader"
@@ -44,7 +48,7 @@ class LeaderEndpoint:
         """This replica stops acting: route nothing to it (if the slice still names it)."""
         try:
             current = self._read()
-        except ApiException as err:
+        except (ApiException, HTTPError) as err:  # HTTPError: a timeout, a refused connection
             log.info("reading the leader EndpointSlice failed: %s", err)
             return
         if current is None:
@@ -58,7 +62,8 @@ class LeaderEndpoint:
 
         try:
             response = self._api.read_namespaced_endpoint_slice(
-                self.name, self.namespace, _preload_content=False)
+                self.name, self.namespace, _preload_content=False,
+                _request_timeout=self._timeout)
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -82,11 +87,13 @@ class LeaderEndpoint:
         try:
             current = self._read()
             if current is None:
-                self._api.create_namespaced_endpoint_slice(self.namespace, body)
+                self._api.create_namespaced_endpoint_slice(self.namespace, body,
+                                                           _request_timeout=self._timeout)
             else:
                 body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-                self._api.replace_namespaced_endpoint_slice(self.name, self.namespace, body)
-        except ApiException as err:
+                self._api.replace_namespaced_endpoint_slice(
+                    self.name, self.namespace, body, _request_timeout=self._timeout)
+        except (ApiException, HTTPError) as err:
             # The next change of leadership, or the periodic re-assertion, tries again.
             log.warning("updating the leader EndpointSlice %s/%s failed: %s",
                         self.namespace, self.name, err)

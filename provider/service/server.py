@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -98,16 +99,26 @@ class Server:
         if acting:
             log.info("allset serving %s on %s", SERVICE_NAME, self.address)
 
-    def stop(self, grace: float = 10.0) -> None:
+    def stop(self, grace: float = 10.0) -> bool:
         """Health goes NOT_SERVING, scale-ups in flight finish (commit or roll back), then
-        the server stops, letting RPCs in progress complete within ``grace``."""
+        the server stops, letting RPCs in progress complete: all within ``grace`` seconds.
+        Returns whether the provider drained (Provider.stop): False leaves attempts still
+        running, for the caller to end the process without handing the lease over."""
+        deadline = time.monotonic() + grace
         self._stopping = True
         self._health.enter_graceful_shutdown()
-        self.provider.stop(timeout=max(grace, 30.0))
-        self._server.stop(grace).wait()
+        # Even at --grace 0 an idle pool gets a moment to join (within the exit margin).
+        drained = self.provider.stop(timeout=max(grace, 1.0))
+        left = max(0.0, deadline - time.monotonic())
+        # A handler that ignores its cancellation would keep the stop from completing:
+        # the wait is bounded too (the process's exit is bounded by lifecycle.shutdown).
+        if not self._server.stop(left).wait(left + 1.0):
+            log.warning("gRPC handlers still running %.0fs after the stop", left + 1.0)
         if self._probe is not None:
-            self._probe.stop(0).wait()
-        log.info("allset stopped")
+            self._probe.stop(0).wait(1.0)
+        log.info("allset stopped" if drained else
+                 "allset stopped serving; attempts still in flight are left for recovery")
+        return drained
 
     def wait(self, timeout: float | None = None) -> bool:
         return bool(self._server.wait_for_termination(timeout))

@@ -184,3 +184,80 @@ def test_a_lease_call_to_a_server_that_never_answers_fails_within_its_timeout() 
             store.get()
     finally:
         silent.close()
+
+
+class _Interleaved:
+    """A lease store whose updates from the elector's own thread (a renewal) and from the
+    thread that calls release() meet in a chosen order: ``renewal_first`` lands the renewal
+    after release() has begun but before release writes; otherwise release writes first and
+    the renewal lands after it."""
+
+    def __init__(self, store: KubeLeaseStore, release_thread: int, renewal_first: bool
+                 ) -> None:
+        import threading
+
+        self._store, self._release_thread = store, release_thread
+        self._renewal_first = renewal_first
+        self.renewing = threading.Event()  # a renewal's write is in flight
+        self.releasing = threading.Event()  # release() is writing
+        self.renewed = threading.Event()  # the renewal's write has landed (or failed)
+        self.released = threading.Event()  # release()'s first write has landed (or failed)
+
+    def get(self) -> LeaseRecord | None:
+        return self._store.get()
+
+    def create(self, record: LeaseRecord) -> LeaseRecord:
+        return self._store.create(record)
+
+    def update(self, record: LeaseRecord) -> LeaseRecord:
+        import threading
+
+        if threading.get_ident() == self._release_thread:
+            if self.releasing.is_set():
+                return self._store.update(record)  # a later write of release()
+            self.releasing.set()
+            if self._renewal_first:
+                assert self.renewed.wait(10)
+            try:
+                return self._store.update(record)
+            finally:
+                self.released.set()
+        if self.renewing.is_set():
+            return self._store.update(record)  # the step's second write, after a conflict
+        self.renewing.set()
+        try:
+            assert (self.releasing if self._renewal_first else self.released).wait(10)
+            return self._store.update(record)
+        finally:
+            self.renewed.set()
+
+
+@pytest.mark.parametrize("renewal_first", [False, True], ids=["release-first",
+                                                              "renewal-first"])
+def test_a_renewal_in_flight_never_keeps_the_lease_after_release(
+        api: object, renewal_first: bool) -> None:
+    """Regression (the elector's shutdown race): a renewal in flight when release() runs
+    took the lease back (release first: its write conflicted, the step read a free lease
+    and acquired it) or kept it (renewal first: release's write conflicted and gave up).
+    Either way the process exited holding a 60 s lease and the standby waited it out."""
+    import threading
+
+    clock = ManualClock()
+    store = _Interleaved(KubeLeaseStore(api, NS, "allset"), threading.get_ident(),
+                         renewal_first)
+    a = LeaderElector(store, "pod-a", clock, CLIENT_GO)
+    b = LeaderElector(KubeLeaseStore(api, NS, "allset"), "pod-b", clock, CLIENT_GO)
+    assert a.step()
+    b.step()
+    clock.advance(2)
+    stepping = threading.Thread(target=a.step)
+    stepping.start()
+    assert store.renewing.wait(10)  # the renewal is in flight
+    a.release()
+    stepping.join(10)
+    assert not stepping.is_alive()
+    assert not a.is_leader()
+    assert KubeLeaseStore(api, NS, "allset").get().holder is None  # type: ignore[union-attr]
+    assert b.step() and b.is_leader()  # at once, not a lease duration later
+    clock.advance(2)
+    assert not a.step() and not a.is_leader()  # and a released elector stays out

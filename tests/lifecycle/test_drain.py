@@ -1,0 +1,62 @@
+"""What the drain on SIGTERM waits for, and what it reports: a scale-up not yet begun is
+handed back untouched; one still running anywhere (a scale-up worker, a controller
+worker) keeps the process from counting as drained, so it never hands its lease over
+while that attempt may still reach the cloud."""
+
+from __future__ import annotations
+
+import threading
+
+from adapters.base import LaunchRequest
+from provider.controller.startup import RetryingStart
+from provider.executor import MemoryJournal
+from tests.helpers import harness
+
+
+def test_a_scale_up_still_queued_at_stop_is_handed_back_untouched() -> None:
+    """Fails on the code before: the drain ran it, launching nodes while stopping."""
+    h = harness()
+    h.provider.scaleups.increase("gpu", 2)  # queued, no worker has taken it yet
+    assert h.provider.stop(timeout=5) is True
+    assert h.live() == [] and h.cloud.calls["launch"] == 0
+    journal = h.provider.journal
+    assert isinstance(journal, MemoryJournal) and not journal.open and not journal.outcomes
+
+
+def test_an_attempt_still_running_keeps_the_provider_undrained() -> None:
+    h = harness()
+    gate, launching = threading.Event(), threading.Event()
+
+    def hold(request: LaunchRequest) -> None:
+        launching.set()
+        gate.wait(30)
+
+    h.cloud.before_launch = hold
+    h.provider.scaleups.increase("gpu", 1)
+    _, work, _ = h.pool.queue.pop(0)
+    worker = threading.Thread(target=work)  # as a controller worker runs its attempts
+    worker.start()
+    try:
+        assert launching.wait(10)
+        assert h.provider.stop(timeout=0.2) is False
+        assert h.provider.stop() is False  # asked again: still not drained
+    finally:
+        gate.set()
+        worker.join(10)
+
+
+class _Stuck:
+    """A started controller with a worker that does not end in time."""
+
+    def start(self) -> None:
+        pass
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        return False
+
+
+def test_a_controller_worker_still_running_is_reported() -> None:
+    starter = RetryingStart(_Stuck)
+    starter.start()
+    assert starter.started.wait(10)
+    assert starter.stop(timeout=1) is False
