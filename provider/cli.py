@@ -297,6 +297,7 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"allset: serving {config.source} ({len(config.groups)} node groups, "
           f"cloud {config.schema.cloud.provider}) on {server.address} [{mode}]", flush=True)
     shutdown.wait()
+    server.refuse()  # first: no scale-up is taken while the controller drains
     # Its workers run attempts too: drained only if they ended as well.
     quiet = controller.stop(shutdown.remaining()) if controller is not None else True
     drained = server.stop(shutdown.remaining()) and quiet
@@ -307,8 +308,9 @@ def _serve(args: argparse.Namespace) -> int:
     if not drained:
         # Its threads may still call the cloud: only the process's end stops them (and
         # frees the state lock after them). Their records stay for the next start.
-        shutdown.exit_now(f"attempts still in flight after --grace {args.grace:g}s are "
-                          "left for recovery at the next start; exiting")
+        shutdown.exit_now(f"threads still running after --grace {args.grace:g}s (any "
+                          "attempt among them is left for recovery at the next start); "
+                          "exiting")
     if lock is not None:
         lock.release()
     return 0

@@ -48,11 +48,14 @@ class ScaleUps:
         self._ids = ids
         self._matcher = matcher
         self.draining = False
+        # Set at the first moment of a shutdown, before anything is drained: no new
+        # scale-up is taken while the controller's workers finish.
+        self.refusing = False
 
     def increase(self, group_id: str, delta: int) -> str:
         """Validate and record the scale-up, then hand it to a worker. Raises NotFound,
         InvalidArgument or FailedPrecondition with nothing changed."""
-        if self.draining:
+        if self.draining or self.refusing:
             raise Unavailable("allset is shutting down; scale-ups are not accepted")
         attempt = self._ids()
         self._fleet.increase(group_id, delta, attempt, self._clock.now())

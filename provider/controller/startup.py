@@ -56,6 +56,11 @@ class RetryingStart:
                 if self.controller is None:
                     self.controller = self._build()
                 self.controller.start()
+                if self._stop.is_set():
+                    # stop() gave up on this try while it hung on the API server: what
+                    # it just started must not run on after the stop.
+                    self.controller.stop(0.0)
+                    return False
                 self.started.set()
             log.info("ProvisioningRequest controller is up%s",
                      f" after {self.failures} failed tries" if self.failures else "")
@@ -82,9 +87,13 @@ class RetryingStart:
         may be in an attempt, so the caller must not hand its lease over)."""
         deadline = time.monotonic() + timeout
         self._stop.set()
+        # A try hung on the API server (an outage) holds the lock: wait a moment, not the
+        # whole grace, which the scale-ups' drain needs more. Such a try stops what it
+        # starts once it returns (run_once).
+        wait = timeout if self.started.is_set() else min(timeout, 1.0)
         if self._thread is not None:
-            self._thread.join(timeout)
-        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            self._thread.join(wait)
+        if not self._lock.acquire(timeout=max(0.0, min(wait, deadline - time.monotonic()))):
             # A try still hangs on the API server; the process exits without it. Nothing
             # started, so nothing of the controller acts on the cloud.
             return True

@@ -11,6 +11,7 @@ has stopped before anyone else can start."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -144,6 +145,9 @@ class LeaderElector:
         self.timing = timing or Timing()
         self._on_change = on_change
         self._lock = threading.Lock()
+        # Orders each change of leadership with its on_change call, so that a release()
+        # racing a write that took the lease is heard last, whichever wins.
+        self._notify = threading.RLock()
         self._observed: LeaseRecord | None = None
         self._observed_at = float("-inf")  # our clock, when the record last changed
         self._renewed_at = float("-inf")  # our clock, our last successful write
@@ -333,9 +337,17 @@ class LeaderElector:
             return self.is_leader()
         self._observed, self._observed_at = written, now
         with self._lock:
+            released = self._released
+        if released:
+            # release() began while this write was out: never act on it, and give up
+            # what it wrote (release() wrote nothing when it saw no lease held: this
+            # write may be the one that took it). A conflict means release() did.
+            with contextlib.suppress(Exception):
+                self._store.update(dataclasses.replace(
+                    written, holder=None, duration_seconds=1.0, renewed_at=now))
+            return False
+        with self._lock:
             if self._released:
-                # release() began while this write was out: it gives the lease up again
-                # (its write conflicts with this one and it reads); never act on it.
                 return False
             # A renewal only while the record was ours: a holder that lapsed and takes the
             # lease back after another's term starts a new epoch like any newcomer.
@@ -353,8 +365,8 @@ class LeaderElector:
                     self._took_over_at = now
         if not was:
             log.info("%s leads (lease epoch %d)", self.identity, written.transitions)
-            self._set_leader(True)
-        return True
+            self._set_leader(True, unless_released=True)
+        return self.is_leader()
 
     def _lose_if_overdue(self) -> None:
         if self._leader and self._clock.now() >= self._renewed_at + self.timing.renew_deadline:
@@ -362,12 +374,15 @@ class LeaderElector:
                         self.identity, self.timing.renew_deadline)
             self._set_leader(False)
 
-    def _set_leader(self, leader: bool) -> None:
-        with self._lock:
-            changed = self._leader != leader
-            self._leader = leader
-        if changed and self._on_change is not None:
-            self._on_change(leader)
+    def _set_leader(self, leader: bool, *, unless_released: bool = False) -> None:
+        with self._notify:
+            with self._lock:
+                if unless_released and self._released:
+                    return
+                changed = self._leader != leader
+                self._leader = leader
+            if changed and self._on_change is not None:
+                self._on_change(leader)
 
 
 def _changed(a: LeaseRecord, b: LeaseRecord) -> bool:

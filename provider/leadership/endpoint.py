@@ -55,7 +55,9 @@ class LeaderEndpoint:
             return
         addresses = {a for e in current.get("endpoints") or [] for a in e.get("addresses") or []}
         if self._ip in addresses:
-            self._write([])
+            # Guarded by the version read here: had a new leader pointed the slice at
+            # itself since, the replace conflicts rather than erase its route.
+            self._write([], current)
 
     def _read(self) -> dict[str, Any] | None:
         import json
@@ -71,7 +73,9 @@ class LeaderEndpoint:
         found: dict[str, Any] = json.loads(response.data)
         return found
 
-    def _write(self, endpoints: list[dict[str, Any]]) -> None:
+    def _write(self, endpoints: list[dict[str, Any]],
+               current: dict[str, Any] | None = None) -> None:
+        """Create or replace the slice; with ``current``, only over that version of it."""
         body: dict[str, Any] = {
             "apiVersion": "discovery.k8s.io/v1",
             "kind": "EndpointSlice",
@@ -85,7 +89,8 @@ class LeaderEndpoint:
                       for name, port in self._ports.items()],
         }
         try:
-            current = self._read()
+            if current is None:
+                current = self._read()
             if current is None:
                 self._api.create_namespaced_endpoint_slice(self.namespace, body,
                                                            _request_timeout=self._timeout)
@@ -93,7 +98,14 @@ class LeaderEndpoint:
                 body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
                 self._api.replace_namespaced_endpoint_slice(
                     self.name, self.namespace, body, _request_timeout=self._timeout)
-        except (ApiException, HTTPError) as err:
+        except ApiException as err:
+            if err.status == 409 and not endpoints:
+                log.info("leader EndpointSlice changed since it was read (a new leader's "
+                         "route): not withdrawn over it")
+                return
+            log.warning("updating the leader EndpointSlice %s/%s failed: %s",
+                        self.namespace, self.name, err)
+        except HTTPError as err:
             # The next change of leadership, or the periodic re-assertion, tries again.
             log.warning("updating the leader EndpointSlice %s/%s failed: %s",
                         self.namespace, self.name, err)

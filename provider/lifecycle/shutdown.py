@@ -145,17 +145,17 @@ class Shutdown:
         if self._exit is os._exit:
             faulthandler.dump_traceback_later(self.grace + self.margin + BACKSTOP_SECONDS,
                                               exit=True, file=sys.stderr.fileno())
+        self.requested.set()  # before the log line, which may wait on a stuck thread
         log.info("received %s: draining for at most %.0fs, exiting within %.0fs", name,
                  self.grace, self.grace + self.margin)
-        self.requested.set()
 
     def _expired(self) -> None:
         # Written without the logging module: a thread stuck inside it must not keep the
         # process from ending. faulthandler writes from C, taking no lock.
         _say(f"allset: still running {self.grace + self.margin:.0f}s after "
              f"{self.signal_name} (--grace {self.grace:g}s + {self.margin:g}s); the "
-             "threads' stacks follow; exiting now, attempts in flight are left for "
-             "recovery at the next start")
+             "threads' stacks follow; exiting now (any attempt among them is left for "
+             "recovery at the next start)")
         with contextlib.suppress(Exception):
             faulthandler.dump_traceback(file=sys.stderr.fileno(), all_threads=True)
         self._exit(EXIT_NOT_DRAINED)

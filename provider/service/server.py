@@ -99,14 +99,20 @@ class Server:
         if acting:
             log.info("allset serving %s on %s", SERVICE_NAME, self.address)
 
+    def refuse(self) -> None:
+        """The first step of a shutdown: health goes NOT_SERVING and no new scale-up is
+        taken, before anything else drains (the ones in flight go on)."""
+        self._stopping = True
+        self._health.enter_graceful_shutdown()
+        self.provider.scaleups.refusing = True
+
     def stop(self, grace: float = 10.0) -> bool:
         """Health goes NOT_SERVING, scale-ups in flight finish (commit or roll back), then
         the server stops, letting RPCs in progress complete: all within ``grace`` seconds.
         Returns whether the provider drained (Provider.stop): False leaves attempts still
         running, for the caller to end the process without handing the lease over."""
         deadline = time.monotonic() + grace
-        self._stopping = True
-        self._health.enter_graceful_shutdown()
+        self.refuse()
         # Even at --grace 0 an idle pool gets a moment to join (within the exit margin).
         drained = self.provider.stop(timeout=max(grace, 1.0))
         left = max(0.0, deadline - time.monotonic())

@@ -261,3 +261,53 @@ def test_a_renewal_in_flight_never_keeps_the_lease_after_release(
     assert b.step() and b.is_leader()  # at once, not a lease duration later
     clock.advance(2)
     assert not a.step() and not a.is_leader()  # and a released elector stays out
+
+
+class _HeldWrite:
+    """A lease store whose first write waits until ``go`` is set (an acquisition in
+    flight)."""
+
+    def __init__(self, store: KubeLeaseStore) -> None:
+        import threading
+
+        self._store = store
+        self.inflight, self.go = threading.Event(), threading.Event()
+
+    def get(self) -> LeaseRecord | None:
+        return self._store.get()
+
+    def _held(self) -> None:
+        if not self.inflight.is_set():
+            self.inflight.set()
+            assert self.go.wait(10)
+
+    def create(self, record: LeaseRecord) -> LeaseRecord:
+        self._held()
+        return self._store.create(record)
+
+    def update(self, record: LeaseRecord) -> LeaseRecord:
+        self._held()
+        return self._store.update(record)
+
+
+def test_an_acquisition_in_flight_at_release_gives_the_lease_up(api: object) -> None:
+    """Regression (review): a standby's write taking a free lease was in flight when its
+    release() ran; release saw no lease held and wrote nothing, then the write landed and
+    the exiting process held the lease for a whole duration."""
+    import threading
+
+    clock = ManualClock()
+    store = _HeldWrite(KubeLeaseStore(api, NS, "allset"))
+    heard: list[bool] = []
+    a = LeaderElector(store, "pod-a", clock, CLIENT_GO, on_change=heard.append)
+    b = LeaderElector(KubeLeaseStore(api, NS, "allset"), "pod-b", clock, CLIENT_GO)
+    stepping = threading.Thread(target=a.step)
+    stepping.start()
+    assert store.inflight.wait(10)
+    a.release()
+    store.go.set()
+    stepping.join(10)
+    assert not stepping.is_alive()
+    assert not a.is_leader() and True not in heard  # it never acted as leader
+    assert KubeLeaseStore(api, NS, "allset").get().holder is None  # type: ignore[union-attr]
+    assert b.step() and b.is_leader()  # at once, not a lease duration later

@@ -60,3 +60,47 @@ def test_a_controller_worker_still_running_is_reported() -> None:
     starter.start()
     assert starter.started.wait(10)
     assert starter.stop(timeout=1) is False
+
+
+def test_scale_ups_are_refused_from_the_first_moment_of_a_stop() -> None:
+    """Regression (review): health and the refusal of new scale-ups changed only in
+    Server.stop, after the controller's drain, which could take the whole grace; CA's
+    scale-ups were taken meanwhile and then cut off undrained."""
+    import pytest
+
+    from provider.errors import Unavailable
+    from provider.service.server import Server
+
+    h = harness()
+    server = Server(h.provider, "127.0.0.1:0", None)
+    server.refuse()  # what serve does first on SIGTERM, before the controller drains
+    with pytest.raises(Unavailable, match="shutting down"):
+        h.provider.scaleups.increase("gpu", 1)
+    assert h.cloud.calls["launch"] == 0
+    assert server.stop(5) is True
+
+
+class _HangsInStart:
+    """A controller whose start() hangs on the API server until let go."""
+
+    def __init__(self) -> None:
+        self.go, self.stopped = threading.Event(), threading.Event()
+
+    def start(self) -> None:
+        assert self.go.wait(30)
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        self.stopped.set()
+        return True
+
+
+def test_a_controller_that_starts_after_its_stop_gave_up_is_stopped_at_once() -> None:
+    """Regression (review): stop() gave up on a try hung on the API server; when the try
+    came back, the controller started its workers after the stop."""
+    hung = _HangsInStart()
+    starter = RetryingStart(lambda: hung)
+    starter.start()
+    assert starter.stop(timeout=3) is True  # nothing runs yet
+    hung.go.set()  # the API server answers at last
+    assert hung.stopped.wait(10)
+    assert not starter.started.is_set()
