@@ -278,7 +278,8 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"workers, {_children_cpu() - cpu + _own_cpu():.0f} CPU-seconds; {machine()}\n")
     rows = RUNTIME_ROWS if args.runtimes_only else None
     for t in table.traces:
-        title = f"{titles.get(t, t)}; seeds {', '.join(map(str, table.seeds))}"
+        seeds_run = sorted({r.seed for r in table.runs if r.trace == t})  # runs saved apart
+        title = f"{titles.get(t, t)}; seeds {', '.join(map(str, seeds_run))}"
         print((text(table, t, title) if rows is None
                else text(table, t, title, rows=rows, ratios=(
                    ("on-demand cost", "onDemandCost"), ("interruptions", "interruptions"))))

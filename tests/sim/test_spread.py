@@ -163,13 +163,16 @@ def test_runs_saved_apart_render_together_and_a_run_saved_twice_is_refused(
     first = Table.of([*runs("allset", "30-days", onDemandCost=[90.0, 100.0]),
                       *runs("allset (no runtimes)", "30-days", onDemandCost=[100.0, 98.0])])
     later = Table.of([Run("30-days", "allset", 2, {"onDemandCost": 80.0}),
-                      Run("30-days", "allset (no runtimes)", 2, {"onDemandCost": 95.0})])
+                      Run("30-days", "allset (no runtimes)", 2, {"onDemandCost": 95.0}),
+                      Run("reference", "allset", 7, {"onDemandCost": 1.0}),
+                      Run("reference", "allset (no runtimes)", 7, {"onDemandCost": 2.0})])
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(dump(first, {"30-days": "thirty days"}, {})))
     b.write_text(json.dumps(dump(later, {}, {})))
     main(["--runtimes-only", "--from-json", str(a), str(b)])
     out = capsys.readouterr().out
-    assert "thirty days; seeds 0, 1, 2" in out
+    assert "thirty days; seeds 0, 1, 2\n" in out
+    assert "reference; seeds 7\n" in out  # each trace names the seeds it ran
     assert "on-demand USD, runtimes - no runtimes, seed by seed: -10, +2, -15" in out
     assert "2 of 3 seeds below" in out
     with pytest.raises(SystemExit, match="allset seed 2 is also in"):
