@@ -12,6 +12,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from adapters.base import CapacityType, CloudAdapter
 from provider.clock import Clock, SystemClock
 from provider.config import LoadedConfig
+from provider.errors import Unavailable
 from provider.executor import Executor as AttemptExecutor
 from provider.executor import Journal, MemoryJournal, Observer, PartRunner, ThreadRunner
 from provider.fleet import Fleet
@@ -288,7 +289,11 @@ class Provider:
     # --- operations the servicer calls ----------------------------------------------------
 
     def delete_nodes(self, group_id: str, provider_ids: Sequence[str]) -> None:
-        """Lower the target now; terminate in the background (retried until done)."""
+        """Lower the target now; terminate in the background (retried until done).
+        Refused with nothing changed once a shutdown began: the workers that terminate
+        are draining, and CA asks again (the next leader, or this process restarted)."""
+        if self.scaleups.refusing or self.scaleups.draining:
+            raise Unavailable("allset is shutting down; node deletions are not accepted")
         doomed = self.fleet.delete_nodes(group_id, provider_ids, protected=self.bookings())
         if doomed:
             ids = [i.id for i in doomed]

@@ -104,3 +104,23 @@ def test_a_controller_that_starts_after_its_stop_gave_up_is_stopped_at_once() ->
     hung.go.set()  # the API server answers at last
     assert hung.stopped.wait(10)
     assert not starter.started.is_set()
+
+
+def test_node_deletions_are_refused_with_nothing_changed_once_a_stop_began() -> None:
+    """Found in review: during the drain a DeleteNodes lowered the target and marked the
+    nodes deleting, then failed to hand the termination to the draining workers (CA got
+    INTERNAL; the termination waited for the next start)."""
+    import pytest
+
+    from provider.errors import Unavailable
+
+    h = harness()
+    h.provider.scaleups.increase("gpu", 1)
+    h.run_workers()
+    (node,) = h.live("gpu")
+    target = h.provider.fleet.view("gpu").target_size
+    h.provider.scaleups.refusing = True  # what Server.refuse() sets first on SIGTERM
+    with pytest.raises(Unavailable, match="shutting down"):
+        h.provider.delete_nodes("gpu", [node.provider_id])
+    assert h.provider.fleet.view("gpu").target_size == target
+    assert h.cloud.calls["terminate"] == 0 and h.live("gpu") == [node]
