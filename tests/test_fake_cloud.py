@@ -22,6 +22,7 @@ from adapters.base import (
     TransientError,
 )
 from adapters.fake import FakeCloud, FakeSettings, Stockout
+from adapters.fake.store import FakeStore
 from provider.clock import ManualClock
 
 NOW = 1_800_000_000.0
@@ -214,3 +215,27 @@ def test_a_shared_cloud_needs_its_file_and_no_shutdown_timing() -> None:
     with pytest.raises(ConfigError, match="terminateSeconds"):
         config(BASE_CONFIG.replace("  fake:\n", "  fake:\n    shared: true\n    statePath: "
                                    "c.db\n    terminateSeconds: 5\n", 1))
+
+
+def test_a_reader_of_the_store_can_read_only_what_is_new(tmp_path: Path,
+                                                         clock: ManualClock) -> None:
+    """bench/scale's kubelets poll the store for instances to register: the ids of those
+    running, then in full only the ones not seen (1,200 here: more than one query's worth of
+    bound parameters)."""
+    path = tmp_path / "cloud.db"
+    cloud = FakeCloud(settings(state_path=str(path), quotas={}), clock)
+    launched = cloud.launch(req("a/1", 1200))
+    cloud.commit([i.id for i in launched], "a")  # stored as running from here
+    cloud.terminate([launched[0].id])
+    store = FakeStore(path)
+    try:
+        running = store.ids(InstanceState.RUNNING)
+        assert running == {i.id for i in launched[1:]}
+        fresh = sorted(running)[:700]
+        read = store.instances([*fresh, "i-unknown"])
+        assert sorted(i.id for i in read) == fresh
+        assert {i.tags.attempt for i in read} == {launched[1].tags.attempt}
+        assert {(i.id, i.tags) for i in read} == {
+            (i.id, i.tags) for i in store.load()[0] if i.id in set(fresh)}
+    finally:
+        store.close()

@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from adapters.base import CapacityType, CloudInstance, InstanceState, OwnerTags
 from provider.store.sqlite import Database
@@ -34,25 +35,28 @@ class FakeStore:
 
     def load(self) -> tuple[list[CloudInstance], dict[str, tuple[str, ...]]]:
         with self._db.reading() as db:
-            rows = db.execute(
-                "SELECT id, provider_id, zone, instance_type, state, tags, launched_at "
-                "FROM instances ORDER BY launched_at, id"
-            ).fetchall()
+            rows = db.execute(f"SELECT {_COLUMNS} FROM instances ORDER BY launched_at, id"
+                              ).fetchall()
             tokens = db.execute("SELECT token, instance_ids FROM tokens").fetchall()
-        instances = [
-            CloudInstance(
-                id=r[0],
-                provider_id=r[1],
-                name=r[0],
-                zone=r[2],
-                instance_type=r[3],
-                state=InstanceState(r[4]),
-                tags=_tags_from_json(r[5]),
-                launched_at=r[6],
-            )
-            for r in rows
-        ]
-        return instances, {t: tuple(json.loads(ids)) for t, ids in tokens}
+        return [_instance(r) for r in rows], {t: tuple(json.loads(ids)) for t, ids in tokens}
+
+    def ids(self, state: InstanceState) -> set[str]:
+        """The ids of the instances in ``state`` (cheap: a reader that polls for new
+        instances, like bench/scale's kubelets, reads in full only those it has not seen)."""
+        with self._db.reading() as db:
+            rows = db.execute("SELECT id FROM instances WHERE state = ?", (state.value,))
+            return {r[0] for r in rows}
+
+    def instances(self, ids: Iterable[str]) -> list[CloudInstance]:
+        wanted = list(ids)
+        out: list[CloudInstance] = []
+        with self._db.reading() as db:
+            for start in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
+                chunk = wanted[start:start + 500]
+                out += [_instance(r) for r in db.execute(
+                    f"SELECT {_COLUMNS} FROM instances WHERE id IN "
+                    f"({', '.join('?' * len(chunk))})", chunk)]
+        return out
 
     def save_launch(self, token: str, instances: Iterable[CloudInstance]) -> None:
         items = list(instances)
@@ -75,6 +79,15 @@ class FakeStore:
 
     def close(self) -> None:
         self._db.close()
+
+
+_COLUMNS = "id, provider_id, zone, instance_type, state, tags, launched_at"
+
+
+def _instance(r: tuple[Any, ...]) -> CloudInstance:
+    return CloudInstance(id=r[0], provider_id=r[1], name=r[0], zone=r[2], instance_type=r[3],
+                         state=InstanceState(r[4]), tags=_tags_from_json(r[5]),
+                         launched_at=r[6])
 
 
 def _row(i: CloudInstance) -> tuple[str, str, str, str, str, str, float]:
