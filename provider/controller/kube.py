@@ -64,7 +64,10 @@ CALLS: tuple[Call, ...] = (
     # Leader election (provider/leadership): the Lease, and routing CA to the leader.
     # RBAC cannot name an object on create, so create is granted on the kind.
     Call("coordination.k8s.io", "leases", ("create",), namespaced=True),
-    Call("coordination.k8s.io", "leases", ("get", "update"), namespaced=True, names=(LEASE,)),
+    # list/watch: a standby follows the Lease by a watch on metadata.name, which RBAC
+    # authorizes by name.
+    Call("coordination.k8s.io", "leases", ("get", "list", "watch", "update"), namespaced=True,
+         names=(LEASE,)),
     Call("discovery.k8s.io", "endpointslices", ("create",), namespaced=True),
     Call("discovery.k8s.io", "endpointslices", ("get", "update"), namespaced=True,
          names=(LEADER_SLICE,)),

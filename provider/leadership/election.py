@@ -51,6 +51,8 @@ class Election:
         self._routing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leader-route")
         self._failovers = 0
         self._stop = threading.Event()
+        self._wake = threading.Event()  # the watch saw the lease free, or stop()
+        self._following = threading.Event()  # the watch of the lease is up
         self._thread: threading.Thread | None = None
 
     def bind(self, provider: Any) -> None:
@@ -65,6 +67,8 @@ class Election:
         self._thread = threading.Thread(target=self._run, name="leader-election",
                                         daemon=True)
         self._thread.start()
+        # Not joined: it may sit in a read of a quiet watch; it ends with the process.
+        threading.Thread(target=self._follow, name="leader-lease-watch", daemon=True).start()
 
     def stop(self, *, hand_over: bool = True, timeout: float = 10.0) -> None:
         """After the provider has drained: stop routing CA here and give the lease up so a
@@ -75,6 +79,7 @@ class Election:
         EndpointSlice call is bounded by its own timeout as well)."""
         deadline = time.monotonic() + timeout
         self._stop.set()
+        self._wake.set()
         withdrawn = self._routing.submit(self._endpoint.withdraw) \
             if self._endpoint is not None else None
         self._routing.shutdown(wait=False)
@@ -87,11 +92,35 @@ class Election:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                self.elector.step()
-            except Exception:  # a bad answer from the API server must not end the loop
-                log.exception("leader election step failed")
+            # While the watch is up a standby reads nothing until the holder it saw would
+            # have expired; without it, every retry period (client-go's way).
+            if not self._following.is_set() or self.elector.due():
+                try:
+                    self.elector.step()
+                except Exception:  # a bad answer from the API server must not end the loop
+                    log.exception("leader election step failed")
             self._observe()
+            self._wake.wait(self.timing.retry_period)
+            self._wake.clear()
+
+    def _follow(self) -> None:
+        """Watch the Lease and hand each record to the elector (a standby's cheap way to
+        follow the holder); a failed watch is started again after a retry period, and
+        until then the election reads the lease as it would without one."""
+        while not self._stop.is_set():
+            try:
+                for record in self.store.follow():
+                    if self._stop.is_set():
+                        return
+                    self._following.set()
+                    if self.elector.observe(record):
+                        self._wake.set()
+            except Exception as err:
+                if self._stop.is_set():
+                    return
+                log.info("watching the lease failed (reading it each retry period "
+                         "instead): %s", err)
+            self._following.clear()
             self._stop.wait(self.timing.retry_period)
 
     def _route(self, acting: bool) -> None:

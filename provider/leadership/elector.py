@@ -108,13 +108,15 @@ class Timing:
     minute at 2s, which alone is three times the steady-state budget of issue 18 (10 API
     requests a minute, whatever the cluster's size). At 60s/40s/8s:
 
-    - the leader writes 7.5 times a minute (a standby reads as often);
+    - the leader writes 7.5 times a minute (a standby follows the Lease by watch: one
+      request per watch, and a read only when the holder would have expired);
     - it tries to renew 4 times within its renew deadline, so it rides out an API server
       that is away for up to 24s (client-go's defaults: 8s);
     - a leader that was cut off stops acting 20s before another may start (5s at the
       defaults), the margin for clock rate skew;
     - a standby takes over within 68s of a leader that died without releasing (17s at
-      the defaults), and within 8s of one that released on shutdown.
+      the defaults), and at once after one that released on shutdown (the watch
+      shows the release; within 8s when the watch is down and it reads instead).
 
     A GPU node takes minutes to boot and CA's --max-node-provision-time is 15 minutes, so
     a minute more of failover after a crash costs little; OpenShift's conventions make
@@ -206,6 +208,38 @@ class LeaderElector:
         if not observed.holder:
             return max(0.0, now - self._observed_at)
         return max(0.0, now - (self._observed_at + observed.duration_seconds))
+
+    # --- following the lease by watch ------------------------------------------------------
+
+    def observe(self, record: LeaseRecord | None) -> bool:
+        """The lease as a watch of it saw it. A standby that follows the holder's renewals
+        this way need not read the lease each retry period: it steps when the lease looks
+        free (see ``due``). Returns whether it looks free now (released or deleted), so
+        the caller can step at once rather than at its next turn.
+
+        Only ever later, never earlier: a record seen is stamped with our clock when it
+        changed, as a read's is, so an event that arrives late (or an older one after a
+        read) can only postpone when this process would deem the holder gone. A leader
+        ignores it: its own writes keep what it observed."""
+        if record is None:
+            return True
+        with self._lock:
+            if self._leader:
+                return False
+            if self._observed is None or _changed(self._observed, record):
+                self._observed, self._observed_at = record, self._clock.now()
+        return not record.holder
+
+    def due(self) -> bool:
+        """Is a step worth an API request now, for a process that follows the lease by
+        watch? A leader renews every retry period; a standby steps only once the holder it
+        last saw would have expired unrenewed (or when there is none)."""
+        if self.is_leader():
+            return True
+        observed = self._observed
+        if observed is None or not observed.holder or observed.holder == self.identity:
+            return True
+        return self._clock.now() >= self._observed_at + observed.duration_seconds
 
     # --- the loop --------------------------------------------------------------------------
 

@@ -1,0 +1,152 @@
+"""A standby follows the lease by watch instead of reading it every retry period: no reads
+while the holder renews, a read once the holder would have expired, and a release seen at
+once. On our fake API server through the official client (its watch with a fieldSelector
+on metadata.name, as client-go's informers for one object do)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from provider.clock import ManualClock
+from provider.leadership.election import Election
+from provider.leadership.elector import LeaderElector, Timing
+from provider.leadership.kube import KubeLeaseStore
+from tests.fakekube import FakeKube
+from tests.helpers import BASE_CONFIG, config
+
+NS = "kube-system"
+TIMING = Timing(15.0, 10.0, 2.0)
+
+
+@pytest.fixture
+def kube() -> Iterator[FakeKube]:
+    with FakeKube() as fake:
+        yield fake
+
+
+def test_the_store_follows_the_lease_from_absent_through_writes_to_deleted(
+        kube: FakeKube) -> None:
+    with kube.client() as api:
+        store = KubeLeaseStore(api, NS, "allset")
+        seen = store.follow(timeout_seconds=5)
+        assert next(seen) is None  # not created yet
+        holder = LeaderElector(store, "pod-a", ManualClock(), TIMING)
+        assert holder.step()
+        first = next(seen)
+        assert first is not None and first.holder == "pod-a"
+        holder.release()
+        released = next(seen)
+        assert released is not None and released.holder is None
+        assert int(released.version) > int(first.version)
+        kube.delete("leases", "allset", NS)
+        assert next(seen) is None
+
+
+def test_a_standby_that_follows_the_holder_steps_only_once_it_would_have_expired(
+        kube: FakeKube) -> None:
+    clock = ManualClock()
+    with kube.client() as api:
+        store = KubeLeaseStore(api, NS, "allset")
+        a = LeaderElector(store, "pod-a", clock, TIMING)
+        b = LeaderElector(store, "pod-b", clock, TIMING)
+        assert a.step()
+        seen = store.follow(timeout_seconds=5)
+        assert not b.observe(next(seen))
+        assert not b.due()  # a holder seen just now: nothing to read
+        for _ in range(5):  # a renews every 2s for 10s; b sees each renewal by watch
+            clock.advance(2)
+            assert a.step()
+            assert not b.observe(next(seen)) and not b.due()
+        clock.advance(14)
+        assert not b.due()  # 14s since the last renewal b saw: not yet
+        clock.advance(1)
+        assert b.due()  # a would have expired unrenewed: worth a read now
+        assert b.step() and b.is_leader()
+        # A leader ignores what the watch shows: its own writes keep its record.
+        assert not b.observe(next(seen)) and b.due()
+
+
+def test_a_release_seen_by_watch_is_worth_a_step_at_once(kube: FakeKube) -> None:
+    clock = ManualClock()
+    with kube.client() as api:
+        store = KubeLeaseStore(api, NS, "allset")
+        a = LeaderElector(store, "pod-a", clock, TIMING)
+        b = LeaderElector(store, "pod-b", clock, TIMING)
+        assert a.step()
+        seen = store.follow(timeout_seconds=5)
+        b.observe(next(seen))
+        a.release()
+        assert b.observe(next(seen)) and b.due()
+        assert b.step() and b.is_leader()
+
+
+def election_config(lease: int, deadline: int, retry: int) -> str:
+    return (f"leaderElection: {{mode: on, namespace: kube-system, name: allset, "
+            f"leaseDuration: {lease}s, renewDeadline: {deadline}s, retryPeriod: {retry}s}}\n")
+
+
+def wait(what: str, check: object, timeout: float = 5.0) -> float:
+    start = time.monotonic()
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() - start < timeout, what
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+def standby_beside(kube: FakeKube, api: object, other: object, clock: ManualClock,
+                   lease: int, deadline: int, retry: int
+                   ) -> tuple[LeaderElector, Election, threading.Event]:
+    """A holder (another process's elector, stepped by hand) and a started standby."""
+    holder = LeaderElector(KubeLeaseStore(other, NS, "allset"), "pod-a", clock,
+                           Timing(lease, deadline, retry))
+    assert holder.step()
+    standby = Election(config(BASE_CONFIG + election_config(lease, deadline, retry)), api,
+                       clock)
+    leads = threading.Event()
+    standby.elector._on_change = lambda leader: leads.set() if leader else None
+    standby.start()
+    wait("the standby has seen the holder", lambda: standby.elector.holder == "pod-a")
+    return holder, standby, leads
+
+
+def test_a_standby_election_reads_nothing_while_it_follows_the_holder(
+        kube: FakeKube) -> None:
+    """At allset's default timing a standby used to read the lease 7.5 times a minute (two
+    replicas: 15 requests a minute, over issue 18's 10); now one watch. Here it would have
+    read about three times (retry period 1s)."""
+    clock = ManualClock()
+    with kube.client() as api, kube.client() as other:
+        holder, standby, leads = standby_beside(kube, api, other, clock, 15, 10, 1)
+        try:
+            time.sleep(0.3)  # its watch is up
+            kube.reset_counts()
+            for _ in range(6):
+                clock.advance(2)
+                assert holder.step()
+                time.sleep(0.5)
+            assert kube.count("get", "leases") == 0, kube.requests
+            assert standby.elector.holder == "pod-a" and not leads.is_set()
+            clock.advance(15)  # the holder stops renewing: the standby reads and takes it
+            wait("the standby takes the expired lease", leads.is_set)
+            assert kube.count("get", "leases") >= 1
+        finally:
+            standby.stop(timeout=5)
+
+
+def test_a_standby_election_takes_a_released_lease_at_once(kube: FakeKube) -> None:
+    """The retry period (10s) is longer than the wait allowed: a standby that only polled
+    could not take the release in time."""
+    clock = ManualClock()
+    with kube.client() as api, kube.client() as other:
+        holder, standby, leads = standby_beside(kube, api, other, clock, 30, 20, 10)
+        try:
+            time.sleep(0.3)
+            holder.release()
+            took = wait("the standby takes the released lease", leads.is_set)
+            assert took < 3.0 and standby.elector.is_leader()
+        finally:
+            standby.stop(timeout=5)
