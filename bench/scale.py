@@ -62,6 +62,7 @@ NAMESPACE = "ml"
 REQUESTS = "/apis/autoscaling.x-k8s.io/v1/namespaces/ml/provisioningrequests"
 CLASS = "atomic-reserved.allset.dev"
 KWOK_USER = "e2e-kwok"  # ControlPlane._component_kubeconfig's user for kwok
+KWOK_NODE_WORKERS = 64
 METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
@@ -84,6 +85,25 @@ class Plane(ControlPlane):
             }))
             argv = [*argv, f"--audit-policy-file={policy}",
                     f"--audit-log-path={self.audit_log}", "--audit-log-maxsize=0"]
+        if name == "kwok":
+            # kwok plays each Node's stages with 4 workers by default, so 9,000 Nodes
+            # registering at once turned Ready one after another (the first run's stages:
+            # Ready 110 s after registration at the median, and Provisioned with it). A
+            # kubelet reports its own Node; 64 workers are closer to 9,000 kubelets.
+            # KwokConfiguration's options (sigs.k8s.io/kwok pkg/apis/config/v1alpha1).
+            stages = Path(next(a for a in argv if a.startswith("--config="))
+                          .split("=", 1)[1])
+            stages.write_text(stages.read_text() + "\n---\n" + yaml.safe_dump({
+                "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
+                # A configuration read from a file is not defaulted: kwok's defaults
+                # (zz_generated.defaults.go) are spelled out, the Node workers aside.
+                "options": {"cidr": "10.0.0.0/24", "enableDebuggingHandlers": True,
+                            "enableContentionProfiling": False,
+                            "enableProfilingHandler": True, "podPlayStageParallelism": 4,
+                            "nodePlayStageParallelism": KWOK_NODE_WORKERS,
+                            "nodeLeaseParallelism": 4, "podsOnNodeSyncParallelism": 1,
+                            "enablePodsOnNodeSyncListPager": True,
+                            "enablePodsOnNodeSyncStreamWatch": False}}))
         return super()._proc(name, argv, env)
 
     @property
