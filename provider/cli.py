@@ -340,24 +340,17 @@ def _election(args: argparse.Namespace, config: LoadedConfig, clock: Any) -> Any
         return None
     if args.kubeconfig is None and not in_cluster:
         raise UsageError("leaderElection.mode on needs --kubeconfig outside a cluster")
-    from kubernetes import client
-    from kubernetes import config as kubeconfig
 
     from provider.config.units import duration_seconds
     from provider.leadership.election import Election
     from provider.leadership.endpoint import LeaderEndpoint
 
-    configuration = client.Configuration()
     try:
-        if args.kubeconfig is not None:
-            kubeconfig.load_kube_config(config_file=str(args.kubeconfig),
-                                        client_configuration=configuration)
-        else:
-            kubeconfig.load_incluster_config(client_configuration=configuration)
+        # The elector, the Lease's watch and the routing writes.
+        api = kube_client(args.kubeconfig, connections=4)
     except Exception as err:  # the client raises its own ConfigException, or OSError
         raise UsageError(f"leader election needs the API server, and its client config "
                          f"could not be loaded: {err}") from err
-    api = client.ApiClient(configuration)
     endpoint = None
     pod, ip = os.environ.get("POD_NAME"), os.environ.get("POD_IP")
     if in_cluster and pod and ip:
@@ -366,6 +359,25 @@ def _election(args: argparse.Namespace, config: LoadedConfig, clock: Any) -> Any
         endpoint = LeaderEndpoint(api, namespace, settings.service, pod, ip, {"grpc": port},
                                   timeout=duration_seconds(settings.retry_period))
     return Election(config, api, clock, endpoint)
+
+
+def kube_client(path: Path | None, *, connections: int) -> Any:
+    """An API client from the kubeconfig at ``path`` (in-cluster config without one) that
+    keeps up to ``connections`` connections open. urllib3 keeps 10 by default (the client's
+    cpu_count * 5 on 2 cores) and closes any beyond that after its call, so with more
+    callers at once every call after the tenth paid a new TLS handshake, on allset's side
+    and the API server's (a warning main() silences with urllib3's others)."""
+    from kubernetes import client
+    from kubernetes import config as kubeconfig
+
+    configuration = client.Configuration()
+    if path is not None:
+        kubeconfig.load_kube_config(config_file=str(path), client_configuration=configuration)
+    else:
+        kubeconfig.load_incluster_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = max(connections,
+                                                configuration.connection_pool_maxsize)
+    return client.ApiClient(configuration)
 
 
 def _controller(args: argparse.Namespace, provider: Any) -> Any:
@@ -380,8 +392,6 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
         return None
     if args.kubeconfig is None and not in_cluster:
         raise UsageError("--controller on needs --kubeconfig outside a cluster")
-    from kubernetes import client
-    from kubernetes import config as kubeconfig
 
     from provider.config.units import duration_seconds
     from provider.controller.controller import Controller
@@ -393,17 +403,14 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
     from provider.gangs.sources import SOURCES
 
     def build() -> Controller:
-        configuration = client.Configuration()
-        if args.kubeconfig is not None:
-            if not args.kubeconfig.is_file():
-                raise StartFailed(f"--kubeconfig {args.kubeconfig}: no such file")
-            kubeconfig.load_kube_config(config_file=str(args.kubeconfig),
-                                        client_configuration=configuration)
-        else:
-            kubeconfig.load_incluster_config(client_configuration=configuration)
+        if args.kubeconfig is not None and not args.kubeconfig.is_file():
+            raise StartFailed(f"--kubeconfig {args.kubeconfig}: no such file")
         settings = provider.config.schema.provisioning_requests
         gangs = provider.config.schema.gangs
-        api = client.ApiClient(configuration)
+        # Each worker may be in a call at once, and the three watches (requests, Nodes,
+        # pods) hold a connection each for minutes; the labelling, resync and gang threads
+        # make calls of their own.
+        api = kube_client(args.kubeconfig, connections=settings.workers + 8)
         kube = KubeApi(api)
         bridge = GangBridge(GangApi(api), [SOURCES[s] for s in gangs.sources], provider.clock,
                             resync_seconds=duration_seconds(gangs.resync),

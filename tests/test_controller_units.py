@@ -61,6 +61,28 @@ def test_work_queue_semantics() -> None:
     assert q.get_nowait() == "c"
 
 
+def test_work_that_finishes_a_request_goes_ahead_of_new_work() -> None:
+    clock = ManualClock(0)
+    q = WorkQueue(clock)
+    for key in ("new-1", "new-2", "new-3"):
+        q.add(key)
+    q.add("later", delay=5)
+    q.add("gang-a", first=True)
+    clock.advance(1)
+    q.add("gang-b", first=True)
+    q.add("new-2", first=True)  # already waiting: moves up
+    q.add("gang-a", first=True)  # waits once
+    assert [q.get_nowait() for _ in range(3)] == ["gang-a", "gang-b", "new-2"]
+    q.add("gang-a", first=True)  # changed while being handled: first again after done()
+    q.add("gang-b")  # changed while being handled: back in line
+    q.done("gang-b")
+    q.done("gang-a")
+    assert [q.get_nowait() for _ in range(4)] == ["gang-a", "new-1", "new-3", "gang-b"]
+    assert q.get_nowait() is None  # "later" is not due
+    clock.advance(4)
+    assert q.get_nowait() == "later"
+
+
 def test_node_cache_wakes_requests_only_for_what_they_read() -> None:
     from typing import Any, cast
 

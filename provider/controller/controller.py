@@ -201,7 +201,8 @@ class Controller:
         Any Node of ours is labelled with its capacity source."""
         inst = self._p.fleet.instance(provider_id(node)) if provider_id(node) else None
         if inst is not None and inst.tags.request is not None:
-            self.queue.add(inst.tags.request)
+            # Ahead of requests not yet started: this one may be a patch from Provisioned.
+            self.queue.add(inst.tags.request, first=True)
             if self._p.booked(inst.provider_id):
                 return  # its request labels it, with the booking label in the same patch
         if inst is not None and source_labels.missing(node, inst):

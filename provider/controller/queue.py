@@ -10,6 +10,8 @@ import time
 
 from provider.clock import Clock
 
+_AHEAD = 1e9  # seconds: a ``first`` key's due time lies this far before now
+
 
 class WorkQueue:
     def __init__(self, clock: Clock) -> None:
@@ -18,16 +20,22 @@ class WorkQueue:
         self._due: dict[str, float] = {}
         self._active: set[str] = set()
         self._dirty: set[str] = set()
+        self._first: set[str] = set()  # of the dirty ones, those to come back first
         self._seq = 0
         self._cv = threading.Condition()
         self._closed = False
 
-    def add(self, key: str, delay: float = 0.0) -> None:
+    def add(self, key: str, delay: float = 0.0, *, first: bool = False) -> None:
+        """``first``: ahead of every key already due (in the order such adds came), for
+        work that finishes what was started: a request whose Node registered is one
+        label patch from Provisioned, while a thousand new requests may be waiting."""
         with self._cv:
             if key in self._active and delay <= 0:
                 self._dirty.add(key)  # handle it again as soon as this pass is done
+                if first:
+                    self._first.add(key)
                 return
-            due = self._clock.now() + delay
+            due = self._clock.now() + delay - (_AHEAD if first else 0.0)
             if key in self._due and self._due[key] <= due:
                 return
             self._due[key] = due
@@ -59,7 +67,8 @@ class WorkQueue:
             if key in self._dirty:
                 self._dirty.discard(key)
                 self._seq += 1
-                due = self._clock.now()
+                due = self._clock.now() - (_AHEAD if key in self._first else 0.0)
+                self._first.discard(key)
                 self._due[key] = due
                 heapq.heappush(self._heap, (due, self._seq, key))
             self._cv.notify()

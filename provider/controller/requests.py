@@ -148,8 +148,16 @@ class RequestHandler:
             self._release(key, tracked.uid)
             return None
         if c.FINALIZER not in (meta.get("finalizers") or []):
-            self._w.finalizers(obj, lambda have: [*have, c.FINALIZER])
-            return 0.0
+            # Stored before anything is launched for it; then on in this same pass rather
+            # than back to the end of the queue (behind every other new request).
+            stored = self._w.finalizers(obj, lambda have: [*have, c.FINALIZER])
+            if stored is None or c.FINALIZER not in \
+                    ((stored.get("metadata") or {}).get("finalizers") or []):
+                return None  # gone (its watch event says so)
+            if (stored.get("metadata") or {}).get("deletionTimestamp"):
+                return 0.0  # deleted meanwhile: the next pass takes the deleting path
+            obj = stored
+            conds = c.read((obj.get("status") or {}).get("conditions"))
         if tracked.demand is None:
             try:
                 tracked.demand, tracked.params = self._demand(obj)

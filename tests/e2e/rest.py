@@ -27,10 +27,13 @@ class Rest:
         """TLS with a client certificate; plain HTTP (our fake API server) without one."""
         self.server = server
         timeout = urllib3.Timeout(connect=5, read=60)
+        # A connection kept for each of up to 32 threads (bench/scale's kubelets): urllib3
+        # keeps one by default and closes the others after their call, a TLS handshake a
+        # request that the API server paid for as well.
+        pool: dict[str, Any] = {"retries": False, "timeout": timeout, "maxsize": 32}
         self._http = urllib3.PoolManager(ca_certs=ca, cert_file=cert, key_file=key,
-                                         cert_reqs="CERT_REQUIRED", retries=False,
-                                         timeout=timeout) if cert else \
-            urllib3.PoolManager(retries=False, timeout=timeout)
+                                         cert_reqs="CERT_REQUIRED", **pool) if cert else \
+            urllib3.PoolManager(**pool)
         self._kinds: dict[tuple[str, str], tuple[str, bool]] = {}
 
     # --- raw -----------------------------------------------------------------------------

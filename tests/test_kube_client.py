@@ -1,0 +1,61 @@
+"""allset's Kubernetes API client keeps a connection for each caller that may be in a call
+at once: beyond urllib3's pool (10 by default) every call opened, and then closed, a new
+connection (a TLS handshake each, on both sides, against a real API server)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+
+from provider.cli import kube_client
+from tests.fakekube import FakeKube
+
+
+def kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    return path
+
+
+def connections_opened(api: client.ApiClient, url: str, callers: int) -> int:
+    core = client.CoreV1Api(api)
+    together = threading.Barrier(callers)
+
+    def calls() -> None:
+        for _ in range(10):
+            together.wait(10)  # every caller in a call at once, round after round
+            # Read to the end: only then can its connection serve another call.
+            assert core.list_node(_preload_content=False).data
+
+    threads = [threading.Thread(target=calls) for _ in range(callers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return int(api.rest_client.pool_manager.connection_from_url(url).num_connections)
+
+
+def test_24_callers_at_once_open_at_most_24_connections(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        api = kube_client(kubeconfig(tmp_path / "kc.yaml", kube.url), connections=24)
+        try:
+            assert connections_opened(api, kube.url, 24) <= 24
+        finally:
+            api.close()
+
+
+def test_the_pool_never_shrinks_below_the_clients_own_default(tmp_path: Path) -> None:
+    with FakeKube() as kube:
+        api = kube_client(kubeconfig(tmp_path / "kc.yaml", kube.url), connections=2)
+        try:
+            assert api.configuration.connection_pool_maxsize >= 2
+            assert connections_opened(api, kube.url, 8) <= \
+                api.configuration.connection_pool_maxsize
+        finally:
+            api.close()
