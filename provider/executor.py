@@ -55,8 +55,11 @@ class PartRunner(Protocol):
     def __call__(self, fn: Callable[[A], R], items: Sequence[A]) -> list[R]: ...
 
 
+PART_THREADS = 32  # an attempt's parts launched at once, across all attempts
+
+
 class ThreadRunner:
-    def __init__(self, max_workers: int = 32) -> None:
+    def __init__(self, max_workers: int = PART_THREADS) -> None:
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="part")
 
     def __call__(self, fn: Callable[[A], R], items: Sequence[A]) -> list[R]:

@@ -22,6 +22,7 @@ from botocore.config import Config
 Client = Any
 
 _USER_AGENT = "allset"
+LAUNCH_CONNECTIONS = 64
 READ_CONFIG = Config(
     retries={"mode": "standard", "max_attempts": 5},
     connect_timeout=5,
@@ -34,6 +35,10 @@ LAUNCH_CONFIG = Config(
     # A large RunInstances with EFA interfaces can take tens of seconds to answer.
     read_timeout=120,
     user_agent_extra=_USER_AGENT,
+    # The executor's part threads, the controller's workers and CA's scale-ups may each be
+    # in a launch at once; botocore keeps 10 connections by default and closes the rest
+    # after their call, so the eleventh paid a new TLS handshake to EC2 every time.
+    max_pool_connections=LAUNCH_CONNECTIONS,
 )
 
 

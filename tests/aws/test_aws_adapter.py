@@ -512,3 +512,15 @@ def test_retry_policies_of_the_two_clients(adapter: AwsAdapter) -> None:
     reads = adapter._ec2.reads.meta.config.retries
     assert launches["total_max_attempts"] == 1
     assert reads["mode"] == "standard" and reads["total_max_attempts"] > 1
+
+
+def test_every_launch_that_may_run_at_once_keeps_its_connection() -> None:
+    """botocore keeps 10 connections by default and closes the rest after their call: the
+    executor's part threads and the controller's workers (16 by default) launch at once."""
+    from adapters.aws.client import make_clients
+    from provider.config.schema import ProvisioningRequests
+    from provider.executor import PART_THREADS
+
+    clients = make_clients("us-east-1", endpoint_url="http://127.0.0.1:9")
+    workers = ProvisioningRequests().workers
+    assert clients.launches.meta.config.max_pool_connections >= PART_THREADS + workers
