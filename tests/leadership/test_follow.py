@@ -13,7 +13,7 @@ import pytest
 
 from provider.clock import ManualClock
 from provider.leadership.election import Election
-from provider.leadership.elector import LeaderElector, Timing
+from provider.leadership.elector import LeaderElector, LeaseRecord, Timing
 from provider.leadership.kube import KubeLeaseStore
 from tests.fakekube import FakeKube
 from tests.helpers import BASE_CONFIG, config
@@ -46,15 +46,21 @@ def test_the_store_follows_the_lease_from_absent_through_writes_to_deleted(
         assert next(seen) is None
 
 
+def holder_and_follower(api: object, clock: ManualClock
+                        ) -> tuple[LeaderElector, LeaderElector, Iterator[LeaseRecord | None]]:
+    """pod-a holds the lease; pod-b is a candidate, and the watch it would follow."""
+    store = KubeLeaseStore(api, NS, "allset")
+    a = LeaderElector(store, "pod-a", clock, TIMING)
+    b = LeaderElector(store, "pod-b", clock, TIMING)
+    assert a.step()
+    return a, b, store.follow(timeout_seconds=5)
+
+
 def test_a_standby_that_follows_the_holder_steps_only_once_it_would_have_expired(
         kube: FakeKube) -> None:
     clock = ManualClock()
     with kube.client() as api:
-        store = KubeLeaseStore(api, NS, "allset")
-        a = LeaderElector(store, "pod-a", clock, TIMING)
-        b = LeaderElector(store, "pod-b", clock, TIMING)
-        assert a.step()
-        seen = store.follow(timeout_seconds=5)
+        a, b, seen = holder_and_follower(api, clock)
         assert not b.observe(next(seen))
         assert not b.due()  # a holder seen just now: nothing to read
         for _ in range(5):  # a renews every 2s for 10s; b sees each renewal by watch
@@ -73,11 +79,7 @@ def test_a_standby_that_follows_the_holder_steps_only_once_it_would_have_expired
 def test_a_release_seen_by_watch_is_worth_a_step_at_once(kube: FakeKube) -> None:
     clock = ManualClock()
     with kube.client() as api:
-        store = KubeLeaseStore(api, NS, "allset")
-        a = LeaderElector(store, "pod-a", clock, TIMING)
-        b = LeaderElector(store, "pod-b", clock, TIMING)
-        assert a.step()
-        seen = store.follow(timeout_seconds=5)
+        a, b, seen = holder_and_follower(api, clock)
         b.observe(next(seen))
         a.release()
         assert b.observe(next(seen)) and b.due()
