@@ -97,7 +97,7 @@ class Plane(ControlPlane):
                 "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
                 # A configuration read from a file is not defaulted: kwok's defaults
                 # (zz_generated.defaults.go) are spelled out, the Node workers aside.
-                "options": {"cidr": "10.0.0.0/24", "enableDebuggingHandlers": True,
+                "options": {"cidr": "10.0.0.1/24", "enableDebuggingHandlers": True,
                             "enableContentionProfiling": False,
                             "enableProfilingHandler": True, "podPlayStageParallelism": 4,
                             "nodePlayStageParallelism": KWOK_NODE_WORKERS,
@@ -463,7 +463,8 @@ def run(args: argparse.Namespace, directory: Path) -> None:
         elapsed = time.monotonic() - start
         print("  CPU seconds in all: " + ", ".join(
             f"{name} {s:.1f}" for name, s in zip(cpu.names, cpu.total(), strict=True))
-            + f" (2 cores x {elapsed:.0f} s = {2 * elapsed:.0f})")
+            + f" ({os.cpu_count()} cores x {elapsed:.0f} s = "
+              f"{(os.cpu_count() or 1) * elapsed:.0f})")
         cpu1 = cpu_seconds(pid)
         after = plane.metrics()
         print(f"  created in {created:.1f} s; all terminal after {elapsed:.1f} s "

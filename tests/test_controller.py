@@ -183,6 +183,28 @@ def test_deleting_a_request_mid_attempt_rolls_it_back(world: World) -> None:
     assert [i for i in w.h.cloud.all_instances() if i.state is not InstanceState.TERMINATED] == []
 
 
+def test_a_request_deleted_while_its_attempt_is_recorded_launches_nothing(
+        world: World) -> None:
+    """The pass read the request before its deletion; the attempt record's write finds
+    it deleted (a conflict, then a re-read). Nothing may be launched for it: before, the
+    whole gang launched and billed until the next pass rolled it back."""
+    w = world
+    create(w)
+    w.kube.modify("provisioningrequests", "job",
+                  lambda o: o["metadata"].__setitem__("finalizers", [c.FINALIZER]), NS)
+    stale = w.request()
+    assert stale is not None
+    client.CustomObjectsApi(w.api).delete_namespaced_custom_object(
+        "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", "job")
+    deleting = w.request()
+    assert deleting is not None and deleting["metadata"].get("deletionTimestamp")
+    w.controller.nodes.relist()
+    w.controller.handler.handle(stale)
+    assert w.h.cloud.all_instances() == []
+    w.sync()  # the deleting path then lets the request go
+    assert w.request() is None and w.h.cloud.all_instances() == []
+
+
 def test_watch_survives_a_410(world: World) -> None:
     w = world
     w.controller.start()

@@ -201,8 +201,14 @@ class Controller:
         Any Node of ours is labelled with its capacity source."""
         inst = self._p.fleet.instance(provider_id(node)) if provider_id(node) else None
         if inst is not None and inst.tags.request is not None:
-            # Ahead of requests not yet started: this one may be a patch from Provisioned.
-            self.queue.add(inst.tags.request, first=True)
+            # Ahead of requests not yet started when it is not Provisioned yet: it may be a
+            # patch from it. Not for keys no longer known (a deleted request's Nodes), nor
+            # for provisioned ones (Node churn must not hold new requests back).
+            with self._lock:
+                obj = self._cache.get(inst.tags.request)
+            if obj is not None:
+                done = c.read((obj.get("status") or {}).get("conditions")).get(c.PROVISIONED)
+                self.queue.add(inst.tags.request, first=not (done is not None and done.true))
             if self._p.booked(inst.provider_id):
                 return  # its request labels it, with the booking label in the same patch
         if inst is not None and source_labels.missing(node, inst):

@@ -35,7 +35,8 @@ class WorkQueue:
                 if first:
                     self._first.add(key)
                 return
-            due = self._clock.now() + delay - (_AHEAD if first else 0.0)
+            # ``first`` is for work due now; a later key keeps its time.
+            due = self._clock.now() + delay - (_AHEAD if first and delay <= 0 else 0.0)
             if key in self._due and self._due[key] <= due:
                 return
             self._due[key] = due

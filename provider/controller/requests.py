@@ -154,10 +154,9 @@ class RequestHandler:
             if stored is None or c.FINALIZER not in \
                     ((stored.get("metadata") or {}).get("finalizers") or []):
                 return None  # gone (its watch event says so)
-            if (stored.get("metadata") or {}).get("deletionTimestamp"):
-                return 0.0  # deleted meanwhile: the next pass takes the deleting path
-            obj = stored
-            conds = c.read((obj.get("status") or {}).get("conditions"))
+            # Once more from the top with the request as stored (a re-read after a
+            # conflict may be newer in every respect: deleted, failed, another owner).
+            return self.handle(stored)
         if tracked.demand is None:
             try:
                 tracked.demand, tracked.params = self._demand(obj)
@@ -228,9 +227,13 @@ class RequestHandler:
                                                         PLANNED_DETAIL: None})
         if recorded is None:
             return NOT_READY_DELAY
+        if (recorded.get("metadata") or {}).get("deletionTimestamp"):
+            return 0.0  # deleted while its record was written: nothing is launched
         obj = recorded
         t.attempt = attempt
-        t.cancel.clear()
+        # ``cancel`` is never cleared: only a deletion or the request's expiry sets it,
+        # and neither is undone. One set while the record was written (or since) stops
+        # this attempt before its first launch, or rolls it back.
 
         def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
             # What every group holds against maxSize: nodes, CA's scale-ups and other

@@ -73,7 +73,7 @@ class Writer:
             have = list((current["metadata"].get("finalizers")) or [])
             want = change(have)
             if want == have:
-                return current
+                return self._remember(current) if current is not obj else current
             try:
                 return self._remember(self._kube.set_finalizers(current, want))
             except Conflict:

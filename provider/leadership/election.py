@@ -14,6 +14,8 @@ from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kubernetes.client.rest import ApiException
+
 from provider.clock import Clock
 from provider.config import LoadedConfig
 from provider.config.units import duration_seconds
@@ -53,6 +55,7 @@ class Election:
         self._stop = threading.Event()
         self._wake = threading.Event()  # the watch saw the lease free, or stop()
         self._following = threading.Event()  # the watch of the lease is up
+        self._delivered = ""  # the version of the last record the watch delivered
         self._thread: threading.Thread | None = None
 
     def bind(self, provider: Any) -> None:
@@ -94,11 +97,19 @@ class Election:
         while not self._stop.is_set():
             # While the watch is up a standby reads nothing until the holder it saw would
             # have expired; without it, every retry period (client-go's way).
-            if not self._following.is_set() or self.elector.due():
+            following = self._following.is_set()
+            if not following or self.elector.due():
                 try:
                     self.elector.step()
                 except Exception:  # a bad answer from the API server must not end the loop
                     log.exception("leader election step failed")
+                seen = self.elector.record
+                if following and not self.elector.is_leader() and seen is not None and \
+                        seen.version != self._delivered:
+                    # The read found a write the watch never showed: it went silent.
+                    log.info("the lease's watch missed a change; starting it again")
+                    self._following.clear()
+                    self.store.interrupt()
             self._observe()
             self._wake.wait(self.timing.retry_period)
             self._wake.clear()
@@ -107,21 +118,31 @@ class Election:
         """Watch the Lease and hand each record to the elector (a standby's cheap way to
         follow the holder); a failed watch is started again after a retry period, and
         until then the election reads the lease as it would without one."""
+        failures = 0
         while not self._stop.is_set():
             try:
                 for record in self.store.follow():
                     if self._stop.is_set():
                         return
+                    failures = 0
+                    self._delivered = record.version if record is not None else ""
                     self._following.set()
                     if self.elector.observe(record):
                         self._wake.set()
             except Exception as err:
                 if self._stop.is_set():
                     return
-                log.info("watching the lease failed (reading it each retry period "
-                         "instead): %s", err)
+                failures += 1
+                forbidden = isinstance(err, ApiException) and err.status == 403
+                log.log(logging.WARNING if forbidden and failures == 1 else logging.INFO,
+                        "watching the lease failed (reading it each retry period instead)"
+                        "%s: %s", "; RBAC needs list and watch on the Lease"
+                        if forbidden else "", err)
             self._following.clear()
-            self._stop.wait(self.timing.retry_period)
+            # A watch that keeps failing costs a list and a watch each time: less and less
+            # often, up to once a lease duration (the reads go on meanwhile).
+            pause = self.timing.retry_period * 2.0 ** min(max(failures - 1, 0), 10)
+            self._stop.wait(min(pause, self.timing.lease_duration))
 
     def _route(self, acting: bool) -> None:
         endpoint = self._endpoint

@@ -116,7 +116,9 @@ class Timing:
       defaults), the margin for clock rate skew;
     - a standby takes over within 68s of a leader that died without releasing (17s at
       the defaults), and at once after one that released on shutdown (the watch
-      shows the release; within 8s when the watch is down and it reads instead).
+      shows the release; within 8s when the watch is down and it reads instead). A
+      watch that stays open but silent costs a lease duration more at worst: the first
+      read that finds a renewal the watch did not show restarts it.
 
     A GPU node takes minutes to boot and CA's --max-node-provision-time is 15 minutes, so
     a minute more of failover after a crash costs little; OpenShift's conventions make
@@ -185,6 +187,11 @@ class LeaderElector:
         return self._acquired_at
 
     @property
+    def record(self) -> LeaseRecord | None:
+        """The lease as this process last saw it (read, written or watched)."""
+        return self._observed
+
+    @property
     def holder(self) -> str | None:
         observed = self._observed
         return observed.holder if observed is not None else None
@@ -214,17 +221,21 @@ class LeaderElector:
     def observe(self, record: LeaseRecord | None) -> bool:
         """The lease as a watch of it saw it. A standby that follows the holder's renewals
         this way need not read the lease each retry period: it steps when the lease looks
-        free (see ``due``). Returns whether it looks free now (released or deleted), so
-        the caller can step at once rather than at its next turn.
+        free (see ``due``). Returns whether it was released, so the caller can step at once
+        rather than at its next turn.
 
         Only ever later, never earlier: a record seen is stamped with our clock when it
         changed, as a read's is, so an event that arrives late (or an older one after a
-        read) can only postpone when this process would deem the holder gone. A leader
-        ignores it: its own writes keep what it observed."""
+        read) can only postpone when this process would deem the holder gone. A deleted
+        Lease is not free: its holder may still act until its lease would have run out
+        (creating it again at once could make two leaders), so it changes nothing here. A
+        leader, or a process whose last record is its own write, ignores what the watch
+        shows: its own writes keep what it observed."""
         if record is None:
-            return True
+            return False
         with self._lock:
-            if self._leader:
+            mine = self._observed is not None and self._observed.holder == self.identity
+            if self._leader or mine:
                 return False
             if self._observed is None or _changed(self._observed, record):
                 self._observed, self._observed_at = record, self._clock.now()

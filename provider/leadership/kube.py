@@ -68,7 +68,7 @@ class KubeLeaseStore:
         yield _record(items[0]) if items else None
         version = str(listed["metadata"]["resourceVersion"])
         while True:
-            response = self._api.list_namespaced_lease(
+            self._response = response = self._api.list_namespaced_lease(
                 self.namespace, field_selector=only, watch=True, resource_version=version,
                 timeout_seconds=timeout_seconds, allow_watch_bookmarks=True,
                 _preload_content=False,
@@ -92,6 +92,13 @@ class KubeLeaseStore:
             finally:
                 response.close()
                 response.release_conn()
+
+    def interrupt(self) -> None:
+        """End the watch ``follow`` is reading (from another thread): it raises, and its
+        caller starts again."""
+        response = getattr(self, "_response", None)
+        if response is not None:
+            response.close()
 
     def create(self, record: LeaseRecord) -> LeaseRecord:
         return self._send(self._api.create_namespaced_lease, self.namespace,

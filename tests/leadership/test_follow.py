@@ -71,9 +71,12 @@ def test_a_standby_that_follows_the_holder_steps_only_once_it_would_have_expired
         assert not b.due()  # 14s since the last renewal b saw: not yet
         clock.advance(1)
         assert b.due()  # a would have expired unrenewed: worth a read now
+        stale = b.record
         assert b.step() and b.is_leader()
-        # A leader ignores what the watch shows: its own writes keep its record.
-        assert not b.observe(next(seen)) and b.due()
+        # A leader ignores what the watch shows (here a's last record, arriving late):
+        # its own writes keep its record.
+        assert stale is not None and stale.holder == "pod-a"
+        assert not b.observe(stale) and b.holder == "pod-b" and b.due()
 
 
 def test_a_release_seen_by_watch_is_worth_a_step_at_once(kube: FakeKube) -> None:
@@ -124,7 +127,7 @@ def test_a_standby_election_reads_nothing_while_it_follows_the_holder(
     with kube.client() as api, kube.client() as other:
         holder, standby, leads = standby_beside(kube, api, other, clock, 15, 10, 1)
         try:
-            time.sleep(0.3)  # its watch is up
+            wait("its watch is up", standby._following.is_set)
             kube.reset_counts()
             for _ in range(6):
                 clock.advance(2)
@@ -146,9 +149,54 @@ def test_a_standby_election_takes_a_released_lease_at_once(kube: FakeKube) -> No
     with kube.client() as api, kube.client() as other:
         holder, standby, leads = standby_beside(kube, api, other, clock, 30, 20, 10)
         try:
-            time.sleep(0.3)
+            wait("its watch is up", standby._following.is_set)
             holder.release()
             took = wait("the standby takes the released lease", leads.is_set)
             assert took < 3.0 and standby.elector.is_leader()
+        finally:
+            standby.stop(timeout=5)
+
+
+class SilentWatch:
+    """The Lease's watch as a proxy that went quiet keeps it: open, nothing delivered
+    after the first listing, until interrupted."""
+
+    def __init__(self, store: KubeLeaseStore) -> None:
+        self._store = store
+        self.started = 0
+        self._quit = threading.Event()
+
+    def follow(self, timeout_seconds: int = 300) -> Iterator[LeaseRecord | None]:
+        self.started += 1
+        self._quit.clear()
+        yield self._store.get()
+        self._quit.wait(30)
+        raise ConnectionError("watch interrupted")
+
+    def interrupt(self) -> None:
+        self._quit.set()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+
+def test_a_silent_watch_is_started_again_once_a_read_finds_what_it_missed(
+        kube: FakeKube) -> None:
+    clock = ManualClock()
+    with kube.client() as api, kube.client() as other:
+        holder = LeaderElector(KubeLeaseStore(other, NS, "allset"), "pod-a", clock,
+                               Timing(15, 10, 1))
+        assert holder.step()
+        standby = Election(config(BASE_CONFIG + election_config(15, 10, 1)), api, clock)
+        silent = SilentWatch(standby.store)
+        standby.store = silent  # type: ignore[assignment]
+        standby.start()
+        try:
+            wait("its watch is up", standby._following.is_set)
+            clock.advance(10)
+            assert holder.step()  # renewed: the silent watch does not show it
+            clock.advance(6)  # 16 s since the standby last saw a change
+            wait("the watch is started again", lambda: silent.started >= 2)
+            assert standby.elector.holder == "pod-a" and not standby.elector.is_leader()
         finally:
             standby.stop(timeout=5)
