@@ -280,6 +280,13 @@ class LeaderElector:
             self._lose_if_overdue()
             return self.is_leader()
         if current is None:
+            last = self._observed
+            if last is not None and last.holder not in (None, self.identity) and \
+                    now < self._observed_at + last.duration_seconds:
+                # Deleted (by hand) while another held it: that holder acts until its
+                # lease would have run out, so creating it now could make two leaders.
+                # client-go creates it at once.
+                return False
             return self._write(None, LeaseRecord(self.identity, self.timing.lease_duration,
                                                  now, now, 0), now)
         if self._observed is None or _changed(self._observed, current):

@@ -200,3 +200,23 @@ def test_a_silent_watch_is_started_again_once_a_read_finds_what_it_missed(
             assert standby.elector.holder == "pod-a" and not standby.elector.is_leader()
         finally:
             standby.stop(timeout=5)
+
+
+def test_a_lease_deleted_while_another_holds_it_is_not_taken_before_it_would_expire(
+        kube: FakeKube) -> None:
+    """Its holder acts until its renew deadline whatever happened to the object; the
+    standby creating it at once would make two leaders. The holder, renewing, creates it
+    again and goes on."""
+    clock = ManualClock()
+    with kube.client() as api:
+        a, b, _ = holder_and_follower(api, clock)
+        assert not b.step() and b.holder == "pod-a"
+        kube.delete("leases", "allset", NS)
+        clock.advance(2)
+        assert not b.step()  # no Lease, but pod-a's would not have run out
+        assert kube.get("leases", "allset", NS) is None
+        assert a.step() and a.is_leader()  # the holder's renewal puts it back
+        assert not b.step() and b.holder == "pod-a"
+        kube.delete("leases", "allset", NS)
+        clock.advance(15)  # pod-a gone too: nothing renews for a whole lease duration
+        assert b.step() and b.is_leader()
