@@ -35,6 +35,8 @@ import json
 import os
 import random
 import re
+import signal
+import sys
 import threading
 import time
 from collections import Counter
@@ -544,6 +546,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--keep", help="directory to keep logs in (default: a temporary one)")
     args = parser.parse_args()
+    # A SIGTERM (timeout(1), a CI limit) unwinds like Ctrl-C, so run()'s finally stops the
+    # control plane, kwok and allset rather than leaving them running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print(f"allset at scale on a real control plane: {args.nodes} Nodes, {args.groups} "
           f"groups, {args.requests} requests ({machine()}, load average "
           f"{os.getloadavg()[0]:.1f})")
