@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from provider.clock import ManualClock
 from provider.controller import conditions as c
 from provider.controller.queue import WorkQueue
@@ -84,7 +86,7 @@ def test_work_that_finishes_a_request_goes_ahead_of_new_work() -> None:
 
 
 def test_node_cache_wakes_requests_only_for_what_they_read() -> None:
-    from typing import Any, cast
+    from typing import cast
 
     from provider.controller.kube import KubeApi
     from provider.controller.nodes import NodeCache, slim
@@ -112,17 +114,49 @@ def test_node_cache_takes_our_own_write_without_waking_anyone() -> None:
     from provider.controller.nodes import NodeCache, slim
     from tests.fakekube import objects
 
+    def version(node: dict[str, Any], rv: str) -> dict[str, Any]:
+        node["metadata"]["resourceVersion"] = rv
+        return node
+
     woken: list[str] = []
     cache = NodeCache(cast(KubeApi, None), lambda n: woken.append(n["metadata"]["name"]))
-    cache.apply("ADDED", objects.node("n1", provider_id="fake://a/n1"))
-    labelled = objects.node("n1", {"allset.dev/booking": "ml.job"}, provider_id="fake://a/n1")
-    cache.wrote(labelled)
+    cache.apply("ADDED", version(objects.node("n1", provider_id="fake://a/n1"), "10"))
+    labelled = version(objects.node("n1", {"allset.dev/booking": "ml.job"},
+                                    provider_id="fake://a/n1"), "11")
+    cache.wrote(labelled, "10")
     assert cache.get("fake://a/n1") == slim(labelled) and woken == ["n1"]
     cache.apply("MODIFIED", labelled)  # the write's own watch event: nothing new
     assert woken == ["n1"]
     cache.apply("DELETED", labelled)
-    cache.wrote(labelled)  # a write answered after the Node went: not brought back
+    cache.wrote(labelled, "11")  # a write answered after the Node went: not brought back
     assert cache.get("fake://a/n1") is None
+
+
+def test_a_write_answered_after_a_later_change_does_not_hide_it() -> None:
+    """The label patch was made from NotReady; kwok made the Node Ready, and the watch
+    delivered that, before the patch's answer came back. Putting the answer (NotReady)
+    over it left the cache behind for good: a gang waited forever for a Ready Node."""
+    from typing import cast
+
+    from provider.controller.kube import KubeApi
+    from provider.controller.nodes import NodeCache, is_ready
+    from tests.fakekube import objects
+
+    def version(node: dict[str, Any], rv: str) -> dict[str, Any]:
+        node["metadata"]["resourceVersion"] = rv
+        return node
+
+    cache = NodeCache(cast(KubeApi, None))
+    cache.apply("ADDED", version(objects.node("n1", provider_id="fake://a/n1", ready=False),
+                                 "10"))
+    answer = version(objects.node("n1", {"allset.dev/booking": "ml.job"},
+                                  provider_id="fake://a/n1", ready=False), "11")
+    cache.apply("MODIFIED", answer)  # the patch's own event
+    cache.apply("MODIFIED", version(objects.node("n1", {"allset.dev/booking": "ml.job"},
+                                                 provider_id="fake://a/n1"), "12"))
+    cache.wrote(answer, "10")  # the answer, late
+    node = cache.get("fake://a/n1")
+    assert node is not None and is_ready(node)
 
 
 def test_bookings_are_indexed_by_node() -> None:

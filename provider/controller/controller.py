@@ -251,7 +251,8 @@ class Controller:
         if not changes or not name or not inst.tags.committed or not self._p.acting():
             return
         try:
-            self.nodes.wrote(self._kube.patch_node(str(name), changes, {}))
+            read = str((node.get("metadata") or {}).get("resourceVersion") or "")
+            self.nodes.wrote(self._kube.patch_node(str(name), changes, {}), read)
         except Exception as err:  # the next resync tries again
             log.warning("labelling Node %s with its capacity source failed: %s", name, err)
 

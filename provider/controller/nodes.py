@@ -114,19 +114,28 @@ class NodeCache:
         if kind == "DELETED" or _what_matters(old) != _what_matters(node):
             self._on_change(node)
 
-    def wrote(self, node: Node) -> None:
-        """A Node as our own write returned it: readers see the change at once rather than
-        when its watch event comes (and do not write it a second time meanwhile). Nobody
-        is told: the writer knows. An older watch event still in flight may put the old
-        state back until the write's own event arrives; a reader then writes again, which
-        changes nothing."""
+    def wrote(self, node: Node, read: str) -> None:
+        """A Node as our own write returned it, the write having been made from the
+        version ``read`` (its resourceVersion as this cache held it): readers see the
+        change at once rather than when its watch event comes (and do not write it a
+        second time meanwhile). Nobody is told: the writer knows.
+
+        Only over the version it was made from: under load the write's answer can come
+        back after the watch has already delivered a later change (kwok, a kubelet making
+        the Node Ready), and putting the older answer over it would leave the cache
+        behind for good (no event follows on a Node that stays put; a gang then waited
+        forever for a Node it saw NotReady). If the cache moved on meanwhile, the watch
+        brings our write's own event, or a later one, anyway."""
         name = str((node.get("metadata") or {}).get("name") or "")
         if not name:
             return
         node = slim(node)
         with self._lock:
-            if name not in self._by_name:
+            held = self._by_name.get(name)
+            if held is None:
                 return  # deleted meanwhile: its DELETED event came first
+            if str((held.get("metadata") or {}).get("resourceVersion") or "") != read:
+                return  # the watch delivered a change since the write was made
             self._by_name[name] = node
             if provider_id(node):
                 self._by_provider[provider_id(node)] = name

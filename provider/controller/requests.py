@@ -481,6 +481,7 @@ class RequestHandler:
             if inst.tags.committed:
                 want.update(source_labels.missing(node, inst))
             if want or notes.get(c.SCALE_DOWN_DISABLED) != "true":
+                read = str(meta.get("resourceVersion") or "")
                 try:
                     node = self._kube.patch_node(meta["name"], want,
                                                  {c.SCALE_DOWN_DISABLED: "true"})
@@ -488,7 +489,7 @@ class RequestHandler:
                     continue  # the next Node event says what became of it
                 # Read back at once: the next pass neither waits for the watch event nor
                 # patches again before it comes.
-                self._nodes.wrote(node)
+                self._nodes.wrote(node, read)
                 written = (node.get("metadata") or {}).get("labels") or {}
                 if written.get(c.BOOKING_LABEL) != value:
                     continue
