@@ -43,6 +43,7 @@ class KubeLeaseStore:
         # (the fence still holds by the clock, but the leader metric and routing would not
         # follow).
         self._timeout = timeout
+        self._response: Any = None  # the watch ``follow`` is reading, for interrupt()
 
     def get(self) -> LeaseRecord | None:
         try:
@@ -96,7 +97,7 @@ class KubeLeaseStore:
     def interrupt(self) -> None:
         """End the watch ``follow`` is reading (from another thread): it raises, and its
         caller starts again."""
-        response = getattr(self, "_response", None)
+        response = self._response
         if response is not None:
             response.close()
 
