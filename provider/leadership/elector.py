@@ -109,7 +109,7 @@ class Timing:
     requests a minute, whatever the cluster's size). At 60s/40s/8s:
 
     - the leader writes 7.5 times a minute (a standby follows the Lease by watch: one
-      request per watch, and a read only when the holder would have expired);
+      request per watch, and reads only once two renewals did not show);
     - it tries to renew 4 times within its renew deadline, so it rides out an API server
       that is away for up to 24s (client-go's defaults: 8s);
     - a leader that was cut off stops acting 20s before another may start (5s at the
@@ -117,8 +117,9 @@ class Timing:
     - a standby takes over within 68s of a leader that died without releasing (17s at
       the defaults), and at once after one that released on shutdown (the watch
       shows the release; within 8s when the watch is down and it reads instead). A
-      watch that stays open but silent costs a lease duration more at worst: the first
-      read that finds a renewal the watch did not show restarts it.
+      watch that goes quiet or lags costs two retry periods more at worst: a standby
+      that saw no renewal for that long reads the lease, and a read that finds a
+      renewal the watch did not show restarts it.
 
     A GPU node takes minutes to boot and CA's --max-node-provision-time is 15 minutes, so
     a minute more of failover after a crash costs little; OpenShift's conventions make
@@ -243,14 +244,22 @@ class LeaderElector:
 
     def due(self) -> bool:
         """Is a step worth an API request now, for a process that follows the lease by
-        watch? A leader renews every retry period; a standby steps only once the holder it
-        last saw would have expired unrenewed (or when there is none)."""
+        watch? A leader renews every retry period; a standby steps when there is no holder,
+        and once the holder it follows missed two renewals: either it died, and the
+        standby reads each retry period from then until it would have expired, as
+        client-go's candidates do all along; or the watch went quiet or lags, and the read
+        finds the renewal it did not show. Waiting for the expiry alone would stamp that
+        renewal a whole lease duration late, and a dead holder's lease would be taken
+        only after two."""
         if self.is_leader():
             return True
         observed = self._observed
         if observed is None or not observed.holder or observed.holder == self.identity:
             return True
-        return self._clock.now() >= self._observed_at + observed.duration_seconds
+        # Our own retry period stands for the holder's (the replicas share one config; a
+        # holder that renews less often only costs this standby a read per retry period).
+        silent = self._observed_at + 2 * self.timing.retry_period
+        return self._clock.now() >= min(silent, self._observed_at + observed.duration_seconds)
 
     # --- the loop --------------------------------------------------------------------------
 

@@ -112,7 +112,7 @@ def test_leader_killed_mid_attempt_then_the_standby_takes_over(world: World,
         gap = time.monotonic() - killed
         print(f"\nfailover: CA served by the new leader {gap:.1f}s after the leader was "
               f"SIGKILLed (leaseDuration {LEASE_SECONDS:.0f}s)")
-        assert gap <= LEASE_SECONDS + 8, gap
+        assert gap <= LEASE_SECONDS + 8, f"{gap:.1f}s; allset-b's log:\n{b.log()}"
         assert replicas.holder().startswith("allset-b")
 
         _, request = _provisioned(world, "failover")
@@ -143,7 +143,8 @@ def test_leader_killed_mid_attempt_then_the_standby_takes_over(world: World,
     took_over = time.monotonic() - cut
     print(f"cut-off: allset-b stopped acting {stopped:.1f}s after losing the API server "
           f"(renewDeadline {RENEW_DEADLINE:.0f}s); allset-a2 served CA after {took_over:.1f}s")
-    assert stopped <= RENEW_DEADLINE + 3 and stopped < took_over
+    assert stopped <= RENEW_DEADLINE + 3 and stopped < took_over, \
+        f"allset-b's log:\n{b.log()}\nallset-a2's log:\n{a2.log()}"
     spec = kueue.pod_spec({"allset.dev/node-group": "failover"}, {"nvidia.com/gpu": "8"})
     rest.create(kueue.job("failover-2", 1, spec))
     try:

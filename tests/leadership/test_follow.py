@@ -56,7 +56,7 @@ def holder_and_follower(api: object, clock: ManualClock
     return a, b, store.follow(timeout_seconds=5)
 
 
-def test_a_standby_that_follows_the_holder_steps_only_once_it_would_have_expired(
+def test_a_standby_that_follows_the_holder_reads_only_once_two_renewals_did_not_show(
         kube: FakeKube) -> None:
     clock = ManualClock()
     with kube.client() as api:
@@ -67,10 +67,14 @@ def test_a_standby_that_follows_the_holder_steps_only_once_it_would_have_expired
             clock.advance(2)
             assert a.step()
             assert not b.observe(next(seen)) and not b.due()
-        clock.advance(14)
-        assert not b.due()  # 14s since the last renewal b saw: not yet
+        clock.advance(3)
+        assert not b.due()  # one renewal late: not yet
         clock.advance(1)
-        assert b.due()  # a would have expired unrenewed: worth a read now
+        assert b.due()  # two renewals missed: a died, or the watch lags; a read tells
+        assert not b.step() and b.holder == "pod-a"  # nothing changed: a stays holder
+        clock.advance(2)
+        assert b.due() and not b.step()  # read each retry period from here, as client-go
+        clock.advance(9)  # 15s since the last renewal b saw: a would have expired
         stale = b.record
         assert b.step() and b.is_leader()
         # A leader ignores what the watch shows (here a's last record, arriving late):
@@ -129,10 +133,10 @@ def test_a_standby_election_reads_nothing_while_it_follows_the_holder(
         try:
             wait("its watch is up", standby._following.is_set)
             kube.reset_counts()
-            for _ in range(6):
-                clock.advance(2)
+            for _ in range(10):  # a renewal each retry period, each seen by watch
+                clock.advance(1)
                 assert holder.step()
-                time.sleep(0.5)
+                time.sleep(0.3)
             assert kube.count("get", "leases") == 0, kube.requests
             assert standby.elector.holder == "pod-a" and not leads.is_set()
             clock.advance(15)  # the holder stops renewing: the standby reads and takes it
@@ -198,6 +202,40 @@ def test_a_silent_watch_is_started_again_once_a_read_finds_what_it_missed(
             clock.advance(6)  # 16 s since the standby last saw a change
             wait("the watch is started again", lambda: silent.started >= 2)
             assert standby.elector.holder == "pod-a" and not standby.elector.is_leader()
+        finally:
+            standby.stop(timeout=5)
+
+
+def test_a_renewal_a_quiet_watch_missed_costs_two_retry_periods_not_a_lease(
+        kube: FakeKube) -> None:
+    """The holder renews once more and dies; the standby's watch never shows that renewal.
+    Reading only at the expiry of what it saw, the standby found the renewal then, stamped
+    it a lease duration late and took the lease after two (a failover of 30 s at 15 s).
+    Two renewals missed are worth a read: it sees the renewal within two retry periods."""
+    clock = ManualClock()
+    with kube.client() as api, kube.client() as other:
+        holder = LeaderElector(KubeLeaseStore(other, NS, "allset"), "pod-a", clock,
+                               Timing(15, 10, 1))
+        assert holder.step()
+        standby = Election(config(BASE_CONFIG + election_config(15, 10, 1)), api, clock)
+        silent = SilentWatch(standby.store)
+        standby.store = silent  # type: ignore[assignment]
+        leads = threading.Event()
+        standby.elector._on_change = lambda leader: leads.set() if leader else None
+        standby.start()
+        try:
+            wait("its watch is up", standby._following.is_set)
+            clock.advance(5)
+            assert holder.step()  # its last renewal, at 5s: then it dies
+            last = holder.record
+            assert last is not None
+            wait("the standby reads the renewal its watch did not show",
+                 lambda: (standby.elector.record or last).version == last.version)
+            clock.advance(14)  # 19s: 14s since the standby saw the renewal
+            time.sleep(1.5)
+            assert not leads.is_set()
+            clock.advance(1)  # 20s: the holder's lease ran out 15s after its renewal
+            wait("the standby takes the lease", leads.is_set)
         finally:
             standby.stop(timeout=5)
 
