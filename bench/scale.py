@@ -8,6 +8,11 @@ Provisioned, the API requests of that phase by verb and resource, allset's peak 
 CPU seconds, and the API requests of a minute of nothing happening afterwards.
 
     python -m bench.scale [--nodes 5000] [--groups 1000] [--requests 1000] [--steady 300]
+                          [--replicas 2]
+
+Two replicas by default, as deploy/ runs them: the leader and a standby that follows the
+Lease and keeps its caches warm. Each names its pod in its User-Agent, so the audit log
+tells their requests apart; the steady state counts both.
 
 Aims (issue 18): all Provisioned within 60 s; steady state <= 10 API requests a minute;
 RSS <= 500 MiB at 5,000 nodes.
@@ -65,6 +70,7 @@ REQUESTS = "/apis/autoscaling.x-k8s.io/v1/namespaces/ml/provisioningrequests"
 CLASS = "atomic-reserved.allset.dev"
 KWOK_USER = "e2e-kwok"  # ControlPlane._component_kubeconfig's user for kwok
 KWOK_NODE_WORKERS = 64
+LEADER, STANDBY = "allset-0", "allset-1"  # the replicas' POD_NAME, in their User-Agent
 METRIC = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 
@@ -157,7 +163,9 @@ class Audit:
             handle.seek(offset)
             return read_audit(handle.read(end - offset).splitlines())
 
-    def since(self, offset: int) -> Counter[tuple[str, str]]:
+    def since(self, offset: int, replica: str | None = None) -> Counter[tuple[str, str]]:
+        """allset's requests past ``offset``; one replica's only when ``replica`` names its
+        pod (allset's User-Agent carries it: provider/cli.kube_client)."""
         out: Counter[tuple[str, str]] = Counter()
         if not self._path.exists():
             return out
@@ -169,6 +177,8 @@ class Audit:
                 except ValueError:
                     continue  # a line still being written
                 if (event.get("user") or {}).get("username") != ALLSET_USER:
+                    continue
+                if replica is not None and f"({replica})" not in event.get("userAgent", ""):
                     continue
                 ref = event.get("objectRef") or {}
                 resource = ref.get("resource", event.get("requestURI", "?")) + (
@@ -258,6 +268,25 @@ def fleet_config(directory: Path, groups: int, nodes: int, workers: int,
     return path
 
 
+def standby_config(seeded: Path, directory: Path) -> Path:
+    """The leader's config for a standby replica, on its own copy of the seeded simulated
+    cloud. Replicas share one cloud; the simulated one is shared between processes by
+    reading its whole store on every call (fake.shared), which at 14,000 instances would be
+    the simulation's cost in the leader's launches, not a standby's. A standby launches
+    nothing, and what it asks the API server does not depend on its cloud's contents."""
+    import sqlite3
+
+    config = yaml.safe_load(seeded.read_text())
+    state = directory / "cloud.db"
+    with sqlite3.connect(config["cloud"]["fake"]["statePath"]) as source, \
+            sqlite3.connect(state) as copy:
+        source.backup(copy)
+    config["cloud"]["fake"]["statePath"] = str(state)
+    path = directory / "allset.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
 def request(name: str, pods: int) -> dict[str, Any]:
     return {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
             "metadata": {"name": name, "namespace": NAMESPACE},
@@ -269,10 +298,10 @@ class Cpu:
     """CPU seconds of each process of the run, to say where the wall time went: the control
     plane, kwok, allset and this bench (its registrar threads and polling) share the cores."""
 
-    def __init__(self, plane: Plane, allset_pid: int) -> None:
+    def __init__(self, plane: Plane, allset_pids: dict[str, int]) -> None:
         self._pids = {name: proc.popen.pid for name, proc in plane.procs.items()
                       if proc.popen is not None and proc.alive}
-        self._pids["allset"] = allset_pid
+        self._pids.update(allset_pids)
         self.names = [*self._pids, "bench"]
         self._first = self._read()
         self._last = self._first
@@ -378,6 +407,7 @@ def parts() -> Parts:
 def run(args: argparse.Namespace, directory: Path) -> None:
     plane = Plane(parts(), directory)
     allset: Allset | None = None
+    standby: Allset | None = None
     registrar: Registrar | None = None
     try:
         t0 = time.monotonic()
@@ -395,12 +425,15 @@ def run(args: argparse.Namespace, directory: Path) -> None:
                              "limits": {"nvidia.com/gpu": "8"}}}]}}})
         print(f"control plane up in {time.monotonic() - t0:.1f} s")
 
-        allset = Allset(directory / "allset", plane.client_kubeconfig(
-            "allset", plane.server, ALLSET_USER))
+        kubeconfig = plane.client_kubeconfig("allset", plane.server, ALLSET_USER)
+        allset = Allset(directory / "allset", kubeconfig, env={"POD_NAME": LEADER})
         seeded = fleet_config(directory / "allset", args.groups, args.nodes, args.workers,
                               args.leader_election == "on")
         allset.config_path = seeded
         assert load_config(seeded).groups
+        if args.replicas == 2:
+            standby = Allset(directory / "allset-1", kubeconfig, env={"POD_NAME": STANDBY})
+            standby.config_path = standby_config(seeded, standby.dir)
         registrar = Registrar(plane, allset)
         t0 = time.monotonic()
         registrar.sync()
@@ -409,7 +442,8 @@ def run(args: argparse.Namespace, directory: Path) -> None:
               f"({args.nodes / took:.0f}/s, 32 threads)")
         wait_for("kwok to make every Node Ready", lambda: ready_nodes(plane) >= args.nodes,
                  600, every=2)
-        print(f"all Ready after {time.monotonic() - t0:.1f} s")
+        seeding = time.monotonic() - t0
+        print(f"all Ready after {seeding:.1f} s")
 
         audit = Audit(plane.audit_log)
         start_mark = audit.mark()
@@ -417,6 +451,11 @@ def run(args: argparse.Namespace, directory: Path) -> None:
         allset.start()
         assert allset.proc is not None and allset.proc.popen is not None
         pid = allset.proc.popen.pid
+        pids = {"allset": pid}
+        if standby is not None:
+            standby.start(standby=True)  # once the first replica leads, as it does now
+            assert standby.proc is not None and standby.proc.popen is not None
+            pids["standby"] = standby.proc.popen.pid
         registrar.start()
         settled = quiet(audit, 5.0, 600)
         print(f"allset up and its startup writes done (the seeded Nodes' capacity-source "
@@ -424,6 +463,10 @@ def run(args: argparse.Namespace, directory: Path) -> None:
               f"{settled:.1f} s); RSS {peak_rss_mb(pid):.0f} MiB, CPU "
               f"{cpu_seconds(pid):.1f} s")
         show("allset's API requests at startup (audit log)", audit.since(start_mark))
+        if standby is not None:
+            show(f"of which the standby's ({STANDBY}; CPU {cpu_seconds(pids['standby']):.1f}"
+                 f" s, RSS {peak_rss_mb(pids['standby']):.0f} MiB)",
+                 audit.since(start_mark, STANDBY), 6)
 
         rng = random.Random(1)
         sizes = [rng.randint(args.min_nodes, args.max_nodes) for _ in range(args.requests)]
@@ -440,7 +483,7 @@ def run(args: argparse.Namespace, directory: Path) -> None:
             rest.call("POST", REQUESTS, request(f"job-{i:04d}", sizes[i]))
             created_at[f"job-{i:04d}"] = time.time()
 
-        cpu = Cpu(plane, pid)
+        cpu = Cpu(plane, pids)
         start, began = time.monotonic(), time.time()
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(create, range(args.requests)))
@@ -472,9 +515,19 @@ def run(args: argparse.Namespace, directory: Path) -> None:
         print(f"  created in {created:.1f} s; all terminal after {elapsed:.1f} s "
               f"({last[c.PROVISIONED]} Provisioned, {last[c.FAILED]} Failed) -> "
               f"{elapsed / 60:.2f}x of the 60 s aim; {registrar.registered} Nodes now")
+        # What this machine needs for the burst's Nodes alone, measured on it before allset
+        # started: registering them and kwok making them Ready, nothing else running.
+        print(f"  this machine's floor without allset: the seeding registered {args.nodes} "
+              f"Nodes and kwok made them Ready in {seeding:.1f} s "
+              f"({args.nodes / seeding:.0f}/s); the burst's {sum(sizes)} Nodes at that rate "
+              f"take {sum(sizes) * seeding / args.nodes:.1f} s before any request of "
+              f"allset's")
         print(f"  allset CPU in that time: {cpu1 - cpu0:.1f} s; peak RSS "
               f"{peak_rss_mb(pid):.0f} MiB (aim <= 500 MiB)")
         show("allset's API requests (audit log, its user only)", audit.since(mark))
+        if standby is not None:
+            show(f"of which the standby's ({STANDBY}; RSS "
+                 f"{peak_rss_mb(pids['standby']):.0f} MiB)", audit.since(mark, STANDBY), 6)
         stages_end = audit.mark()
         show("apiserver_request_total diff (every client: kwok, the bench's Node "
              "registrations and polling)", diff(after, before))
@@ -511,6 +564,12 @@ def run(args: argparse.Namespace, directory: Path) -> None:
               f"{lease * 60 / args.steady:.1f} renew its leader Lease (leader election "
               f"{args.leader_election}) {dict(steady) or ''}; allset CPU "
               f"{cpu_seconds(pid) - cpu0:.1f} s")
+        if standby is not None:
+            mine = audit.since(mark, STANDBY)
+            print(f"  of which the standby's ({STANDBY}): "
+                  f"{sum(mine.values()) * 60 / args.steady:.1f}/min {dict(mine) or ''}; "
+                  f"the leader's: {sum(audit.since(mark, LEADER).values()) * 60 / args.steady:.1f}"
+                  f"/min")
         show("  apiserver_request_total diff in that time (every client)", everyone, 6)
 
         print(f"\nallset peak RSS {peak_rss_mb(pid):.0f} MiB, CPU {cpu_seconds(pid):.1f} s "
@@ -518,6 +577,8 @@ def run(args: argparse.Namespace, directory: Path) -> None:
     finally:
         if registrar is not None:
             registrar.stop()
+        if standby is not None:
+            standby.stop()
         if allset is not None:
             allset.stop()
         plane.stop()
@@ -543,9 +604,15 @@ def main() -> None:
                              "(300 s) so its renewal and the periodic checks are counted")
     parser.add_argument("--leader-election", choices=("on", "off"), default="on",
                         help="elect on a Lease (default timing) as replicas do")
+    parser.add_argument("--replicas", type=int, choices=(1, 2), default=2,
+                        help="allset replicas: two as deploy/ runs them (a leader and a "
+                             "standby that follows it), or one")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--keep", help="directory to keep logs in (default: a temporary one)")
     args = parser.parse_args()
+    if args.replicas == 2 and args.leader_election == "off":
+        parser.error("--replicas 2 needs --leader-election on: two replicas without an "
+                     "election would both act")
     # A SIGTERM (timeout(1), a CI limit) unwinds like Ctrl-C, so run()'s finally stops the
     # control plane, kwok and allset rather than leaving them running.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -347,7 +347,7 @@ def _election(args: argparse.Namespace, config: LoadedConfig, clock: Any) -> Any
 
     try:
         # The elector, the Lease's watch and the routing writes.
-        api = kube_client(args.kubeconfig, connections=4)
+        api = kube_client(args.kubeconfig, connections=4, component="leader-election")
     except Exception as err:  # the client raises its own ConfigException, or OSError
         raise UsageError(f"leader election needs the API server, and its client config "
                          f"could not be loaded: {err}") from err
@@ -361,14 +361,23 @@ def _election(args: argparse.Namespace, config: LoadedConfig, clock: Any) -> Any
     return Election(config, api, clock, endpoint)
 
 
-def kube_client(path: Path | None, *, connections: int) -> Any:
+def kube_client(path: Path | None, *, connections: int, component: str) -> Any:
     """An API client from the kubeconfig at ``path`` (in-cluster config without one) that
     keeps up to ``connections`` connections open. urllib3 keeps 10 by default (the client's
     cpu_count * 5 on 2 cores) and closes any beyond that after its call, so with more
     callers at once every call after the tenth paid a new TLS handshake, on allset's side
-    and the API server's (a warning main() silences with urllib3's others)."""
+    and the API server's (a warning main() silences with urllib3's others).
+
+    Its User-Agent names allset, its version, the replica (pod) and the ``component``
+    calling, as client-go's name their binary: the API server's audit log and its
+    per-client metrics then tell allset's requests apart, and two replicas apart (the
+    client's own is the OpenAPI generator's, the same for every Python client)."""
+    import socket
+
     from kubernetes import client
     from kubernetes import config as kubeconfig
+
+    from provider import __version__
 
     configuration = client.Configuration()
     if path is not None:
@@ -377,7 +386,10 @@ def kube_client(path: Path | None, *, connections: int) -> Any:
         kubeconfig.load_incluster_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = max(connections,
                                                 configuration.connection_pool_maxsize)
-    return client.ApiClient(configuration)
+    api = client.ApiClient(configuration)
+    replica = os.environ.get("POD_NAME") or socket.gethostname()
+    api.user_agent = f"allset/{__version__} ({replica}) {component}"
+    return api
 
 
 def _controller(args: argparse.Namespace, provider: Any) -> Any:
@@ -410,7 +422,8 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
         # Each worker may be in a call at once, and the three watches (requests, Nodes,
         # pods) hold a connection each for minutes; the labelling, resync and gang threads
         # make calls of their own.
-        api = kube_client(args.kubeconfig, connections=settings.workers + 8)
+        api = kube_client(args.kubeconfig, connections=settings.workers + 8,
+                          component="controller")
         kube = KubeApi(api)
         bridge = GangBridge(GangApi(api), [SOURCES[s] for s in gangs.sources], provider.clock,
                             resync_seconds=duration_seconds(gangs.resync),

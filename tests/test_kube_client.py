@@ -7,9 +7,11 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
 import yaml
 from kubernetes import client
 
+from provider import __version__
 from provider.cli import kube_client
 from tests.fakekube import FakeKube
 
@@ -49,7 +51,8 @@ def connections_opened(api: client.ApiClient, url: str, callers: int) -> int:
 
 def test_24_callers_at_once_open_at_most_24_connections(tmp_path: Path) -> None:
     with FakeKube() as kube:
-        api = kube_client(kubeconfig(tmp_path / "kc.yaml", kube.url), connections=24)
+        api = kube_client(kubeconfig(tmp_path / "kc.yaml", kube.url), connections=24,
+                          component="controller")
         try:
             assert connections_opened(api, kube.url, 24) <= 24
         finally:
@@ -58,10 +61,26 @@ def test_24_callers_at_once_open_at_most_24_connections(tmp_path: Path) -> None:
 
 def test_the_pool_never_shrinks_below_the_clients_own_default(tmp_path: Path) -> None:
     with FakeKube() as kube:
-        api = kube_client(kubeconfig(tmp_path / "kc.yaml", kube.url), connections=2)
+        api = kube_client(kubeconfig(tmp_path / "kc.yaml", kube.url), connections=2,
+                          component="controller")
         try:
             kept = api.configuration.connection_pool_maxsize  # the client's cpu_count * 5
             assert kept >= 2
             assert connections_opened(api, kube.url, kept) <= kept
         finally:
             api.close()
+
+
+def test_its_requests_name_allset_the_replica_and_the_component(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The audit log and the API server's metrics tell allset's requests, and each
+    replica's, apart by User-Agent (the client's own names only the OpenAPI generator)."""
+    monkeypatch.setenv("POD_NAME", "allset-7d9f-x2")
+    with FakeKube() as kube:
+        api = kube_client(kubeconfig(tmp_path / "kc.yaml", kube.url), connections=2,
+                          component="leader-election")
+        try:
+            client.CoreV1Api(api).list_node()
+        finally:
+            api.close()
+        assert kube.agents == {f"allset/{__version__} (allset-7d9f-x2) leader-election": 1}

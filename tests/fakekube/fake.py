@@ -249,6 +249,12 @@ class FakeKube:
         with self._ctx.lock:
             return Counter(self._ctx.calls)
 
+    @property
+    def agents(self) -> Counter[str]:
+        """Requests served so far by their User-Agent header."""
+        with self._ctx.lock:
+            return Counter(self._ctx.agents)
+
     def count(self, verb: str, resource: str) -> int:
         return self.requests[(verb, resource)]
 

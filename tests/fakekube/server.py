@@ -125,6 +125,7 @@ class Context:
     calls: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     discoveries: Counter[str] = field(default_factory=Counter)  # GETs of /apis/<g>/<v>
     watchers: Counter[str] = field(default_factory=Counter)  # open watches by resource
+    agents: Counter[str] = field(default_factory=Counter)  # requests by User-Agent
     connections: set[socket.socket] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -152,6 +153,8 @@ class Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        with self.ctx.lock:
+            self.ctx.agents[self.headers.get("User-Agent") or ""] += 1
         try:
             parts = [p for p in url.path.split("/") if p]
             if len(parts) == 3 and parts[0] == "apis" and self.command == "GET":

@@ -1,5 +1,5 @@
 """A standby follows the lease by watch instead of reading it every retry period: no reads
-while the holder renews, a read once the holder would have expired, and a release seen at
+while the holder renews, reads once two of its renewals did not show, and a release seen at
 once. On our fake API server through the official client (its watch with a fieldSelector
 on metadata.name, as client-go's informers for one object do)."""
 
