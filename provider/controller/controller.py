@@ -52,6 +52,9 @@ class Controller:
                              on_pending=gangs.wake if gangs is not None else None)
         if gangs is not None:
             gangs.use_pods(self.pods)
+            # Only the acting leader bridges gangs; one that starts acting passes at once.
+            gangs.act_while(provider.acting)
+            provider.watch_serving(lambda acting: gangs.wake() if acting else None)
         self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes,
                                       self.pods)
         self._cache: dict[str, dict[str, Any]] = {}

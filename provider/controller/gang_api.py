@@ -14,7 +14,7 @@ from kubernetes.client.rest import ApiException
 from provider.controller.kube import GROUP, PLURAL, Gone, call
 from provider.gangs.sources import GangSource
 
-_SERVED_TTL = 300.0  # how long "this gang API is (not) served" is believed
+_SERVED_TTL = 300.0  # how long the list of served group versions is believed
 
 
 class GangApi:
@@ -23,25 +23,30 @@ class GangApi:
         self.version = version  # of ProvisioningRequests
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
+        self._apis = client.ApisApi(api)
         self._monotonic = monotonic
-        self._served: dict[str, tuple[bool, float]] = {}
+        self._served: frozenset[str] = frozenset()  # group versions, as "group/version"
+        self._listed_at = float("-inf")
 
     def served(self, source: GangSource) -> bool:
         """Is the source's API served? CRD-based ones exist only where installed, the native
-        one only behind feature gates; asked again every few minutes."""
-        known = self._served.get(source.api_version)
+        one only behind feature gates. One request answers for every source: GET /apis,
+        the API server's list of the group versions it serves (unaggregated discovery, the
+        APIGroupList), asked again every few minutes; a GET of each group version's own
+        document was one request per source."""
         now = self._monotonic()
-        if known is not None and now - known[1] < _SERVED_TTL:
-            return known[0]
-        try:  # GET /apis/<group>/<version>: the group version's discovery document
-            self._custom.get_api_resources(source.group, source.version)
-            found = True
-        except ApiException as err:
-            if err.status not in (403, 404):
-                raise
-            found = False
-        self._served[source.api_version] = (found, now)
-        return found
+        if now - self._listed_at >= _SERVED_TTL:
+            try:
+                listed = call(self._apis.get_api_versions, _preload_content=False)
+                self._served = frozenset(
+                    str(v.get("groupVersion")) for g in listed.get("groups") or []
+                    for v in g.get("versions") or [])
+            except ApiException as err:
+                if err.status != 403:  # discovery denied: as if nothing were served
+                    raise
+                self._served = frozenset()
+            self._listed_at = now
+        return source.api_version in self._served
 
     def pending_pods(self) -> list[dict[str, Any]]:
         body: dict[str, Any] = call(self._core.list_pod_for_all_namespaces,

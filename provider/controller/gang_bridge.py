@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -168,6 +168,7 @@ class GangBridge:
         self._sweep = sweep_seconds
         self._swept_at = float("-inf")
         self._wake = threading.Event()
+        self._acting: Callable[[], bool] = lambda: True  # on its own (tests): always
 
     def wake(self) -> None:
         """A pod that may belong to a gang appeared or changed: pass now, before CA's own
@@ -177,6 +178,12 @@ class GangBridge:
     def use_pods(self, pods: PodSource) -> None:
         """Read pods from the controller's cache instead of listing them each pass."""
         self._pods = pods
+
+    def act_while(self, acting: Callable[[], bool]) -> None:
+        """Pass only while ``acting`` says this process may act (the leader, settled): a
+        standby's bridge would annotate gangs, create and delete requests and mark pods
+        beside the leader's, and read every gang each resync for nothing."""
+        self._acting = acting
 
     def use_version(self, version: str) -> None:
         """The ProvisioningRequest version the cluster serves (the controller found it)."""
@@ -193,6 +200,8 @@ class GangBridge:
             stop.wait(_MIN_PASS_GAP)  # a burst of pods is one pass, not one each
 
     def pass_once(self) -> None:
+        if not self._acting():
+            return
         sources = [s for s in self._sources if self._api.served(s)]
         if not sources:
             return

@@ -142,12 +142,18 @@ def _podgroups_served(rest: Rest) -> None:
 
 
 def probe_gang_api_discovery(rest: Rest, tag: str) -> object:
-    """GangApi.served: an installed group version lists its resources; a group that is
-    not installed, and a version a group does not serve, answer 404."""
+    """GangApi.served: GET /apis lists an installed group with its versions and not one
+    that is not installed; an installed group version lists its resources; a group that
+    is not installed, and a version a group does not serve, answer 404."""
     _podgroups_served(rest)
+    groups = rest.call("GET", "/apis")
+    entry = next(g for g in groups["groups"] if g["name"] == PODGROUPS.split("/")[0])
     found = rest.call("GET", f"/apis/{PODGROUPS}")
     listed = sorted((r["name"], r["namespaced"], r["kind"]) for r in found["resources"])
-    return (found["kind"], found["groupVersion"], listed,
+    return (groups["kind"], [v["groupVersion"] for v in entry["versions"]],
+            entry["preferredVersion"]["groupVersion"],
+            any(g["name"] == "scheduling.volcano.sh" for g in groups["groups"]),
+            found["kind"], found["groupVersion"], listed,
             _status(lambda: rest.call("GET", "/apis/scheduling.volcano.sh/v1beta1")),
             _status(lambda: rest.call("GET", "/apis/scheduling.x-k8s.io/v1")),
             _status(lambda: rest.call(

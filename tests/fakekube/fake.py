@@ -103,6 +103,12 @@ class FakeKube:
     def resource_version(self) -> int:
         return self.store.rv
 
+    def serve_group(self, group: str) -> None:
+        """An absent group is installed now (its CRDs created): served from the next
+        request on, discovery included."""
+        with self._ctx.lock:
+            self._ctx.absent = self._ctx.absent - {group}
+
     def create(self, obj: Json) -> Json:
         """Store ``obj`` (its apiVersion and kind say where), status included."""
         res, version = resources.by_kind(obj.get("apiVersion", ""), obj.get("kind", ""))
@@ -260,7 +266,7 @@ class FakeKube:
 
     def discoveries(self, group_version: str) -> int:
         """How many times GET /apis/<group>/<version> was asked (``"scheduling.x-k8s.io/
-        v1alpha1"``), answered or not."""
+        v1alpha1"``), answered or not; ``"/apis"``: the list of every group."""
         with self._ctx.lock:
             return self._ctx.discoveries[group_version]
 

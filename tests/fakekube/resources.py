@@ -146,6 +146,24 @@ def by_kind(api_version: str, kind: str) -> tuple[Resource, str]:
     raise KeyError(f"fakekube does not serve {kind} in {api_version}")
 
 
+def group_list(absent: frozenset[str]) -> dict[str, object]:
+    """GET /apis: the APIGroupList of the groups the fake serves, each with its versions
+    and the first as preferred (unaggregated discovery, as a client that accepts plain
+    JSON gets it: https://kubernetes.io/docs/concepts/overview/kubernetes-api/
+    #discovery-api). A group not installed is not listed, as on the e2e suite's
+    kube-apiserver (tests/e2e/test_fake_agrees.py probes both)."""
+    versions: dict[str, list[str]] = {}
+    for r in RESOURCES:
+        if r.group and r.group not in absent:
+            have = versions.setdefault(r.group, [])
+            have += [v for v in r.versions if v not in have]
+    groups = []
+    for group, served in sorted(versions.items()):
+        listed = [{"groupVersion": f"{group}/{v}", "version": v} for v in served]
+        groups.append({"name": group, "versions": listed, "preferredVersion": listed[0]})
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
 def discovery(group: str, version: str, absent: frozenset[str]) -> dict[str, object]:
     """GET /apis/<group>/<version>: the APIResourceList of what the fake serves there
     (unaggregated discovery: https://kubernetes.io/docs/concepts/overview/kubernetes-api/

@@ -157,6 +157,11 @@ class Handler(BaseHTTPRequestHandler):
             self.ctx.agents[self.headers.get("User-Agent") or ""] += 1
         try:
             parts = [p for p in url.path.split("/") if p]
+            if parts == ["apis"] and self.command == "GET":
+                with self.ctx.lock:
+                    self.ctx.discoveries["/apis"] += 1
+                self._reply(200, resources.group_list(self.ctx.absent))
+                return
             if len(parts) == 3 and parts[0] == "apis" and self.command == "GET":
                 with self.ctx.lock:
                     self.ctx.discoveries[f"{parts[1]}/{parts[2]}"] += 1

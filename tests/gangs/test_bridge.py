@@ -282,11 +282,29 @@ def test_a_gang_api_not_served_is_ignored_and_not_asked_about_again_soon() -> No
         # The coscheduling gang is asked for; the Volcano pods are not.
         assert [r["metadata"]["name"] for r in k.requests()] == [request_name("train", 1)]
         assert CONSUME not in (k.pod("v0")["metadata"].get("annotations") or {})
-        assert k.kube.discoveries(VOLCANO.api_version) == 1  # within the TTL: once
+        # One list of the served groups answers for every source, within its TTL once.
+        assert k.kube.discoveries("/apis") == 1
+        assert sum(k.kube.discoveries(s.api_version) for s in SOURCES.values()) == 0
         assert not any(group == VOLCANO.group for group, _, _ in k.kube.calls)
         k.clock.advance(300)
         k.pass_once()
-        assert k.kube.discoveries(VOLCANO.api_version) == 2  # and again after it
+        assert k.kube.discoveries("/apis") == 2  # and again after it
+
+
+def test_a_gang_api_installed_later_is_bridged_once_the_groups_are_listed_again() -> None:
+    with cluster(absent_groups=(VOLCANO.group,)) as k:
+        k.pass_once()
+        assert k.kube.discoveries("/apis") == 1
+        k.kube.serve_group(VOLCANO.group)  # Volcano's CRDs are installed
+        k.kube.create(objects.volcano_pod_group(NS, "vj", 2))
+        for name in ("v0", "v1"):
+            k.kube.create(gang_pod(name, GPU, gang="vj", source=SourceName.VOLCANO))
+        stuck(k, "v0", "v1")
+        k.pass_once()
+        assert k.requests() == []  # what the last list said stands for its TTL
+        k.clock.advance(300)
+        k.pass_once()
+        assert [r["metadata"]["name"] for r in k.requests()] == [request_name("vj", 1)]
 
 
 def test_a_volcano_gang_is_asked_for_where_volcano_is_installed(k: Cluster) -> None:
@@ -445,3 +463,82 @@ def test_a_gang_recreated_under_its_name_does_not_inherit_the_old_failed_request
     assert c.read((request.get("status") or {}).get("conditions")) == {}
     assert k.pod("x0")["metadata"]["annotations"][CONSUME] == request["metadata"]["name"]
     assert pod_sets(k, request) == [(1, CPU)]
+
+
+# --- only the acting leader bridges gangs -------------------------------------------------
+
+
+def test_a_bridge_that_may_not_act_asks_the_api_server_nothing(k: Cluster) -> None:
+    acting = {"now": False}
+    k.bridge.act_while(lambda: acting["now"])
+    k.kube.create(objects.coscheduling_pod_group(NS, "train", 3))
+    for name, req in (("w0", GPU), ("w1", GPU), ("ps", CPU)):
+        k.kube.create(gang_pod(name, req))
+    stuck(k, "w0", "w1", "ps")
+    k.kube.reset_counts()
+    k.bridge.pass_once()
+    assert k.requests() == [] and sum(k.kube.requests.values()) == 0
+    assert CONSUME not in (k.pod("w0")["metadata"].get("annotations") or {})
+    acting["now"] = True
+    k.pass_once()
+    (made,) = k.requests()
+    assert made["metadata"]["name"] == request_name("train", 1)
+
+
+def test_the_controller_bridges_gangs_only_while_its_replica_leads() -> None:
+    """Two replicas: the standby's bridge would annotate the gang and create its request
+    beside the leader's (and read every gang each resync for nothing). It bridges from the
+    moment it leads, woken at once rather than at its next resync."""
+    from adapters.fake import FakeCloud
+    from adapters.registry import create_adapter
+    from provider.app import Provider
+    from provider.controller.controller import Controller
+    from provider.executor import inline_runner
+    from provider.leadership.elector import LeaderElector, Timing
+    from provider.leadership.kube import KubeLeaseStore
+    from tests.helpers import BASE_CONFIG, ManualPool, config
+
+    clock = ManualClock()
+
+    def now() -> dt.datetime:
+        return dt.datetime.fromtimestamp(clock.now(), dt.UTC)
+
+    with FakeKube(clock=now) as kube, kube.client() as api:
+        store = KubeLeaseStore(api, "kube-system", "allset")
+        holder = LeaderElector(store, "pod-a", clock, Timing(15.0, 10.0, 2.0))
+        assert holder.step()
+        box: list[Provider] = []
+        standby = LeaderElector(store, "pod-b", clock, Timing(15.0, 10.0, 2.0),
+                                on_change=lambda _: box[0].leadership_changed())
+        assert not standby.step()
+        cfg = config(BASE_CONFIG)
+        cloud = create_adapter(cfg, clock)
+        assert isinstance(cloud, FakeCloud)
+        provider = Provider(cfg, cloud, clock, pool=ManualPool(), runner=inline_runner,
+                            leadership=standby)
+        box.append(provider)
+        provider.refresh_now()
+        bridge = GangBridge(GangApi(api, monotonic=clock.now), list(SOURCES.values()), clock)
+        controller = Controller(provider, KubeApi(api), workers=1, gangs=bridge)
+        try:
+            kube.create(objects.coscheduling_pod_group(NS, "train", 3))
+            for name, req in (("w0", GPU), ("w1", GPU), ("ps", CPU)):
+                kube.create(gang_pod(name, req))
+            for name in ("w0", "w1", "ps"):
+                kube.set_pod_unschedulable(NS, name)
+            controller.sync_once()
+            assert kube.list("provisioningrequests", NS) == []
+            assert kube.count("get", "podgroups") == 0
+            assert not bridge._wake.is_set()
+
+            clock.advance(16)  # pod-a stopped renewing: pod-b takes the lease over
+            assert standby.step()
+            clock.advance(provider.config.listing_settle_seconds)
+            provider.refresh_now()  # a listing from after it took over: it acts now
+            assert provider.acting() and bridge._wake.is_set()
+            controller.sync_once()
+            (made,) = kube.list("provisioningrequests", NS)
+            assert made["metadata"]["name"] == request_name("train", 1)
+        finally:
+            controller.stop()
+            provider.stop()
