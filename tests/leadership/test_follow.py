@@ -184,17 +184,27 @@ class SilentWatch:
         return getattr(self._store, name)
 
 
+def beside_a_silent_watch(api: object, other: object, clock: ManualClock
+                          ) -> tuple[LeaderElector, Election, SilentWatch, threading.Event]:
+    """A holder stepped by hand (15s / 10s / 1s) and a started standby whose Lease watch
+    goes silent after its first listing; the event is set once the standby leads."""
+    holder = LeaderElector(KubeLeaseStore(other, NS, "allset"), "pod-a", clock,
+                           Timing(15, 10, 1))
+    assert holder.step()
+    standby = Election(config(BASE_CONFIG + election_config(15, 10, 1)), api, clock)
+    silent = SilentWatch(standby.store)
+    standby.store = silent  # type: ignore[assignment]
+    leads = threading.Event()
+    standby.elector._on_change = lambda leader: leads.set() if leader else None
+    standby.start()
+    return holder, standby, silent, leads
+
+
 def test_a_silent_watch_is_started_again_once_a_read_finds_what_it_missed(
         kube: FakeKube) -> None:
     clock = ManualClock()
     with kube.client() as api, kube.client() as other:
-        holder = LeaderElector(KubeLeaseStore(other, NS, "allset"), "pod-a", clock,
-                               Timing(15, 10, 1))
-        assert holder.step()
-        standby = Election(config(BASE_CONFIG + election_config(15, 10, 1)), api, clock)
-        silent = SilentWatch(standby.store)
-        standby.store = silent  # type: ignore[assignment]
-        standby.start()
+        holder, standby, silent, _ = beside_a_silent_watch(api, other, clock)
         try:
             wait("its watch is up", standby._following.is_set)
             clock.advance(10)
@@ -214,15 +224,7 @@ def test_a_renewal_a_quiet_watch_missed_costs_two_retry_periods_not_a_lease(
     Two renewals missed are worth a read: it sees the renewal within two retry periods."""
     clock = ManualClock()
     with kube.client() as api, kube.client() as other:
-        holder = LeaderElector(KubeLeaseStore(other, NS, "allset"), "pod-a", clock,
-                               Timing(15, 10, 1))
-        assert holder.step()
-        standby = Election(config(BASE_CONFIG + election_config(15, 10, 1)), api, clock)
-        silent = SilentWatch(standby.store)
-        standby.store = silent  # type: ignore[assignment]
-        leads = threading.Event()
-        standby.elector._on_change = lambda leader: leads.set() if leader else None
-        standby.start()
+        holder, standby, _, leads = beside_a_silent_watch(api, other, clock)
         try:
             wait("its watch is up", standby._following.is_set)
             clock.advance(5)
