@@ -163,15 +163,18 @@ class Audit:
             handle.seek(offset)
             return read_audit(handle.read(end - offset).splitlines())
 
-    def since(self, offset: int, replica: str | None = None) -> Counter[tuple[str, str]]:
-        """allset's requests past ``offset``; one replica's only when ``replica`` names its
-        pod (allset's User-Agent carries it: provider/cli.kube_client)."""
+    def since(self, offset: int, replica: str | None = None, end: int | None = None
+              ) -> Counter[tuple[str, str]]:
+        """allset's requests past ``offset`` (up to ``end``, a mark); one replica's only
+        when ``replica`` names its pod (allset's User-Agent carries it:
+        provider/cli.kube_client)."""
         out: Counter[tuple[str, str]] = Counter()
         if not self._path.exists():
             return out
         with self._path.open("rb") as handle:
             handle.seek(offset)
-            for line in handle:
+            data = handle.read(-1 if end is None else max(0, end - offset))
+            for line in data.splitlines():
                 try:
                     event = json.loads(line)
                 except ValueError:
@@ -517,7 +520,8 @@ def run(args: argparse.Namespace, directory: Path) -> None:
               f"{elapsed / 60:.2f}x of the 60 s aim; {registrar.registered} Nodes now")
         # What this machine needs for the burst's Nodes alone, measured on it before allset
         # started: registering them and kwok making them Ready, nothing else running.
-        print(f"  this machine's floor without allset: the seeding registered {args.nodes} "
+        print(f"  this machine's floor without allset (an estimate: the seeding's rate, "
+              f"scaled): the seeding registered {args.nodes} "
               f"Nodes and kwok made them Ready in {seeding:.1f} s "
               f"({args.nodes / seeding:.0f}/s); the burst's {sum(sizes)} Nodes at that rate "
               f"take {sum(sizes) * seeding / args.nodes:.1f} s before any request of "
@@ -555,23 +559,30 @@ def run(args: argparse.Namespace, directory: Path) -> None:
         mark = audit.mark()
         cpu0 = cpu_seconds(pid)
         time.sleep(args.steady)
-        steady = audit.since(mark)
+        end = audit.mark()  # one end for every count below
+        steady = audit.since(mark, end=end)
         per_minute = sum(steady.values()) * 60 / args.steady
         everyone = diff(plane.metrics(), before)
-        lease = sum(n for (_, resource), n in steady.items() if resource == "leases")
+        lease = sum(n for (verb, resource), n in audit.since(mark, LEADER, end).items()
+                    if (verb, resource) == ("update", "leases"))
         print(f"  steady state, {args.steady:.0f} s of nothing happening, every request "
               f"booked: allset {per_minute:.1f} API requests/min (aim <= 10), of which "
               f"{lease * 60 / args.steady:.1f} renew its leader Lease (leader election "
               f"{args.leader_election}) {dict(steady) or ''}; allset CPU "
               f"{cpu_seconds(pid) - cpu0:.1f} s")
         if standby is not None:
-            mine = audit.since(mark, STANDBY)
+            mine = audit.since(mark, STANDBY, end)
+            leader = sum(audit.since(mark, LEADER, end).values())
             print(f"  of which the standby's ({STANDBY}): "
                   f"{sum(mine.values()) * 60 / args.steady:.1f}/min {dict(mine) or ''}; "
-                  f"the leader's: {sum(audit.since(mark, LEADER).values()) * 60 / args.steady:.1f}"
-                  f"/min")
+                  f"the leader's: {leader * 60 / args.steady:.1f}/min")
         show("  apiserver_request_total diff in that time (every client)", everyone, 6)
 
+        lease_now = rest.find("coordination.k8s.io/v1", "Lease", "allset", "kube-system")
+        holder = str(((lease_now or {}).get("spec") or {}).get("holderIdentity") or "")
+        if args.leader_election == "on" and not holder.startswith(LEADER):
+            print(f"\n  THE LEASE MOVED: held by {holder or 'nobody'}, not {LEADER}; figures "
+                  f"above mix two leaders (a renewal missed on a loaded host?)")
         print(f"\nallset peak RSS {peak_rss_mb(pid):.0f} MiB, CPU {cpu_seconds(pid):.1f} s "
               f"since it started; load average {os.getloadavg()[0]:.1f}")
     finally:

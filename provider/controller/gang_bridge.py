@@ -180,9 +180,10 @@ class GangBridge:
         self._pods = pods
 
     def act_while(self, acting: Callable[[], bool]) -> None:
-        """Pass only while ``acting`` says this process may act (the leader, settled): a
-        standby's bridge would annotate gangs, create and delete requests and mark pods
-        beside the leader's, and read every gang each resync for nothing."""
+        """Ask for gangs only while ``acting`` says this process may act (the leader,
+        settled). Otherwise (a standby) a pass only marks the pods of gangs never asked
+        for with the request they will consume (see ``_gang``): it creates, deletes and
+        reports nothing, and finds nothing to do in a quiet cluster."""
         self._acting = acting
 
     def use_version(self, version: str) -> None:
@@ -200,8 +201,7 @@ class GangBridge:
             stop.wait(_MIN_PASS_GAP)  # a burst of pods is one pass, not one each
 
     def pass_once(self) -> None:
-        if not self._acting():
-            return
+        acting = self._acting()
         sources = [s for s in self._sources if self._api.served(s)]
         if not sources:
             return
@@ -217,18 +217,21 @@ class GangBridge:
             if key.namespace not in pods:
                 pods[key.namespace] = self._pods.in_namespace(key.namespace)
             try:
-                self._gang(key, pods[key.namespace])
+                # Leadership can end within a pass: each gang asks again.
+                acting = acting and self._acting()
+                self._gang(key, pods[key.namespace], acting)
             except Exception as err:
                 log.warning("gang %s/%s (%s): %s", key.namespace, key.name, key.source.name,
                             err)
         now = self._clock.now()
-        if now - self._swept_at >= self._sweep:
+        if acting and now - self._swept_at >= self._sweep:
             self._swept_at = now
             self._drop_orphans(sources)
 
     # --- one gang -------------------------------------------------------------------------
 
-    def _gang(self, key: GangKey, namespace_pods: list[dict[str, Any]]) -> None:
+    def _gang(self, key: GangKey, namespace_pods: list[dict[str, Any]],
+              acting: bool = True) -> None:
         obj = self._api.gang(key.source, key.namespace, key.name)
         if obj is None:
             return  # pods name a gang that does not exist (yet)
@@ -238,6 +241,19 @@ class GangBridge:
         pods = [p for p in namespace_pods
                 if _live(p) and key.source.gang_of(p) == key.name]
         members = tuple(_member(p) for p in pods)
+        if not acting:
+            # A standby asks for nothing, but marks the pods of a gang never asked for
+            # with the request they will consume, as the leader does: after a failover
+            # the new leader serves CA the moment it acts, and pods that went pending
+            # while no replica acted would be open to CA's per-pod scale-up until its
+            # bridge's first pass. Later generations are the leader's (it reads them).
+            named = ((obj.get("metadata") or {}).get("annotations") or {}).get(
+                REQUEST_ANNOTATION)
+            upcoming = request_name(key.name, 1)
+            early = tuple(m for m in members if not m.scheduled and m.consuming != upcoming)
+            if not named and early:
+                self._mark(key.namespace, upcoming, early)
+            return
         current = self._current(key, obj)
         if current is not None:
             self._report(key, obj, current)

@@ -99,14 +99,16 @@ class Election:
             # have expired; without it, every retry period (client-go's way).
             following = self._following.is_set()
             if not following or self.elector.due():
+                self.elector.take_read()  # only this step's read counts below
                 try:
                     self.elector.step()
                 except Exception:  # a bad answer from the API server must not end the loop
                     log.exception("leader election step failed")
-                seen = self.elector.record
-                if following and not self.elector.is_leader() and seen is not None and \
-                        seen.version != self._delivered:
-                    # The read found a write the watch never showed: it went silent.
+                read = self.elector.take_read()
+                if following and not self.elector.is_leader() and read is not None and \
+                        read != self._delivered:
+                    # The read found a write (or a deletion) the watch never showed: it
+                    # went silent. Deleted and shown deleted agree ("" both).
                     log.info("the lease's watch missed a change; starting it again")
                     self._following.clear()
                     self.store.interrupt()

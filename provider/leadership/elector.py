@@ -162,6 +162,8 @@ class LeaderElector:
         self._took_over_at: float | None = None
         self._predecessor_stopped_by: float | None = None
         self._predecessor = float("-inf")  # step's reading, for _write
+        # What the last read found, until take_read(): its version, "" for no Lease.
+        self._read: str | None = None
         # Set once release() begins, under _lock: from then on no step renews or takes the
         # lease, so a renewal in flight cannot take back a lease being given up.
         self._released = False
@@ -191,6 +193,13 @@ class LeaderElector:
     def record(self) -> LeaseRecord | None:
         """The lease as this process last saw it (read, written or watched)."""
         return self._observed
+
+    def take_read(self) -> str | None:
+        """The version of the Lease the last step's read found ("" when there was none),
+        once: None when no read succeeded since the last call. A follower compares it
+        with what its watch delivered last."""
+        read, self._read = self._read, None
+        return read
 
     @property
     def holder(self) -> str | None:
@@ -288,6 +297,7 @@ class LeaderElector:
             log.warning("reading the lease failed: %s", err)
             self._lose_if_overdue()
             return self.is_leader()
+        self._read = current.version if current is not None else ""
         if current is None:
             last = self._observed
             if last is not None and last.holder not in (None, self.identity) and \

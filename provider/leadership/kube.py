@@ -6,6 +6,7 @@ candidates writing at once get one success and one 409."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 from collections.abc import Iterator
@@ -96,10 +97,15 @@ class KubeLeaseStore:
 
     def interrupt(self) -> None:
         """End the watch ``follow`` is reading (from another thread): it raises, and its
-        caller starts again."""
+        caller starts again. The socket is shut down for reading, which wakes the blocked
+        read at once; closing the response from here instead waited for that read, which
+        on a quiet watch is the next event or the server's timeout (minutes), with the
+        caller (the election's loop) stuck meanwhile."""
         response = self._response
-        if response is not None:
-            response.close()
+        if response is None:
+            return
+        with contextlib.suppress(ValueError, RuntimeError, OSError):
+            response.shutdown()  # already closed or released: the read has returned
 
     def create(self, record: LeaseRecord) -> LeaseRecord:
         return self._send(self._api.create_namespaced_lease, self.namespace,

@@ -468,27 +468,33 @@ def test_a_gang_recreated_under_its_name_does_not_inherit_the_old_failed_request
 # --- only the acting leader bridges gangs -------------------------------------------------
 
 
-def test_a_bridge_that_may_not_act_asks_the_api_server_nothing(k: Cluster) -> None:
+def test_a_bridge_that_may_not_act_asks_for_nothing_and_only_marks_a_new_gangs_pods(
+        k: Cluster) -> None:
     acting = {"now": False}
     k.bridge.act_while(lambda: acting["now"])
     k.kube.create(objects.coscheduling_pod_group(NS, "train", 3))
     for name, req in (("w0", GPU), ("w1", GPU), ("ps", CPU)):
         k.kube.create(gang_pod(name, req))
     stuck(k, "w0", "w1", "ps")
-    k.kube.reset_counts()
-    k.bridge.pass_once()
-    assert k.requests() == [] and sum(k.kube.requests.values()) == 0
-    assert CONSUME not in (k.pod("w0")["metadata"].get("annotations") or {})
+    k.pass_once()
+    assert k.requests() == []  # whole and stuck: the leader's to ask for
+    assert REQUEST_ANNOTATION not in (k.podgroup()["metadata"].get("annotations") or {})
+    # Its pods name the request they will consume: CA's per-pod scale-up leaves them
+    # alone from the moment this replica (or another) serves CA.
+    for pod in ("w0", "w1", "ps"):
+        assert k.pod(pod)["metadata"]["annotations"][CONSUME] == request_name("train", 1)
     acting["now"] = True
     k.pass_once()
     (made,) = k.requests()
     assert made["metadata"]["name"] == request_name("train", 1)
+    assert k.podgroup()["metadata"]["annotations"][REQUEST_ANNOTATION] == \
+        request_name("train", 1)
 
 
 def test_the_controller_bridges_gangs_only_while_its_replica_leads() -> None:
-    """Two replicas: the standby's bridge would annotate the gang and create its request
-    beside the leader's (and read every gang each resync for nothing). It bridges from the
-    moment it leads, woken at once rather than at its next resync."""
+    """Two replicas: the standby's bridge annotated the gang and created its request
+    beside the leader's. It asks for gangs from the moment it leads, woken at once rather
+    than at its next resync."""
     from adapters.fake import FakeCloud
     from adapters.registry import create_adapter
     from provider.app import Provider
@@ -528,7 +534,8 @@ def test_the_controller_bridges_gangs_only_while_its_replica_leads() -> None:
                 kube.set_pod_unschedulable(NS, name)
             controller.sync_once()
             assert kube.list("provisioningrequests", NS) == []
-            assert kube.count("get", "podgroups") == 0
+            assert kube.count("create", "podtemplates") == 0
+            assert kube.count("patch", "podgroups") == 0  # the gang is not annotated
             assert not bridge._wake.is_set()
 
             clock.advance(16)  # pod-a stopped renewing: pod-b takes the lease over

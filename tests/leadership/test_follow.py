@@ -136,7 +136,12 @@ def test_a_standby_election_reads_nothing_while_it_follows_the_holder(
             for _ in range(10):  # a renewal each retry period, each seen by watch
                 clock.advance(1)
                 assert holder.step()
-                time.sleep(0.3)
+                renewed = holder.record
+                assert renewed is not None
+                wait("the standby sees the renewal",
+                     lambda version=renewed.version: getattr(
+                         standby.elector.record, "version", None) == version)
+                time.sleep(0.2)
             assert kube.count("get", "leases") == 0, kube.requests
             assert standby.elector.holder == "pod-a" and not leads.is_set()
             clock.advance(15)  # the holder stops renewing: the standby reads and takes it
@@ -260,3 +265,56 @@ def test_a_lease_deleted_while_another_holds_it_is_not_taken_before_it_would_exp
         kube.delete("leases", "allset", NS)
         clock.advance(15)  # pod-a gone too: nothing renews for a whole lease duration
         assert b.step() and b.is_leader()
+
+
+def test_interrupting_the_store_ends_a_quiet_watch_at_once(kube: FakeKube) -> None:
+    """The real store's watch, blocked in a read with nothing to deliver: interrupt()
+    returns at once and the read ends (closing the response waited for that read: the
+    election's loop stuck until the next event, or the server's timeout)."""
+    with kube.client() as api:
+        store = KubeLeaseStore(api, NS, "allset")
+        first = threading.Event()
+        ended: list[BaseException | None] = []
+
+        def follow() -> None:
+            try:
+                for _ in store.follow(timeout_seconds=25):
+                    first.set()
+                ended.append(None)
+            except BaseException as err:  # what the election's follower catches
+                ended.append(err)
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        assert first.wait(5)
+        wait("the watch is open", lambda: kube.count("watch", "leases") == 1)
+        time.sleep(0.3)  # in its read
+        caller = threading.Thread(target=store.interrupt, daemon=True)
+        started = time.monotonic()
+        caller.start()
+        caller.join(5)
+        reader.join(5)
+        assert not caller.is_alive() and not reader.is_alive(), \
+            f"interrupt() still blocked after {time.monotonic() - started:.1f}s"
+        assert ended and ended[0] is not None  # the watch raised: its caller starts again
+
+
+def test_a_deleted_lease_the_watch_showed_is_not_taken_for_a_silent_watch(
+        kube: FakeKube) -> None:
+    """The standby reads once two renewals did not show; a Lease deleted by hand reads as
+    none, which is what its watch showed: the watch is not restarted for that."""
+    clock = ManualClock()
+    with kube.client() as api, kube.client() as other:
+        _, standby, _ = standby_beside(kube, api, other, clock, 15, 10, 1)
+        try:
+            wait("its watch is up", standby._following.is_set)
+            kube.delete("leases", "allset", NS)
+            wait("the watch shows it deleted", lambda: standby._delivered == "")
+            kube.reset_counts()
+            clock.advance(3)  # two renewals missed: the standby reads and finds none
+            wait("the standby reads", lambda: kube.count("get", "leases") >= 1)
+            time.sleep(1.5)  # its next turn, when a restart would show
+            assert kube.count("list", "leases") == 0 and kube.count("watch", "leases") == 0
+            assert standby._following.is_set() and not standby.elector.is_leader()
+        finally:
+            standby.stop(timeout=5)
