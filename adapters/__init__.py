@@ -1,1 +1,1 @@
-"""Cloud adapters behind one contract (adapters.base.CloudAdapter)."""
+"""Cloud adapters behind one contract (provider.domain.cloud.CloudAdapter)."""

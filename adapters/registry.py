@@ -7,10 +7,10 @@ import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
 
-from adapters.base import CapacityType, CloudAdapter, Quota, Reservation, Shape
-from provider.clock import Clock
+from provider.base.clock import Clock
 from provider.config import ConfigError, LoadedConfig
-from provider.model import MILLI
+from provider.domain.cloud import CapacityType, CloudAdapter, Quota, Reservation, Shape
+from provider.domain.model import MILLI
 
 Factory = Callable[[LoadedConfig, Clock], CloudAdapter]
 

@@ -18,15 +18,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from adapters.base import CapacityType, LaunchRequest, OwnerTags
 from adapters.fake import FakeCloud, FakeSettings
-from provider.clock import SystemClock
-from provider.executor import AttemptSpec, Executor, ThreadRunner, inline_runner
-from provider.ledger import CapacityView, Ledger
-from provider.model import MILLI, NodeGroup, Resources
-from provider.plan import Infeasible, Part, Plan
-from provider.store.journal import SqliteJournal
-from provider.unavailable import UnavailableOfferings
+from provider.attempts.executor import AttemptSpec, Executor, ThreadRunner, inline_runner
+from provider.attempts.journal import SqliteJournal
+from provider.base.clock import SystemClock
+from provider.capacity.ledger import CapacityView, Ledger
+from provider.capacity.unavailable import UnavailableOfferings
+from provider.domain.cloud import CapacityType, LaunchRequest, OwnerTags
+from provider.domain.model import MILLI, NodeGroup, Resources
+from provider.domain.plan import Infeasible, Part, Plan
 
 PARTS = 8
 

@@ -24,10 +24,10 @@ from moto import mock_aws
 
 from adapters.aws import AwsAdapter, create, discovery
 from adapters.aws.settings import AwsSettings, settings_from
-from adapters.base import CapacityType, LaunchRequest, OwnerTags
 from bench.common import machine
-from provider.clock import ManualClock
+from provider.base.clock import ManualClock
 from provider.config import LoadedConfig, load_config_text
+from provider.domain.cloud import CapacityType, LaunchRequest, OwnerTags
 from tests.aws.ec2model import Ec2Layer
 
 REGION = "us-east-1"

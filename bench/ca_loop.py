@@ -37,9 +37,9 @@ import grpc
 import yaml
 from google.protobuf import duration_pb2
 
-from adapters.base import CapacityType, CloudInstance, InstanceState, OwnerTags
 from adapters.fake.store import FakeStore
 from bench.common import ROOT, machine, peak_rss_mb, percentiles, serve
+from provider.domain.cloud import CapacityType, CloudInstance, InstanceState, OwnerTags
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 

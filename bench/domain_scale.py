@@ -41,13 +41,13 @@ import yaml
 from adapters.registry import create_adapter
 from bench.ca_loop import write_fleet
 from provider.app import Provider
-from provider.clock import SystemClock
+from provider.attempts.executor import AttemptSpec, inline_runner
+from provider.base.clock import SystemClock
+from provider.capacity.ledger import CapacityView
 from provider.config import load_config
-from provider.demand import Demand, PodSet, Toleration
-from provider.executor import AttemptSpec, inline_runner
-from provider.ledger import CapacityView
-from provider.model import GPU_RESOURCE, MILLI, Resources
-from provider.plan import Infeasible, Part, Plan
+from provider.domain.demand import Demand, PodSet, Toleration
+from provider.domain.model import GPU_RESOURCE, MILLI, Resources
+from provider.domain.plan import Infeasible, Part, Plan
 from provider.planner.gang import plan
 from provider.sim.allset import InlinePool
 
@@ -62,11 +62,11 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("    build", "provider/planner/gang.py", "build"),
     ("    solve", "provider/planner/solver.py", "solve"),
     ("  to_plan", "provider/planner/gang.py", "to_plan"),
-    ("fleet.occupied", "provider/fleet.py", "occupied"),
-    ("fleet.claim", "provider/fleet.py", "claim"),
-    ("fleet.end_claim", "provider/fleet.py", "end_claim"),
-    ("fleet.adopt", "provider/fleet.py", "adopt"),
-    ("ledger view", "provider/ledger.py", "_view"),
+    ("fleet.occupied", "provider/domain/fleet.py", "occupied"),
+    ("fleet.claim", "provider/domain/fleet.py", "claim"),
+    ("fleet.end_claim", "provider/domain/fleet.py", "end_claim"),
+    ("fleet.adopt", "provider/domain/fleet.py", "adopt"),
+    ("ledger view", "provider/capacity/ledger.py", "_view"),
     ("cloud launch", "adapters/fake/cloud.py", "launch"),
     ("cloud commit", "adapters/fake/cloud.py", "commit"),
     ("book", "provider/app.py", "book"),

@@ -25,15 +25,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
 
-from adapters.base import CapacityType, OwnerTags
 from adapters.gcp import labels
 from adapters.gcp.adapter import GcpAdapter
 from adapters.registry import connect
 from bench.common import machine
 from provider.app import Provider
-from provider.clock import SystemClock
+from provider.attempts.executor import inline_runner
+from provider.base.clock import SystemClock
 from provider.config import LoadedConfig, load_config_text
-from provider.executor import inline_runner
+from provider.domain.cloud import CapacityType, OwnerTags
 from tests.fakegce import Compute, serve
 from tests.helpers import ManualPool
 

@@ -18,17 +18,17 @@ import random
 import time
 from collections import defaultdict
 
-from adapters.base import CapacityType, CloudSnapshot, Quota, Reservation, ReservationKind
 from bench.common import percentiles
-from provider.clock import ManualClock
-from provider.demand import Demand, PodSet, Toleration, Topology
-from provider.devices.catalog import MODELS, GpuDevices, gpu_slice
-from provider.devices.cel import CelEnvironment
-from provider.devices.claims import Claim, DeviceRequest, RequestOption, Selector
-from provider.devices.model import DeviceSlice
-from provider.ledger import Ledger
-from provider.model import GPU_RESOURCE, MILLI, NodeGroup, Resources, Taint
-from provider.plan import Plan
+from provider.base.clock import ManualClock
+from provider.capacity.ledger import Ledger
+from provider.domain.cloud import CapacityType, CloudSnapshot, Quota, Reservation, ReservationKind
+from provider.domain.demand import Demand, PodSet, Toleration, Topology
+from provider.domain.devices.catalog import MODELS, GpuDevices, gpu_slice
+from provider.domain.devices.cel import CelEnvironment
+from provider.domain.devices.claims import Claim, DeviceRequest, RequestOption, Selector
+from provider.domain.devices.model import DeviceSlice
+from provider.domain.model import GPU_RESOURCE, MILLI, NodeGroup, Resources, Taint
+from provider.domain.plan import Plan
 from provider.planner.gang import Inputs, Relax, build, domain_of, gather, plan
 from provider.planner.matching import Matcher
 from provider.planner.solver import _mip
@@ -87,7 +87,7 @@ def world(rng: random.Random, n_groups: int, n_res: int, n_zones: int = 12
         ))
     quotas = [Quota("on-demand-gpus", "gpus", limit=rng.choice([512, 2048, 8192]), used=0)]
     clock = ManualClock(NOW)
-    from provider.unavailable import UnavailableOfferings
+    from provider.capacity.unavailable import UnavailableOfferings
 
     ledger = Ledger(groups, clock, UnavailableOfferings(clock, 180))
     ledger.apply(CloudSnapshot(tuple(reservations), (), tuple(quotas)), NOW)

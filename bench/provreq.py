@@ -21,16 +21,16 @@ from collections import Counter
 
 from kubernetes import client
 
-from adapters.base import InstanceState
 from adapters.fake import FakeCloud
 from adapters.registry import create_adapter
 from bench.common import machine
 from provider.app import Provider
-from provider.clock import SystemClock
+from provider.base.clock import SystemClock
 from provider.config import load_config_text
 from provider.controller import conditions as c
 from provider.controller.controller import Controller
 from provider.controller.kube import KubeApi
+from provider.domain.cloud import InstanceState
 from tests.fakekube import FakeKube, objects
 
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]

@@ -52,13 +52,13 @@ from typing import Any
 import urllib3
 import yaml
 
-from adapters.base import InstanceState
 from adapters.fake.store import FakeStore
 from bench.ca_loop import cpu_seconds, write_fleet
 from bench.common import machine, peak_rss_mb
 from bench.scale_stages import Audited, allset_delays, milestones, read_audit, render
 from provider.config.load import load_config
 from provider.controller import conditions as c
+from provider.domain.cloud import InstanceState
 from tests.e2e.allset import Allset
 from tests.e2e.cluster import ControlPlane, Parts
 from tests.e2e.conftest import ALLSET_USER, rbac_documents

@@ -9,22 +9,22 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 
-from adapters.base import CapacityType, CloudAdapter
-from provider.clock import Clock, SystemClock
+from provider.attempts.executor import Executor as AttemptExecutor
+from provider.attempts.executor import Journal, MemoryJournal, Observer, PartRunner, ThreadRunner
+from provider.attempts.metrics import Metrics
+from provider.attempts.recent import RecentOutcomes
+from provider.attempts.reconcile import Reconciler, UnknownGroups
+from provider.attempts.scaleups import ScaleUps, new_attempt_id
+from provider.base.clock import Clock, SystemClock
+from provider.capacity.ledger import Ledger
+from provider.capacity.unavailable import UnavailableOfferings
 from provider.config import LoadedConfig
-from provider.errors import Unavailable
-from provider.executor import Executor as AttemptExecutor
-from provider.executor import Journal, MemoryJournal, Observer, PartRunner, ThreadRunner
-from provider.fleet import Fleet
+from provider.domain.cloud import CapacityType, CloudAdapter
+from provider.domain.errors import Unavailable
+from provider.domain.fleet import Fleet
+from provider.domain.model import NodeGroup, Resources, ScaleUpMode
 from provider.leadership.elector import AlwaysLeader, Leadership
-from provider.ledger import Ledger
-from provider.metrics import Metrics
-from provider.model import NodeGroup, Resources, ScaleUpMode
 from provider.planner.matching import Matcher
-from provider.reconcile import Reconciler, UnknownGroups
-from provider.scaleup import ScaleUps, new_attempt_id
-from provider.telemetry.recent import RecentOutcomes
-from provider.unavailable import UnavailableOfferings
 
 log = logging.getLogger(__name__)
 

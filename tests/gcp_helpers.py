@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from adapters.gcp.adapter import GcpAdapter
 from adapters.registry import connect
 from provider.app import Provider
-from provider.clock import ManualClock
+from provider.attempts.executor import inline_runner
+from provider.base.clock import ManualClock
 from provider.config import LoadedConfig, load_config_text
-from provider.executor import inline_runner
 from tests.fakegce import Compute, serve
 from tests.helpers import ManualPool
 

@@ -9,13 +9,13 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.base import InstanceState
 from adapters.fake import FakeCloud
 from adapters.registry import create_adapter
 from provider.app import Provider
-from provider.clock import ManualClock
+from provider.attempts.executor import inline_runner
+from provider.base.clock import ManualClock
 from provider.config import LoadedConfig, load_config_text
-from provider.executor import inline_runner
+from provider.domain.cloud import InstanceState
 
 BASE_CONFIG = """\
 cluster: test

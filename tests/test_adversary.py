@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from adapters.base import CapacityType, CloudInstance, InstanceState, OwnerTags
+from provider.domain.cloud import CapacityType, CloudInstance, InstanceState, OwnerTags
 from tests.adversary.cloud import LaunchRecord
 from tests.adversary.invariants import INVARIANTS, check
 from tests.adversary.run import run_seed
@@ -73,7 +73,7 @@ def test_a_killed_task_stops_at_its_yield_point_and_never_acts_again() -> None:
 
 def test_a_dead_incarnations_cloud_calls_raise() -> None:
     from adapters.fake import FakeCloud, FakeSettings
-    from provider.clock import ManualClock
+    from provider.base.clock import ManualClock
     from tests.adversary.cloud import GatedCloud, LaggingCloud
 
     cloud = LaggingCloud(FakeCloud(FakeSettings(), ManualClock()), lambda: 0)

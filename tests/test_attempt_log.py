@@ -8,11 +8,11 @@ import logging
 
 import pytest
 
-from adapters.base import InsufficientCapacity
 from provider.app import Provider
-from provider.executor import MemoryJournal, inline_runner
-from provider.telemetry.attempt_log import LoggedJournal
-from provider.telemetry.log_format import configure
+from provider.attempts.executor import MemoryJournal, inline_runner
+from provider.attempts.log import LoggedJournal
+from provider.cli.log_format import configure
+from provider.domain.cloud import InsufficientCapacity
 from tests.helpers import ManualPool, config, harness
 
 

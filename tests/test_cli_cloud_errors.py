@@ -57,8 +57,8 @@ def test_aws_unreachable_is_one_line(tmp_path: Path, command: str) -> None:
 
 
 def test_an_auth_error_points_at_the_cloud_identity() -> None:
-    from adapters.base import InvalidRequest
-    from provider.console.errors import cloud_error_line
+    from provider.cli.errors import cloud_error_line
+    from provider.domain.cloud import InvalidRequest
 
     line = cloud_error_line(InvalidRequest("DescribeInstances: UnauthorizedOperation: You "
                                            "are not authorized"))

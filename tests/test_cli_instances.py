@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from adapters.base import CapacityType, CloudInstance, InstanceState, OwnerTags
 from adapters.fake.store import FakeStore
+from provider.domain.cloud import CapacityType, CloudInstance, InstanceState, OwnerTags
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from provider.tls import write_dev_pki
+from provider.service.tls import write_dev_pki
 from tests.cli_kit import ALLSET, ROOT, one_line, run_allset
 from tests.helpers import free_port
 

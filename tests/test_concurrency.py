@@ -14,7 +14,7 @@ import pytest
 from adapters.fake import FakeCloud
 from adapters.registry import create_adapter
 from provider.app import Provider
-from provider.clock import ManualClock
+from provider.base.clock import ManualClock
 from provider.service.server import Server
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc

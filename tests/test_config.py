@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters.base import CapacityType
 from provider.config import ConfigError, load_config, load_config_text
-from provider.model import GPU_RESOURCE, ScaleUpMode
+from provider.domain.cloud import CapacityType
+from provider.domain.model import GPU_RESOURCE, ScaleUpMode
 from tests.helpers import BASE_CONFIG, config
 
 FAKE = "cloud: {provider: fake}\n"
@@ -98,7 +98,7 @@ def test_top_level_errors(patch: str, field: str, words: str) -> None:
 def test_the_value_of_waiting_is_set_by_queue_and_by_default() -> None:
     """Issue 19: runtimes.queues and runtimes.waitValuePerGpuHour reach the demand below
     the request's own value (the precedence is tested in tests/planner/test_timing.py)."""
-    from provider.demand import Demand
+    from provider.domain.demand import Demand
 
     cfg = load_config_text(MINIMAL + "runtimes:\n  waitValuePerGpuHour: 2.5\n"
                            "  queues: {ml/train: 4, ml/serve.v2: 0}\n")
@@ -233,7 +233,7 @@ def test_the_simulated_cloud_needs_cpu_and_memory() -> None:
 
 
 def test_groups_complete_from_the_clouds_shapes() -> None:
-    from adapters.base import Shape
+    from provider.domain.cloud import Shape
 
     text = (
         "cluster: c\ncloud: {provider: gcp, gcp: {project: p, region: us-central1}}\n"

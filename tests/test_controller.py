@@ -8,9 +8,9 @@ import threading
 import pytest
 from kubernetes import client
 
-from adapters.base import CapacityType, InstanceState, LaunchRequest
 from adapters.fake import Stockout
 from provider.controller import conditions as c
+from provider.domain.cloud import CapacityType, InstanceState, LaunchRequest
 from tests.controller_kit import NS, World, create, live, templates, world
 from tests.fakekube import objects
 from tests.helpers import wait_until

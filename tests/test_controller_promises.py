@@ -12,14 +12,14 @@ from typing import Any
 
 from kubernetes import client
 
-from adapters.base import InstanceState
 from provider.app import Provider
+from provider.attempts.executor import inline_runner
 from provider.config import LoadedConfig
 from provider.controller import conditions as c
 from provider.controller.controller import Controller
 from provider.controller.kube import KubeApi
 from provider.controller.requests import Backoff
-from provider.executor import inline_runner
+from provider.domain.cloud import InstanceState
 from tests.controller_kit import NS, World, create, live, world
 from tests.fakekube import objects
 from tests.helpers import BASE_CONFIG, config
@@ -276,7 +276,7 @@ def test_deleting_a_request_while_waiting_for_nodes_terminates_its_gang(world: W
 
 def test_a_deletion_the_cloud_refuses_keeps_the_finalizer_until_it_is_done(world: World
                                                                            ) -> None:
-    from adapters.base import TransientError
+    from provider.domain.cloud import TransientError
 
     w = world
     create(w)

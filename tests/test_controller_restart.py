@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from adapters.base import InstanceState
 from adapters.fake.store import FakeStore
 from provider.controller import conditions as c
+from provider.domain.cloud import InstanceState
 from tests.fakekube import FakeKube, objects
 from tests.helpers import free_port, wait_until
 

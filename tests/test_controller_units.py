@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provider.clock import ManualClock
+from provider.base.clock import ManualClock
 from provider.controller import conditions as c
 from provider.controller.queue import WorkQueue
 from provider.controller.requests import Backoff

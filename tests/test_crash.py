@@ -14,8 +14,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from adapters.base import InstanceState
 from adapters.fake.store import FakeStore
+from provider.domain.cloud import InstanceState
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 from tests.helpers import wait_until

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
+from provider.cli.shutdown import EXIT_MARGIN_SECONDS
 from provider.config import load_config
 from provider.controller import conditions
 from provider.controller.kube import CALLS
-from provider.demand import CLASS_NAME
-from provider.lifecycle.shutdown import EXIT_MARGIN_SECONDS
-from provider.provreq import parse_parameters
+from provider.domain.demand import CLASS_NAME
+from provider.domain.provreq import parse_parameters
 from provider.service.server import LIVE, READY
 from tests.deploy_kit import (
     DEPLOY,
@@ -476,7 +476,7 @@ def test_the_documented_allset_certs_run_makes_what_the_secrets_need(
     from cryptography import x509
     from cryptography.x509.oid import ExtendedKeyUsageOID
 
-    from provider.cli import main
+    from provider.cli.main import main
 
     guide = _guide()
     command = re.findall(r"^allset certs ((?:.*\\\n)*.*)", guide, flags=re.MULTILINE)[0]

@@ -111,4 +111,4 @@ def test_a_wheel_from_the_build_context_holds_the_whole_package(tmp_path: Path) 
         assert module in names, f"{module} is missing from the wheel"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "allset = provider.cli:main" in text
+    assert "allset = provider.cli.main:main" in text

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adapters.base import (
+from provider.app import Provider
+from provider.attempts.executor import AttemptSpec, Build, Executor, Result
+from provider.capacity.ledger import CapacityView
+from provider.domain.cloud import (
     CapacityType,
     InsufficientCapacity,
     OutcomeUnknown,
@@ -12,10 +15,7 @@ from adapters.base import (
     Scope,
     TransientError,
 )
-from provider.app import Provider
-from provider.executor import AttemptSpec, Build, Executor, Result
-from provider.ledger import CapacityView
-from provider.plan import Infeasible, Part, Plan
+from provider.domain.plan import Infeasible, Part, Plan
 from provider.planner.group import plan_group_delta
 from tests.helpers import Harness, harness
 

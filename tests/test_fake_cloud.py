@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from adapters.base import (
+from adapters.fake import FakeCloud, FakeSettings, Stockout
+from adapters.fake.store import FakeStore
+from provider.base.clock import ManualClock
+from provider.domain.cloud import (
     CapacityType,
     CloudAdapter,
     InstanceState,
@@ -21,9 +24,6 @@ from adapters.base import (
     Shape,
     TransientError,
 )
-from adapters.fake import FakeCloud, FakeSettings, Stockout
-from adapters.fake.store import FakeStore
-from provider.clock import ManualClock
 
 NOW = 1_800_000_000.0
 

@@ -17,7 +17,7 @@ from urllib3.exceptions import MaxRetryError, ProtocolError
 
 from provider.controller.gang_api import GangApi
 from provider.controller.kube import CALLS, GROUP, PLURAL, Conflict, KubeApi
-from provider.gangs.sources import SOURCES
+from provider.domain.gangs.sources import SOURCES
 from tests.fakekube import FakeKube, objects
 
 NS = "team-a"

@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from adapters.base import CapacityType, CloudInstance, InstanceState, OwnerTags
-from provider.errors import FailedPrecondition, InvalidArgument
-from provider.fleet import PLACEHOLDER_PREFIX, ErrorInfo, Fleet, _GroupState
-from provider.model import MILLI, NodeGroup, Resources
+from provider.domain.cloud import CapacityType, CloudInstance, InstanceState, OwnerTags
+from provider.domain.errors import FailedPrecondition, InvalidArgument
+from provider.domain.fleet import PLACEHOLDER_PREFIX, ErrorInfo, Fleet, _GroupState
+from provider.domain.model import MILLI, NodeGroup, Resources
 
 GROUPS = [f"g{i}" for i in range(5)]
 ATTEMPTS = [f"a{i}" for i in range(6)]

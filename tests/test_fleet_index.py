@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from adapters.base import CapacityType, CloudInstance, InstanceState, OwnerTags
-from provider.fleet import Fleet
+from provider.domain.cloud import CapacityType, CloudInstance, InstanceState, OwnerTags
+from provider.domain.fleet import Fleet
 from tests.helpers import harness
 
 

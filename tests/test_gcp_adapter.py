@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from adapters.base import (
+from adapters.gcp.labels import to_labels
+from provider.domain.cloud import (
     CapacityType,
     CloudInstance,
     InsufficientCapacity,
@@ -19,7 +20,6 @@ from adapters.base import (
     Scope,
     TransientError,
 )
-from adapters.gcp.labels import to_labels
 from tests.fakegce import Fault, OpError
 from tests.gcp_helpers import GcpHarness, gcp
 

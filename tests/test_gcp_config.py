@@ -78,7 +78,7 @@ def test_the_deploy_example_is_valid() -> None:
 
 def test_missing_credentials_are_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     from adapters.registry import create_adapter
-    from provider.clock import ManualClock
+    from provider.base.clock import ManualClock
 
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/key.json")
     cfg = gcp_config("https://compute.example.invalid", GROUPS)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.base import (
+from adapters.gcp.errors import Failure, classify
+from provider.domain.cloud import (
     InsufficientCapacity,
     InvalidRequest,
     QuotaExceeded,
     Scope,
     TransientError,
 )
-from adapters.gcp.errors import Failure, classify
 
 
 @pytest.mark.parametrize(("codes", "status", "reserved", "kind", "scope"), [

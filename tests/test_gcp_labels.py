@@ -7,8 +7,8 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.base import CapacityType, OwnerTags
 from adapters.gcp import labels
+from provider.domain.cloud import CapacityType, OwnerTags
 
 GCE_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 GCE_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from adapters.base import (
+from provider.domain.cloud import (
     CapacityType,
     InsufficientCapacity,
     InvalidRequest,

@@ -8,8 +8,8 @@ from contextlib import contextmanager
 
 import grpc
 
-from adapters.base import CapacityType, OwnerTags
 from adapters.gcp import labels
+from provider.domain.cloud import CapacityType, OwnerTags
 from provider.service.server import Server
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc

@@ -3,11 +3,11 @@ group in a fabric only from reservations that keep their slots in it."""
 
 from __future__ import annotations
 
-from adapters.base import CapacityType, Reservation
-from provider.clock import ManualClock
-from provider.inventory import group_offerings
-from provider.model import NodeGroup, Resources
-from provider.unavailable import UnavailableOfferings
+from provider.base.clock import ManualClock
+from provider.capacity.offerings import group_offerings
+from provider.capacity.unavailable import UnavailableOfferings
+from provider.domain.cloud import CapacityType, Reservation
+from provider.domain.model import NodeGroup, Resources
 
 
 def group(fabric: str | None) -> NodeGroup:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adapters.base import CapacityType, InsufficientCapacity, TransientError
 from adapters.fake import FakeCloud
 from adapters.registry import create_adapter
 from provider.app import Provider
-from provider.clock import ManualClock
-from provider.executor import AttemptSpec, Executor, Outcome, Result
-from provider.plan import Part, Plan
-from provider.store.journal import SqliteJournal
+from provider.attempts.executor import AttemptSpec, Executor, Outcome, Result
+from provider.attempts.journal import SqliteJournal
+from provider.base.clock import ManualClock
+from provider.domain.cloud import CapacityType, InsufficientCapacity, TransientError
+from provider.domain.plan import Part, Plan
 from tests.helpers import ManualPool, config
 from tests.test_executor import CONFIG, build_for
 

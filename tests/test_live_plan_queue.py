@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from provider.provreq import BadRequest
-from provider.telemetry.live_plan import live_plan
+from provider.domain.provreq import BadRequest
+from provider.service.live_plan import live_plan
 from tests.controller_kit import GPU_TOLERATION, NS
 from tests.fakekube import objects
 from tests.helpers import harness

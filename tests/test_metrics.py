@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from adapters.base import CapacityType
 from adapters.fake import Stockout
+from provider.domain.cloud import CapacityType
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 from tests.helpers import Harness

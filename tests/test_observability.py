@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from adapters.base import CapacityType
-from provider.metrics import Metrics
+from provider.attempts.metrics import Metrics
+from provider.domain.cloud import CapacityType
 from tests.deploy_kit import DEPLOY, ROOT, one, render
 
 MONITORING = DEPLOY / "monitoring"

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from adapters.base import CapacityType, CloudInstance, InstanceState, OwnerTags
 from adapters.fake.store import FakeStore
-from provider.executor import AttemptSpec
-from provider.store.journal import SqliteJournal
-from provider.tls import write_dev_pki
+from provider.attempts.executor import AttemptSpec
+from provider.attempts.journal import SqliteJournal
+from provider.domain.cloud import CapacityType, CloudInstance, InstanceState, OwnerTags
+from provider.service.tls import write_dev_pki
 from tests.cli_kit import one_line, run_allset
 
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from adapters.base import CapacityType
-from provider.demand import Operator, Topology
-from provider.model import GPU_RESOURCE, MILLI
-from provider.provreq import BadRequest, demand_from, parse_parameters, split_documents
+from provider.domain.cloud import CapacityType
+from provider.domain.demand import Operator, Topology
+from provider.domain.model import GPU_RESOURCE, MILLI
+from provider.domain.provreq import BadRequest, demand_from, parse_parameters, split_documents
 
 GIB = 2**30 * MILLI
 

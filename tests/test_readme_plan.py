@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from adapters.registry import connect
-from provider.clock import ManualClock
+from provider.base.clock import ManualClock
 from provider.config import load_config
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc

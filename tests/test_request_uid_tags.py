@@ -7,9 +7,9 @@ import dataclasses
 from pathlib import Path
 
 from adapters.aws import tags as aws
-from adapters.base import CapacityType, CloudInstance, InstanceState, OwnerTags
 from adapters.fake.store import FakeStore
 from adapters.gcp import labels as gcp
+from provider.domain.cloud import CapacityType, CloudInstance, InstanceState, OwnerTags
 
 UID = "6f1c2a9e-3b4d-4e5f-8a7b-0c1d2e3f4a5b"
 TAGS = OwnerTags("prod", "h100-a", "r-0123456789abcdef", "0.1", CapacityType.ON_DEMAND,

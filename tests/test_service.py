@@ -6,8 +6,8 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2
 
-from adapters.base import CapacityType, InstanceState, TransientError
 from adapters.fake import Stockout
+from provider.domain.cloud import CapacityType, InstanceState, TransientError
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 from provider.wire import k8s_core_v1_pb2 as core

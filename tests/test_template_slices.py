@@ -11,9 +11,9 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
-from provider.devices.model import Device, DeviceSlice, Version
-from provider.devices.quantity import parse_milli
-from provider.model import NodeGroup
+from provider.domain.devices.model import Device, DeviceSlice, Version
+from provider.domain.devices.quantity import parse_milli
+from provider.domain.model import NodeGroup
 from provider.service.nodeinfo import template_name, template_slices
 from provider.service.server import Server
 from provider.service.slices import resource_slice, resource_slice_proto

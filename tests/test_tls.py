@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from provider.service.server import Server
-from provider.tls import server_credentials, write_dev_pki
+from provider.service.tls import server_credentials, write_dev_pki
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 from tests.helpers import harness

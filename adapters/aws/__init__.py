@@ -12,9 +12,9 @@ import boto3
 from adapters.aws.adapter import AwsAdapter
 from adapters.aws.client import make_clients
 from adapters.aws.settings import settings_from
-from adapters.base import CloudAdapter
-from provider.clock import Clock
+from provider.base.clock import Clock
 from provider.config import ConfigError, LoadedConfig
+from provider.domain.cloud import CloudAdapter
 
 
 def create(

@@ -14,7 +14,8 @@ from adapters.aws.client import Ec2Clients
 from adapters.aws.errors import NOT_FOUND, classify, code_of
 from adapters.aws.launch import instance_from_launch, run_instances_params
 from adapters.aws.settings import AwsSettings
-from adapters.base import (
+from provider.base.clock import Clock
+from provider.domain.cloud import (
     CapacityType,
     CloudInstance,
     CloudSnapshot,
@@ -25,7 +26,6 @@ from adapters.base import (
     Shape,
     TransientError,
 )
-from provider.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def _chunks(ids: Sequence[str], size: int) -> Iterator[list[str]]:
 
 
 class AwsAdapter:
-    """Implements adapters.base.CloudAdapter for one AWS region."""
+    """Implements provider.domain.cloud.CloudAdapter for one AWS region."""
 
     name = "aws"
 

@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 from adapters.aws import tags
 from adapters.aws.client import Client
 from adapters.aws.settings import AwsSettings
-from adapters.base import CloudInstance, InstanceState, Reservation, ReservationKind, Shape
+from provider.domain.cloud import CloudInstance, InstanceState, Reservation, ReservationKind, Shape
 
 log = logging.getLogger(__name__)
 

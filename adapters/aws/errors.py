@@ -15,7 +15,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
-from adapters.base import (
+from provider.domain.cloud import (
     CloudError,
     InsufficientCapacity,
     InvalidRequest,

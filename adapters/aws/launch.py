@@ -16,7 +16,7 @@ from typing import Any
 from adapters.aws import tags
 from adapters.aws.discovery import Item, epoch, provider_id, state_of
 from adapters.aws.settings import GroupLaunch
-from adapters.base import (
+from provider.domain.cloud import (
     CapacityType,
     CloudInstance,
     LaunchRequest,

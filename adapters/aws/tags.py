@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from adapters.base import CapacityType, OwnerTags
+from provider.domain.cloud import CapacityType, OwnerTags
 
 PREFIX = "allset.dev/"
 CLUSTER = PREFIX + "cluster"

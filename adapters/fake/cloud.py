@@ -13,7 +13,9 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from adapters.base import (
+from adapters.fake.store import FakeStore
+from provider.base.clock import Clock
+from provider.domain.cloud import (
     CapacityType,
     CloudError,
     CloudInstance,
@@ -29,8 +31,6 @@ from adapters.base import (
     Scope,
     Shape,
 )
-from adapters.fake.store import FakeStore
-from provider.clock import Clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ class _Fault:
 
 
 class FakeCloud:
-    """Implements adapters.base.CloudAdapter."""
+    """Implements provider.domain.cloud.CloudAdapter."""
 
     name = "fake"
 

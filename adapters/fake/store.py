@@ -9,8 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from adapters.base import CapacityType, CloudInstance, InstanceState, OwnerTags
-from provider.store.sqlite import Database
+from provider.base.sqlite import Database
+from provider.domain.cloud import CapacityType, CloudInstance, InstanceState, OwnerTags
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS instances (

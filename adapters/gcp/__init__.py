@@ -3,9 +3,9 @@ none), labels as the source of truth. Imported only when cloud.provider is gcp."
 
 from __future__ import annotations
 
-from adapters.base import CloudAdapter
-from provider.clock import Clock
+from provider.base.clock import Clock
 from provider.config import ConfigError, LoadedConfig
+from provider.domain.cloud import CloudAdapter
 
 
 def create(config: LoadedConfig, clock: Clock) -> CloudAdapter:

@@ -1,4 +1,4 @@
-"""The GCP adapter: adapters.base.CloudAdapter on google-cloud-compute (REST)."""
+"""The GCP adapter: provider.domain.cloud.CloudAdapter on google-cloud-compute (REST)."""
 
 from __future__ import annotations
 
@@ -9,18 +9,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
-from adapters.base import (
-    CloudError,
-    CloudInstance,
-    CloudSnapshot,
-    InsufficientCapacity,
-    InvalidRequest,
-    LaunchRequest,
-    Quota,
-    Reservation,
-    Scope,
-    Shape,
-)
 from adapters.gcp import discovery, labels
 from adapters.gcp.calls import Operations, call
 from adapters.gcp.changes import Changes
@@ -37,7 +25,19 @@ from adapters.gcp.launch import bulk_insert_resource, needs_template, request_id
 from adapters.gcp.listing import raw_instances, walk
 from adapters.gcp.reserving import Reservations
 from adapters.gcp.settings import GcpSettings
-from provider.clock import Clock
+from provider.base.clock import Clock
+from provider.domain.cloud import (
+    CloudError,
+    CloudInstance,
+    CloudSnapshot,
+    InsufficientCapacity,
+    InvalidRequest,
+    LaunchRequest,
+    Quota,
+    Reservation,
+    Scope,
+    Shape,
+)
 
 log = logging.getLogger(__name__)
 

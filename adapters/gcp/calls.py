@@ -12,7 +12,6 @@ from typing import TypeVar
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
-from adapters.base import CloudError, OutcomeUnknown
 from adapters.gcp.errors import (
     TRANSPORT_ERRORS,
     classify,
@@ -20,7 +19,8 @@ from adapters.gcp.errors import (
     from_transport,
     operation_failure,
 )
-from provider.clock import Clock
+from provider.base.clock import Clock
+from provider.domain.cloud import CloudError, OutcomeUnknown
 
 T = TypeVar("T")
 

@@ -14,7 +14,6 @@ from typing import TypeVar
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
-from adapters.base import CloudError, InsufficientCapacity, InvalidRequest, TransientError
 from adapters.gcp import labels
 from adapters.gcp.calls import Operations
 from adapters.gcp.discovery import split_id
@@ -27,6 +26,7 @@ from adapters.gcp.errors import (
     from_transport,
     operation_failure,
 )
+from provider.domain.cloud import CloudError, InsufficientCapacity, InvalidRequest, TransientError
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")

@@ -11,7 +11,8 @@ from typing import Protocol
 
 from google.cloud import compute_v1
 
-from adapters.base import (
+from adapters.gcp import labels
+from provider.domain.cloud import (
     CapacityType,
     CloudInstance,
     InstanceState,
@@ -19,7 +20,6 @@ from adapters.base import (
     Reservation,
     Shape,
 )
-from adapters.gcp import labels
 
 # GPU memory is not in the machine type; these are the accelerators' published sizes.
 GPU_MEMORY_MIB = {

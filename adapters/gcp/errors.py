@@ -14,7 +14,7 @@ import requests
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
-from adapters.base import (
+from provider.domain.cloud import (
     CloudError,
     InsufficientCapacity,
     InvalidRequest,

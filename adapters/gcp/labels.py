@@ -15,7 +15,7 @@ import re
 import string
 from collections.abc import Mapping
 
-from adapters.base import CapacityType, OwnerTags
+from provider.domain.cloud import CapacityType, OwnerTags
 
 MAX_LEN = 63
 PREFIX = "allset-"

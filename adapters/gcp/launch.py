@@ -14,10 +14,10 @@ import uuid
 
 from google.cloud import compute_v1
 
-from adapters.base import CapacityType, InvalidRequest, LaunchRequest
 from adapters.gcp import labels
 from adapters.gcp.discovery import ReservationFacts
 from adapters.gcp.settings import GroupSpec
+from provider.domain.cloud import CapacityType, InvalidRequest, LaunchRequest
 
 # requestId must be a UUID; the same token always gives the same one, so a repeated
 # launch (a retry, or a restart that re-sends it) is the same request to GCE.

@@ -12,9 +12,9 @@ from typing import Any, cast
 
 from google.api_core import exceptions as gexc
 
-from adapters.base import TransientError
 from adapters.gcp.discovery import RawInstance, last
 from adapters.gcp.errors import TRANSPORT_ERRORS, from_api_error, from_transport
+from provider.domain.cloud import TransientError
 
 
 def walk(pages: Iterable[Any], field: str, in_region: Callable[[str], bool],

@@ -17,19 +17,19 @@ from collections.abc import Callable, Sequence
 
 from google.cloud import compute_v1
 
-from adapters.base import (
-    CloudError,
-    InsufficientCapacity,
-    InvalidRequest,
-    Reservation,
-    Scope,
-)
 from adapters.gcp import discovery
 from adapters.gcp.calls import call
 from adapters.gcp.clients import Clients
 from adapters.gcp.discovery import ReservationContext, ReservationFacts
 from adapters.gcp.listing import walk
 from adapters.gcp.settings import GcpSettings
+from provider.domain.cloud import (
+    CloudError,
+    InsufficientCapacity,
+    InvalidRequest,
+    Reservation,
+    Scope,
+)
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from adapters.base import CapacityType, Shape
 from provider.config import strict_yaml
 from provider.config.aws import aws_problems
 from provider.config.paths import field_path, plain_message
@@ -29,10 +28,11 @@ from provider.config.schema import (
 )
 from provider.config.shapes import allocatable_cpu_milli, allocatable_memory_milli
 from provider.config.units import duration_seconds, quantity_milli
-from provider.demand import Demand, valued
-from provider.devices.catalog import GpuDevices, gpu_slice, mig_resource, plain_slice
-from provider.devices.model import AttrValue, DeviceSlice, Version
-from provider.model import (
+from provider.domain.cloud import CapacityType, Shape
+from provider.domain.demand import Demand, valued
+from provider.domain.devices.catalog import GpuDevices, gpu_slice, mig_resource, plain_slice
+from provider.domain.devices.model import AttrValue, DeviceSlice, Version
+from provider.domain.model import (
     GPU_RESOURCE,
     MILLI,
     GroupOptions,

@@ -12,14 +12,14 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
-from adapters.base import CapacityType, ReservationKind
 from provider.config.aws import AwsCloud, AwsGroup
 from provider.config.base import Model
 from provider.config.gcp import GcpCloud, GcpGroup
 from provider.config.units import duration_seconds, quantity_milli
-from provider.devices.model import Version
-from provider.gangs.sources import SourceName
-from provider.model import ScaleUpMode
+from provider.domain.cloud import CapacityType, ReservationKind
+from provider.domain.devices.model import Version
+from provider.domain.gangs.sources import SourceName
+from provider.domain.model import ScaleUpMode
 
 _DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 _LABEL_KEY = re.compile(

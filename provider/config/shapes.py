@@ -3,8 +3,8 @@ may name only its type. Allocatable is capacity minus the kubelet's usual reserv
 
 from __future__ import annotations
 
-from adapters.base import Shape
-from provider.model import MILLI
+from provider.domain.cloud import Shape
+from provider.domain.model import MILLI
 
 _MIB = 2**20
 # (up to this many MiB, fraction reserved of that band), GKE's published memory tiers.

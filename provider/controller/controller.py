@@ -13,7 +13,6 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 from prometheus_client import Gauge
 
-from adapters.base import CloudInstance
 from provider.app import Provider
 from provider.controller import conditions as c
 from provider.controller import source_labels
@@ -24,6 +23,7 @@ from provider.controller.pod_cache import PodCache
 from provider.controller.queue import WorkQueue
 from provider.controller.requests import Backoff, RequestHandler, ours
 from provider.controller.writes import key_of, uid_of
+from provider.domain.cloud import CloudInstance
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.base import CloudInstance, InstanceState
-from provider.fleet import Fleet, NodeState
+from provider.domain.cloud import CloudInstance, InstanceState
+from provider.domain.fleet import Fleet, NodeState
 
 # provisioningClassDetails entries allset keeps for itself (Kueue copies only the keys a
 # ProvisioningRequestConfig names, so these never reach a pod).

@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from provider.controller.kube import GROUP, PLURAL, Gone, call
-from provider.gangs.sources import GangSource
+from provider.domain.gangs.sources import GangSource
 
 _SERVED_TTL = 300.0  # how long the list of served group versions is believed
 

@@ -1,5 +1,5 @@
 """The gang bridge: pending pods of a gang the scheduler cannot place become one
-ProvisioningRequest of allset's class (provider/gangs/ says when; this module reads and
+ProvisioningRequest of allset's class (provider/domain/gangs/ says when; this module reads and
 writes the API).
 
 The request is owned by the gang object (a PodGroup), so deleting the gang deletes the
@@ -24,13 +24,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from provider.clock import Clock
+from provider.base.clock import Clock
 from provider.controller import conditions as c
 from provider.controller.gang_api import GangApi
 from provider.controller.kube import Conflict
-from provider.demand import CLASS_NAME
-from provider.gangs.decide import Ask, Mark, Member, RequestPhase, RequestState, decide
-from provider.gangs.sources import GangSource
+from provider.domain.demand import CLASS_NAME
+from provider.domain.gangs.decide import Ask, Mark, Member, RequestPhase, RequestState, decide
+from provider.domain.gangs.sources import GangSource
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import heapq
 import threading
 import time
 
-from provider.clock import Clock
+from provider.base.clock import Clock
 
 _AHEAD = 1e9  # seconds: a ``first`` key's due time lies this far before now
 

@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.base import CloudInstance, InstanceState
 from provider.app import Provider
+from provider.attempts.executor import AttemptSpec, Result
+from provider.capacity.ledger import CapacityView
 from provider.controller import conditions as c
 from provider.controller import source_labels
 from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, Gang, owned, planned
@@ -22,14 +23,13 @@ from provider.controller.kube import KUEUE_GROUP, Gone, KubeApi
 from provider.controller.nodes import NodeCache, is_ready
 from provider.controller.pod_cache import PodCache
 from provider.controller.writes import Change, Writer, key_of, uid_of
-from provider.demand import CLASS_NAME, Demand
-from provider.errors import DomainError
-from provider.executor import AttemptSpec, Result
-from provider.ledger import CapacityView
-from provider.plan import Infeasible, Part, Plan, ReasonCode
+from provider.domain.cloud import CloudInstance, InstanceState
+from provider.domain.demand import CLASS_NAME, Demand
+from provider.domain.errors import DomainError
+from provider.domain.plan import Infeasible, Part, Plan, ReasonCode
+from provider.domain.provreq import BadRequest, Parameters, demand_from
 from provider.planner.gang import plan
 from provider.planner.timing import Wait, wait_or_buy
-from provider.provreq import BadRequest, Parameters, demand_from
 
 log = logging.getLogger(__name__)
 

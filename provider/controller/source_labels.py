@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from adapters.base import CloudInstance
 from provider.controller.nodes import Node
+from provider.domain.cloud import CloudInstance
 
 CAPACITY_TYPE_LABEL = "allset.dev/capacity-type"
 RESERVATION_LABEL = "allset.dev/reservation"

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from provider.clock import Clock
+from provider.base.clock import Clock
 from provider.controller import conditions as c
 from provider.controller.kube import Conflict, Gone, KubeApi
 

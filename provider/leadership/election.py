@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from provider.clock import Clock
+from provider.base.clock import Clock
 from provider.config import LoadedConfig
 from provider.config.units import duration_seconds
 from provider.leadership.elector import LeaderElector, Timing

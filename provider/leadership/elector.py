@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from provider.clock import Clock
-from provider.errors import Unavailable
+from provider.base.clock import Clock
+from provider.domain.errors import Unavailable
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,12 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Mapping
 
-from adapters.base import CapacityType, Reservation
-from provider.clock import ManualClock
-from provider.demand import PodSet, Topology
-from provider.inventory import GroupOfferings
-from provider.plan import Infeasible, Reason, ReasonCode
+from provider.base.clock import ManualClock
+from provider.capacity.offerings import GroupOfferings
+from provider.capacity.unavailable import UnavailableOfferings
+from provider.domain.cloud import CapacityType, Reservation
+from provider.domain.demand import PodSet, Topology
+from provider.domain.plan import Infeasible, Reason, ReasonCode
 from provider.planner.gang import (
     Allocation,
     Inputs,
@@ -26,7 +27,6 @@ from provider.planner.gang import (
     gather,
 )
 from provider.planner.matching import Exclusion, Matcher
-from provider.unavailable import UnavailableOfferings
 
 _SHOWN = 4  # groups named per pod set before "and N more"
 _SHOWN_DEVICE_MISSES = 6  # distinct device reasons named per pod set

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from types import MappingProxyType
 
-from adapters.base import CapacityType, Reservation
-from provider.demand import Demand, Topology
-from provider.inventory import GroupOfferings
-from provider.ledger import CapacityView
-from provider.model import NodeGroup
-from provider.plan import Infeasible, Part, Plan, Reason, ReasonCode
+from provider.capacity.ledger import CapacityView
+from provider.capacity.offerings import GroupOfferings
+from provider.domain.cloud import CapacityType, Reservation
+from provider.domain.demand import Demand, Topology
+from provider.domain.model import NodeGroup
+from provider.domain.plan import Infeasible, Part, Plan, Reason, ReasonCode
 from provider.planner.layout import Arcs, Kind, Layout, layout
 from provider.planner.matching import Candidate, Matcher
 from provider.planner.solver import (

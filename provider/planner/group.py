@@ -4,10 +4,10 @@ group, matching reservations first, then the cheapest allowed source; all of the
 
 from __future__ import annotations
 
-from provider.demand import Demand, PodSet, Topology
-from provider.ledger import CapacityView
-from provider.model import NodeGroup, Resources
-from provider.plan import Infeasible, Plan
+from provider.capacity.ledger import CapacityView
+from provider.domain.demand import Demand, PodSet, Topology
+from provider.domain.model import NodeGroup, Resources
+from provider.domain.plan import Infeasible, Plan
 from provider.planner.gang import plan
 from provider.planner.matching import Matcher
 

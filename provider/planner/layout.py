@@ -15,9 +15,9 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from provider.demand import Demand
-from provider.ledger import offerings_kind
-from provider.model import NodeGroup
+from provider.capacity.ledger import offerings_kind
+from provider.domain.demand import Demand
+from provider.domain.model import NodeGroup
 from provider.planner.matching import Candidate, Matcher
 
 Arcs = tuple[tuple[str, int], ...]  # (pod set, pods per node), pods per node > 0

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from provider.demand import Demand, PodSet
-from provider.devices.cel import CelEnvironment
-from provider.devices.fit import UNLIMITED, DeviceFit, fit
-from provider.model import (
+from provider.domain.demand import Demand, PodSet
+from provider.domain.devices.cel import CelEnvironment
+from provider.domain.devices.fit import UNLIMITED, DeviceFit, fit
+from provider.domain.model import (
     FABRIC_LABEL,
     GROUP_LABEL,
     INSTANCE_TYPE_LABEL,

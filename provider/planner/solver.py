@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import highspy
 import numpy as np
 
-from adapters.base import CapacityType
+from provider.domain.cloud import CapacityType
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,10 +19,10 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from provider.demand import Demand, value_source
-from provider.ledger import CapacityView
-from provider.model import GPU_RESOURCE, MILLI
-from provider.plan import Infeasible, Plan
+from provider.capacity.ledger import CapacityView
+from provider.domain.demand import Demand, value_source
+from provider.domain.model import GPU_RESOURCE, MILLI
+from provider.domain.plan import Infeasible, Plan
 from provider.planner.gang import plan
 from provider.planner.matching import Matcher
 

@@ -10,9 +10,9 @@ import json
 import grpc
 
 from provider.app import Provider
-from provider.provreq import BadRequest
-from provider.telemetry.live_plan import live_plan
-from provider.telemetry.status import status
+from provider.domain.provreq import BadRequest
+from provider.service.live_plan import live_plan
+from provider.service.status import status
 
 SERVICE = "allset.admin.v1.Admin"
 STATUS_METHOD = f"/{SERVICE}/Status"

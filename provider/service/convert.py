@@ -10,9 +10,9 @@ from typing import Any
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from provider.config.units import quantity_milli
-from provider.fleet import NodeState, NodeView
-from provider.model import GroupOptions, NodeGroup, Resources
-from provider.pods import container_requests, pod_requests
+from provider.domain.fleet import NodeState, NodeView
+from provider.domain.model import GroupOptions, NodeGroup, Resources
+from provider.domain.pods import container_requests, pod_requests
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import k8s_core_v1_pb2 as core
 

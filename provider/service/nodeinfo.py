@@ -3,7 +3,7 @@ resource.k8s.io/v1 ResourceSlices, each encoded as protobuf bytes."""
 
 from __future__ import annotations
 
-from provider.model import MILLI, NodeGroup, Resources, node_labels
+from provider.domain.model import MILLI, NodeGroup, Resources, node_labels
 from provider.service.slices import resource_slice_proto
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import k8s_core_v1_pb2 as core

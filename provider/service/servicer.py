@@ -15,15 +15,15 @@ from google.protobuf import any_pb2, empty_pb2
 from google.protobuf.message import DecodeError
 
 from provider.app import Provider
-from provider.errors import (
+from provider.domain.errors import (
     DomainError,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     Unavailable,
 )
-from provider.fleet import GroupView
-from provider.model import GROUP_LABEL
+from provider.domain.fleet import GroupView
+from provider.domain.model import GROUP_LABEL
 from provider.service import convert
 from provider.service.nodeinfo import template_info
 from provider.wire import externalgrpc_pb2 as pb

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from provider.devices.model import AttrValue, DeviceSlice, Version
-from provider.devices.quantity import format_quantity
+from provider.domain.devices.model import AttrValue, DeviceSlice, Version
+from provider.domain.devices.quantity import format_quantity
 from provider.wire import k8s_resource_v1_pb2 as rpb
 
 API_VERSION = "resource.k8s.io/v1"

@@ -17,13 +17,13 @@ from typing import Any
 import yaml
 
 from provider.app import Provider
+from provider.attempts.executor import AttemptSpec, inline_runner
+from provider.capacity.ledger import CapacityView
 from provider.config import LoadedConfig, load_config_text
 from provider.config.units import duration_seconds
-from provider.demand import Demand, PodSet, Toleration
-from provider.executor import AttemptSpec, inline_runner
-from provider.ledger import CapacityView
-from provider.model import GPU_RESOURCE, INSTANCE_TYPE_LABEL, MILLI, Resources
-from provider.plan import Infeasible, Part, Plan
+from provider.domain.demand import Demand, PodSet, Toleration
+from provider.domain.model import GPU_RESOURCE, INSTANCE_TYPE_LABEL, MILLI, Resources
+from provider.domain.plan import Infeasible, Part, Plan
 from provider.planner.gang import plan
 from provider.planner.timing import wait_or_buy
 from provider.sim.trace import JobSpec, ShapeSpec, TraceModel

@@ -55,8 +55,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from adapters.base import CapacityType, CloudError, CloudInstance, LaunchRequest, OwnerTags
-from provider.demand import Topology
+from provider.domain.cloud import CapacityType, CloudError, CloudInstance, LaunchRequest, OwnerTags
+from provider.domain.demand import Topology
 from provider.sim.trace import GroupSpec, ReservationSpec, TraceModel
 from provider.sim.world import Job, Node, World
 

@@ -67,7 +67,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from adapters.base import CapacityType, CloudError, LaunchRequest, OwnerTags
+from provider.domain.cloud import CapacityType, CloudError, LaunchRequest, OwnerTags
 from provider.sim.baseline import domain
 from provider.sim.trace import GroupSpec, ReservationSpec
 from provider.sim.world import Job, Node, World

@@ -15,13 +15,13 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
-from adapters.base import ReservationKind
 from provider.config.base import Model
 from provider.config.files import TRACE_LIMIT, read_text
 from provider.config.load import ConfigError
 from provider.config.paths import field_path, plain_message
 from provider.config.units import duration_seconds
-from provider.demand import Topology
+from provider.domain.cloud import ReservationKind
+from provider.domain.demand import Topology
 
 _DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 _DAYS = re.compile(r"^(?P<days>\d+(?:\.\d+)?)d(?P<rest>.*)$")

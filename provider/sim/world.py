@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
-from adapters.base import (
+from adapters.fake import FakeCloud, FakeSettings, Stockout
+from provider.base.clock import ManualClock
+from provider.domain.cloud import (
     CapacityType,
     CloudInstance,
     Quota,
@@ -26,8 +28,6 @@ from adapters.base import (
     ReservationKind,
     Shape,
 )
-from adapters.fake import FakeCloud, FakeSettings, Stockout
-from provider.clock import ManualClock
 from provider.sim.accounting import Accounting, State
 from provider.sim.fidelity import BootTimes, FailureDelays, billed_seconds
 from provider.sim.runtimes import declared_runtime

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import grpc
 
-from adapters.base import (
+from adapters.fake import Stockout
+from provider.domain.cloud import (
     CapacityType,
     InstanceState,
     InsufficientCapacity,
@@ -19,7 +20,6 @@ from adapters.base import (
     QuotaExceeded,
     TransientError,
 )
-from adapters.fake import Stockout
 from provider.wire import externalgrpc_pb2 as pb
 from tests.adversary.endpoint import TIMEOUT
 from tests.adversary.world import ALL_GROUPS, NAMESPACE, World

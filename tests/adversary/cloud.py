@@ -7,7 +7,7 @@ injected faults) behind two thin layers.
   free counts are computed from what the listing shows. AWS documents this for the EC2
   API ("Eventual consistency in the Amazon EC2 API", EC2 API Reference: results of
   RunInstances, CreateTags and TerminateInstances may not be visible to Describe* calls
-  at once) and the adapter contract says so (adapters/base.py, "Eventual consistency").
+  at once) and the adapter contract says so (provider/domain/cloud.py, "Eventual consistency").
   It also records every launch that created instances, by token, for invariant I4.
 * :class:`GatedCloud` is one provider incarnation's handle on it: a yield point before
   and after every call, and after a crash every call raises :class:`Crashed`, so a dead
@@ -20,14 +20,14 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from adapters.base import (
+from adapters.fake import FakeCloud
+from provider.domain.cloud import (
     CloudInstance,
     CloudSnapshot,
     InstanceState,
     LaunchRequest,
     Shape,
 )
-from adapters.fake import FakeCloud
 from tests.adversary.sched import Crashed, current, yield_point
 
 
@@ -184,7 +184,7 @@ class LaggingCloud:
 
 
 class GatedCloud:
-    """One incarnation's adapter (implements adapters.base.CloudAdapter)."""
+    """One incarnation's adapter (implements provider.domain.cloud.CloudAdapter)."""
 
     name = "fake"
 

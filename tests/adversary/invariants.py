@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from adapters.base import CloudInstance
+from provider.domain.cloud import CloudInstance
 from tests.adversary.state import (
     DELETING,
     PLACEHOLDER_PREFIX,

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import grpc
 
 from provider.controller import conditions as c
-from provider.fleet import NodeState
-from provider.model import ScaleUpMode
+from provider.domain.fleet import NodeState
+from provider.domain.model import ScaleUpMode
 from provider.wire import externalgrpc_pb2 as pb
 from tests.adversary.state import (
     CREATING,

@@ -12,9 +12,9 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
-from adapters.base import CapacityType, InstanceState
 from adapters.fake import Stockout
-from provider import failpoints
+from provider.base import failpoints
+from provider.domain.cloud import CapacityType, InstanceState
 from tests.adversary.actions import Adversary
 from tests.adversary.invariants import check
 from tests.adversary.observe import Observer

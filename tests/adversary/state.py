@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from adapters.base import CloudInstance, InstanceState
+from provider.domain.cloud import CloudInstance, InstanceState
 from tests.adversary.cloud import LaunchRecord
 
 RUNNING, CREATING, DELETING = "running", "creating", "deleting"

@@ -17,13 +17,13 @@ from typing import Any
 from adapters.fake import FakeCloud
 from adapters.registry import create_adapter
 from provider.app import Provider
-from provider.clock import ManualClock
+from provider.attempts.journal import SqliteJournal
+from provider.base.clock import ManualClock
 from provider.config import LoadedConfig, load_config_text
 from provider.controller.controller import Controller
 from provider.controller.kube import KubeApi
 from provider.controller.requests import Backoff
 from provider.service.servicer import CloudProviderServicer
-from provider.store.journal import SqliteJournal
 from tests.adversary.cloud import GatedCloud, LaggingCloud
 from tests.adversary.endpoint import Endpoint
 from tests.adversary.kube import GatedKube

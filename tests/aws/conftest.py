@@ -12,7 +12,7 @@ import pytest
 from moto import mock_aws
 
 from adapters.aws import AwsAdapter, create
-from provider.clock import ManualClock
+from provider.base.clock import ManualClock
 from provider.config import LoadedConfig, load_config_text
 from tests.aws.ec2model import Ec2Layer
 

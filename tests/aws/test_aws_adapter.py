@@ -10,7 +10,8 @@ from adapters.aws.adapter import AwsAdapter
 from adapters.aws.client import make_clients
 from adapters.aws.discovery import gpu_type_name
 from adapters.aws.launch import CLIENT_TOKEN_MAX, client_token
-from adapters.base import (
+from adapters.registry import connect
+from provider.domain.cloud import (
     CapacityType,
     CloudError,
     InstanceState,
@@ -25,7 +26,6 @@ from adapters.base import (
     Shape,
     TransientError,
 )
-from adapters.registry import connect
 from tests.aws.conftest import REGION, World
 from tests.aws.ec2model import CAPACITY_BLOCK, SPOT, Ec2Layer
 
@@ -518,8 +518,8 @@ def test_every_launch_that_may_run_at_once_keeps_its_connection() -> None:
     """botocore keeps 10 connections by default and closes the rest after their call: the
     executor's part threads and the controller's workers (16 by default) launch at once."""
     from adapters.aws.client import make_clients
+    from provider.attempts.executor import PART_THREADS
     from provider.config.schema import ProvisioningRequests
-    from provider.executor import PART_THREADS
 
     clients = make_clients("us-east-1", endpoint_url="http://127.0.0.1:9")
     workers = ProvisioningRequests().workers

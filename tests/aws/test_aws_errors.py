@@ -13,7 +13,7 @@ from botocore.exceptions import (
 )
 
 from adapters.aws.errors import CAPACITY, INVALID, QUOTA, TRANSIENT, classify
-from adapters.base import (
+from provider.domain.cloud import (
     CloudError,
     InsufficientCapacity,
     InvalidRequest,

@@ -11,7 +11,10 @@ import pytest
 
 from adapters.aws import tags
 from adapters.aws.adapter import AwsAdapter
-from adapters.base import (
+from provider.app import Provider
+from provider.attempts.executor import inline_runner
+from provider.config import ConfigError
+from provider.domain.cloud import (
     CapacityType,
     InsufficientCapacity,
     InvalidRequest,
@@ -19,9 +22,6 @@ from adapters.base import (
     OwnerTags,
     Scope,
 )
-from provider.app import Provider
-from provider.config import ConfigError
-from provider.executor import inline_runner
 from tests.aws.conftest import World
 from tests.helpers import ManualPool
 

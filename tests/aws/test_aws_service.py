@@ -11,9 +11,9 @@ import pytest
 
 from adapters.aws import tags
 from adapters.aws.adapter import AwsAdapter
-from adapters.base import CapacityType, OwnerTags
 from provider.app import Provider
-from provider.executor import inline_runner
+from provider.attempts.executor import inline_runner
+from provider.domain.cloud import CapacityType, OwnerTags
 from provider.service.server import Server
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
@@ -192,7 +192,7 @@ def test_after_a_crash_the_tags_alone_decide(served: Served) -> None:
     assert isinstance(adapter, AwsAdapter)
 
     def launch(attempt: str, count: int) -> list[str]:
-        from adapters.base import LaunchRequest
+        from provider.domain.cloud import LaunchRequest
 
         owner = OwnerTags("e2e", "gpu-plain", attempt, "0.0", CapacityType.ON_DEMAND)
         got = adapter.launch(LaunchRequest(f"{attempt}/0.0", "gpu-plain", "us-east-1a",

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from kubernetes.utils.quantity import parse_quantity
 
-from provider.devices.cel import CelEnvironment, UnsupportedSelector
-from provider.devices.model import Device, Version
-from provider.devices.quantity import format_quantity, parse_milli
+from provider.domain.devices.cel import CelEnvironment, UnsupportedSelector
+from provider.domain.devices.model import Device, Version
+from provider.domain.devices.quantity import format_quantity, parse_milli
 
 D = "gpu.nvidia.com"
 H100 = Device("gpu-0", ((f"{D}/productName", "NVIDIA H100 80GB HBM3"),

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from provider.devices.claims import AllocationMode, MatchAttribute
-from provider.devices.from_api import DocumentObjects, pod_claims
-from provider.plan import Infeasible, Plan
+from provider.domain.devices.claims import AllocationMode, MatchAttribute
+from provider.domain.devices.from_api import DocumentObjects, pod_claims
+from provider.domain.plan import Infeasible, Plan
+from provider.domain.provreq import demand_from
 from provider.planner.gang import plan
-from provider.provreq import demand_from
 from tests.devices.test_shape_table import (
     CONFIG,
     NVIDIA_CLASS,
@@ -94,7 +94,7 @@ def test_an_allocated_claim_cannot_be_served_by_new_nodes() -> None:
 
 
 def test_pods_sharing_a_claim_must_fit_one_node() -> None:
-    from provider.plan import Infeasible, Plan
+    from provider.domain.plan import Infeasible, Plan
     from tests.devices.test_shape_table import planned
 
     rc = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",

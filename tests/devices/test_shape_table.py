@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from provider.devices.from_api import DocumentObjects
-from provider.plan import Infeasible, Plan, ReasonCode
+from provider.domain.devices.from_api import DocumentObjects
+from provider.domain.plan import Infeasible, Plan, ReasonCode
+from provider.domain.provreq import demand_from
 from provider.planner.gang import plan
-from provider.provreq import demand_from
 from tests.helpers import harness
 
 CONFIG = """\

@@ -19,10 +19,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from adapters.base import CloudInstance, InstanceState
 from adapters.fake.store import FakeStore
 from provider.config.load import LoadedConfig
-from provider.model import NodeGroup, node_labels
+from provider.domain.cloud import CloudInstance, InstanceState
+from provider.domain.model import NodeGroup, node_labels
 from provider.service.nodeinfo import quantity
 from provider.service.slices import resource_slice
 from tests.e2e.cluster import KWOK_ANNOTATION

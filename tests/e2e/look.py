@@ -3,7 +3,7 @@ scenarios assert on."""
 
 from __future__ import annotations
 
-from adapters.base import CloudInstance, InstanceState
+from provider.domain.cloud import CloudInstance, InstanceState
 from tests.e2e.kueue import CHECK, KUEUE
 from tests.e2e.rest import Obj, Rest, condition, is_true
 

@@ -4,7 +4,7 @@ leaves nothing running."""
 
 from __future__ import annotations
 
-from provider.plan import ReasonCode
+from provider.domain.plan import ReasonCode
 from provider.wire import externalgrpc_pb2 as pb
 from tests.e2e import kueue
 from tests.e2e.conftest import World

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from provider.plan import ReasonCode
+from provider.domain.plan import ReasonCode
 from provider.wire import externalgrpc_pb2 as pb
 from tests.e2e import kueue
 from tests.e2e.conftest import World

@@ -65,7 +65,7 @@ def pod(namespace: str, name: str, annotations: Mapping[str, str] | None = None,
             "spec": spec, "status": {"phase": "Running" if node_name else "Pending"}}
 
 
-# --- gangs: PodGroups of the three APIs provider/gangs/sources.py reads ---------------------
+# --- gangs: PodGroups of the three APIs provider/domain/gangs/sources.py reads ---------------
 
 
 def native_pod_group(namespace: str, name: str, min_count: int) -> Json:

@@ -83,7 +83,7 @@ DEVICE_CLASSES = Resource(DRA_GROUP, ("v1",), "deviceclasses", "DeviceClass",
                           namespaced=False, status_subresource=False, custom=False,
                           delete_returns_object=True)
 
-# PodGroups of the three gang APIs allset's gang bridge reads (provider/gangs/sources.py).
+# PodGroups of the three gang APIs allset's gang bridge reads (provider/domain/gangs/sources.py).
 # All three are namespaced and share the plural ``podgroups``: the fake keys resources by
 # (group, plural), as the API server does.
 # - Kubernetes' own (scheduling.k8s.io/v1alpha2, KEP-4671 and KEP-5832 "Decouple PodGroup

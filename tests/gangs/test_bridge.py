@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from provider.clock import ManualClock
+from provider.base.clock import ManualClock
 from provider.controller import conditions as c
 from provider.controller.gang_api import GangApi
 from provider.controller.gang_bridge import (
@@ -23,8 +23,8 @@ from provider.controller.gang_bridge import (
 )
 from provider.controller.kube import KubeApi
 from provider.controller.pod_cache import PodCache
-from provider.demand import CLASS_NAME
-from provider.gangs.sources import SOURCES, SourceName
+from provider.domain.demand import CLASS_NAME
+from provider.domain.gangs.sources import SOURCES, SourceName
 from tests.controller_kit import GPU_TOLERATION, World, live, world
 from tests.fakekube import FakeKube, objects
 
@@ -498,8 +498,8 @@ def test_the_controller_bridges_gangs_only_while_its_replica_leads() -> None:
     from adapters.fake import FakeCloud
     from adapters.registry import create_adapter
     from provider.app import Provider
+    from provider.attempts.executor import inline_runner
     from provider.controller.controller import Controller
-    from provider.executor import inline_runner
     from provider.leadership.elector import LeaderElector, Timing
     from provider.leadership.kube import KubeLeaseStore
     from tests.helpers import BASE_CONFIG, ManualPool, config

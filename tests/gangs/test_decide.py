@@ -3,7 +3,7 @@ gangs, pods added later, requests that ran their course or failed."""
 
 from __future__ import annotations
 
-from provider.gangs.decide import (
+from provider.domain.gangs.decide import (
     Ask,
     Mark,
     Member,

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from provider.clock import ManualClock
+from provider.base.clock import ManualClock
 from provider.leadership.election import Election
 from provider.leadership.kube import KubeLeaseStore
 from tests.fakekube import FakeKube

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from provider.clock import ManualClock
+from provider.base.clock import ManualClock
 from provider.leadership.elector import (
     LeaderElector,
     LeaseConflict,

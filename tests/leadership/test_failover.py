@@ -12,12 +12,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from adapters.base import CapacityType, LaunchRequest, OwnerTags
 from adapters.fake import FakeCloud
 from adapters.registry import create_adapter
 from provider.app import Provider
-from provider.clock import ManualClock
-from provider.executor import inline_runner
+from provider.attempts.executor import inline_runner
+from provider.base.clock import ManualClock
+from provider.domain.cloud import CapacityType, LaunchRequest, OwnerTags
 from provider.leadership.elector import LeaderElector, Timing
 from provider.leadership.kube import KubeLeaseStore
 from provider.service.server import Server

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from provider.clock import ManualClock
+from provider.base.clock import ManualClock
 from provider.leadership.election import Election
 from provider.leadership.elector import LeaderElector, LeaseRecord, Timing
 from provider.leadership.kube import KubeLeaseStore

@@ -55,7 +55,7 @@ def _wait_signalled(self: threading.Condition, timeout: float | None = None) -> 
 def main(argv: list[str]) -> Any:
     threading.Condition.wait = _wait_signalled  # type: ignore[method-assign]
     sys.stdout = _Stdout(sys.stdout)
-    from provider.cli import main as cli
+    from provider.cli.main import main as cli
 
     return cli(argv)
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import threading
 
-from adapters.base import LaunchRequest
+from provider.attempts.executor import MemoryJournal
 from provider.controller.startup import RetryingStart
-from provider.executor import MemoryJournal
+from provider.domain.cloud import LaunchRequest
 from tests.helpers import harness
 
 
@@ -68,7 +68,7 @@ def test_scale_ups_are_refused_from_the_first_moment_of_a_stop() -> None:
     scale-ups were taken meanwhile and then cut off undrained."""
     import pytest
 
-    from provider.errors import Unavailable
+    from provider.domain.errors import Unavailable
     from provider.service.server import Server
 
     h = harness()
@@ -112,7 +112,7 @@ def test_node_deletions_are_refused_with_nothing_changed_once_a_stop_began() -> 
     INTERNAL; the termination waited for the next start)."""
     import pytest
 
-    from provider.errors import Unavailable
+    from provider.domain.errors import Unavailable
 
     h = harness()
     h.provider.scaleups.increase("gpu", 1)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters.base import InstanceState
 from adapters.fake.store import FakeStore
-from provider.lifecycle.shutdown import EXIT_MARGIN_SECONDS, EXIT_NOT_DRAINED, Shutdown
+from provider.cli.shutdown import EXIT_MARGIN_SECONDS, EXIT_NOT_DRAINED, Shutdown
+from provider.domain.cloud import InstanceState
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 from tests.helpers import wait_until
@@ -180,7 +180,7 @@ def test_a_negative_grace_is_refused() -> None:
 
 GIL_HELD = """\
 import os, re, signal, time
-from provider.lifecycle.shutdown import Shutdown
+from provider.cli.shutdown import Shutdown
 shutdown = Shutdown(0.5, 0.5)
 shutdown.install()
 os.kill(os.getpid(), signal.SIGTERM)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from adapters.base import CapacityType, CloudSnapshot, Quota, Reservation, ReservationKind
-from provider.clock import ManualClock
-from provider.demand import Demand, PodSet, Requirement, Toleration, Topology
-from provider.ledger import CapacityView, Ledger
-from provider.model import GPU_RESOURCE, MILLI, NodeGroup, Resources, Taint
+from provider.base.clock import ManualClock
+from provider.capacity.ledger import CapacityView, Ledger
+from provider.capacity.unavailable import UnavailableOfferings
+from provider.domain.cloud import CapacityType, CloudSnapshot, Quota, Reservation, ReservationKind
+from provider.domain.demand import Demand, PodSet, Requirement, Toleration, Topology
+from provider.domain.model import GPU_RESOURCE, MILLI, NodeGroup, Resources, Taint
 from provider.planner.matching import Matcher
-from provider.unavailable import UnavailableOfferings
 
 GPU_LABEL = "example.com/gpu"
 NOW = 1_800_000_000.0

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.base import CapacityType, Reservation, Scope
-from provider.demand import Operator, Requirement, Topology
-from provider.inventory import group_offerings
+from provider.capacity.offerings import group_offerings
+from provider.capacity.unavailable import PoolKey
+from provider.domain.cloud import CapacityType, Reservation, Scope
+from provider.domain.demand import Operator, Requirement, Topology
 from provider.planner.matching import pods_per_node
-from provider.unavailable import PoolKey
 from tests.planner.kit import (
     NOW,
     World,
@@ -87,7 +87,7 @@ def test_zone_scoped_failure_blocks_every_type_in_the_zone() -> None:
 
 
 def test_quota_headroom_caps_on_demand() -> None:
-    from adapters.base import Quota
+    from provider.domain.cloud import Quota
 
     group = gpu_group("g")
     world = World([group], [], [Quota("gpus", "gpus", limit=40, used=16)])

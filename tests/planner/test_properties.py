@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from adapters.base import CapacityType, Quota, Reservation
-from provider.demand import Demand, Topology
-from provider.model import NodeGroup
-from provider.plan import Infeasible, Plan
+from provider.domain.cloud import CapacityType, Quota, Reservation
+from provider.domain.demand import Demand, Topology
+from provider.domain.model import NodeGroup
+from provider.domain.plan import Infeasible, Plan
 from provider.planner.gang import domain_of, plan
 from provider.planner.matching import Matcher, pods_per_node
 from tests.planner.kit import (

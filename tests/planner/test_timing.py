@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from adapters.base import CapacityType
-from provider.demand import Demand, valued
-from provider.plan import Infeasible, Plan, ReasonCode
+from provider.domain.cloud import CapacityType
+from provider.domain.demand import Demand, valued
+from provider.domain.plan import Infeasible, Plan, ReasonCode
 from provider.planner.gang import plan
 from provider.planner.timing import Wait, wait_or_buy
 from tests.planner.kit import NOW, World, demand, gpu_group, reservation, workers

@@ -7,8 +7,14 @@ from __future__ import annotations
 
 import contextlib
 
-from adapters.base import CapacityType, LaunchRequest, OutcomeUnknown, OwnerTags, TransientError
-from provider.errors import FailedPrecondition
+from provider.domain.cloud import (
+    CapacityType,
+    LaunchRequest,
+    OutcomeUnknown,
+    OwnerTags,
+    TransientError,
+)
+from provider.domain.errors import FailedPrecondition
 from tests.helpers import harness
 
 

@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from adapters.base import LaunchRequest
 from provider.app import Provider
-from provider.errors import FailedPrecondition
-from provider.executor import AttemptSpec, Result, inline_runner
-from provider.fleet import Fleet
-from provider.ledger import CapacityView
-from provider.model import GROUP_LABEL
-from provider.plan import Infeasible, Part, Plan, ReasonCode
+from provider.attempts.executor import AttemptSpec, Result, inline_runner
+from provider.capacity.ledger import CapacityView
+from provider.domain.cloud import LaunchRequest
+from provider.domain.errors import FailedPrecondition
+from provider.domain.fleet import Fleet
+from provider.domain.model import GROUP_LABEL
+from provider.domain.plan import Infeasible, Part, Plan, ReasonCode
+from provider.domain.provreq import demand_from
 from provider.planner.gang import plan
-from provider.provreq import demand_from
 from tests.helpers import BASE_CONFIG, ManualPool, config, harness
 from tests.test_provreq import request, template
 

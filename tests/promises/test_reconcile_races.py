@@ -7,7 +7,11 @@ import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 
-from adapters.base import (
+from adapters.fake import FakeCloud
+from provider.app import Provider
+from provider.attempts.executor import AttemptSpec, Result, inline_runner
+from provider.capacity.ledger import CapacityView
+from provider.domain.cloud import (
     CapacityType,
     CloudSnapshot,
     InsufficientCapacity,
@@ -16,11 +20,7 @@ from adapters.base import (
     OwnerTags,
     TransientError,
 )
-from adapters.fake import FakeCloud
-from provider.app import Provider
-from provider.executor import AttemptSpec, Result, inline_runner
-from provider.ledger import CapacityView
-from provider.plan import Infeasible, Part, Plan
+from provider.domain.plan import Infeasible, Part, Plan
 from provider.planner.group import plan_group_delta
 from tests.helpers import ManualPool, config, harness
 

@@ -12,9 +12,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from adapters.base import CloudSnapshot, TransientError
 from provider.app import Provider
-from provider.executor import inline_runner
+from provider.attempts.executor import inline_runner
+from provider.domain.cloud import CloudSnapshot, TransientError
 from provider.service.server import Server
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc

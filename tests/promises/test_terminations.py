@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 from tenacity import Retrying, stop_after_attempt
 
-from adapters.base import CapacityType, InsufficientCapacity, TransientError
-from provider.executor import Result
+from provider.attempts.executor import Result
+from provider.domain.cloud import CapacityType, InsufficientCapacity, TransientError
 from tests.helpers import harness
 from tests.promises.test_reconcile_races import GANG
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from adapters.base import InsufficientCapacity
+from provider.domain.cloud import InsufficientCapacity
 from provider.sim.baseline import Autoscaler, baseline_groups
 from provider.sim.generate import generate
 from provider.sim.pinned import pinned_groups

@@ -7,7 +7,7 @@ from itertools import pairwise
 
 import pytest
 
-from adapters.base import CapacityType, LaunchRequest
+from provider.domain.cloud import CapacityType, LaunchRequest
 from provider.sim.karpenter import BATCH_IDLE, BATCH_MAX, UNAVAILABLE_TTL, Karpenter
 from provider.sim.world import World
 from tests.sim.kit import BOOT, TIMEOUT, group, job, run, trace

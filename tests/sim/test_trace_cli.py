@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from provider.cli import _parser, main
+from provider.cli.main import _parser, main
 from provider.config import ConfigError
 from provider.sim.generate import generate
 from provider.sim.run import STRATEGIES

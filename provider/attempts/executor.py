@@ -1,0 +1,634 @@
+"""Attempts: execute a plan all-or-nothing, roll back on any failure, try the next plan.
+
+An attempt's parts launch concurrently (each all-or-nothing in the adapter, each with an
+idempotency token from attempt, plan and part). If any part fails, every launched part is
+terminated, the failed offering is marked unavailable and the next-best plan is tried, a
+bounded number of times before a deadline. Success is committed in the cloud itself (a tag
+on every instance), so a crash at any point leaves either committed instances or ones that
+reconcile rolls back. Partial attempts (CPU groups serving independent pods) keep what
+launched and plan again for the shortfall instead of rolling back."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Protocol, TypeVar
+
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from provider.base import failpoints
+from provider.base.clock import Clock
+from provider.capacity.ledger import CapacityView, Ledger
+from provider.capacity.unavailable import PoolKey
+from provider.domain.cloud import (
+    CloudAdapter,
+    CloudError,
+    CloudInstance,
+    LaunchRequest,
+    OutcomeUnknown,
+    OwnerTags,
+    TransientError,
+)
+from provider.domain.model import NodeGroup
+from provider.domain.plan import Infeasible, Part, Plan
+
+log = logging.getLogger(__name__)
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+class PartRunner(Protocol):
+    """Runs one function over many items, concurrently where it can."""
+
+    def __call__(self, fn: Callable[[A], R], items: Sequence[A]) -> list[R]: ...
+
+
+PART_THREADS = 32  # an attempt's parts launched at once, across all attempts
+
+
+class ThreadRunner:
+    def __init__(self, max_workers: int = PART_THREADS) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="part")
+
+    def __call__(self, fn: Callable[[A], R], items: Sequence[A]) -> list[R]:
+        if len(items) <= 1:
+            return [fn(i) for i in items]
+        return list(self._pool.map(fn, items))
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def inline_runner(fn: Callable[[A], R], items: Sequence[A]) -> list[R]:
+    return [fn(i) for i in items]
+
+
+class Result(enum.StrEnum):
+    SUCCEEDED = "succeeded"
+    PARTIAL = "partial"  # partial attempts that got some but not all
+    INFEASIBLE = "infeasible"  # no plan at all
+    FAILED = "failed"  # plans tried, each failed and was rolled back
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSpec:
+    id: str
+    cluster: str
+    request: str | None = None  # "namespace/name" of a ProvisioningRequest
+    request_uid: str | None = None  # its metadata.uid
+    partial: bool = False
+    # Every attempt holds its plan's nodes against the groups' maxSize while it runs. A
+    # request's claim ends with the attempt (the executor adopts what it committed); a CA
+    # scale-up's is ended by the fleet when it settles the scale-up's placeholders, so
+    # placeholders CA forgets mid-launch never free room the launch still takes.
+    claims_size: bool = True
+    ended_by_fleet: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartFailure:
+    part: Part
+    error: CloudError
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    attempt: str
+    result: Result
+    instances: tuple[CloudInstance, ...] = ()
+    infeasible: Infeasible | None = None
+    failures: tuple[PartFailure, ...] = ()
+    plans_tried: int = 0
+    rolled_back: int = 0
+    seconds: float = 0.0
+
+    @property
+    def last_error(self) -> CloudError | None:
+        return self.failures[-1].error if self.failures else None
+
+
+class SizeGuard(Protocol):
+    """Holds groups' maxSize across concurrent attempts (provider.domain.fleet.Fleet)."""
+
+    def claim(self, attempt: str, counts: Mapping[str, int]) -> str | None: ...
+    def end_claim(self, attempt: str, committed: Sequence[CloudInstance], now: float
+                  ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """An attempt this process ended recently, and what it committed (instance ids)."""
+
+    at: float
+    committed: frozenset[str]
+
+
+class StillUnknown(TransientError):
+    """A launch whose outcome is unknown and not yet visible in the listing: the same token
+    is sent again (idempotent). If it never settles, its instances may still appear later."""
+
+    code = "OutcomeUnknown"
+
+
+# Failures after which the cloud certainly holds nothing of the part: its claims can go.
+NOTHING_LAUNCHED = ("InsufficientCapacity", "QuotaExceeded", "InvalidRequest",
+                    "TransientError")
+
+
+class Observer(Protocol):
+    """What the executor reports (metrics implement it; the default ignores it)."""
+
+    def launched_part(self, part: Part, instances: int) -> None: ...
+    def rolled_back_part(self, attempt: str, instances: int) -> None: ...
+    def finished(self, outcome: Outcome) -> None: ...
+
+
+class NullObserver:
+    def launched_part(self, part: Part, instances: int) -> None:
+        pass
+
+    def rolled_back_part(self, attempt: str, instances: int) -> None:
+        pass
+
+    def finished(self, outcome: Outcome) -> None:
+        pass
+
+
+class Journal(Protocol):
+    """Where attempts are recorded, before their first cloud call, and terminations owed.
+    (provider.attempts.journal keeps it in SQLite under --state-dir.)"""
+
+    def begin(self, spec: AttemptSpec, now: float) -> None: ...
+    def planned(self, attempt: str, plan_index: int, plan: Plan) -> None: ...
+    def launched(self, attempt: str, label: str, instance_ids: Sequence[str]) -> None: ...
+    def committing(self, attempt: str) -> None: ...
+    def finished(self, outcome: Outcome) -> None: ...
+    def owe(self, instance_ids: Sequence[str], now: float) -> None: ...
+    def paid(self, instance_ids: Sequence[str]) -> None: ...
+    def owed(self) -> list[str]: ...
+    def open_attempts(self) -> list[OpenAttempt]: ...
+    def close_interrupted(self, attempts: Sequence[str]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAttempt:
+    """An attempt a previous run began and never finished."""
+
+    id: str
+    started_at: float
+    instances: tuple[str, ...]
+    committing: bool = False  # it had begun to write its commit when the run stopped
+
+
+class MemoryJournal:
+    def __init__(self) -> None:
+        self.open: dict[str, AttemptSpec] = {}
+        self.outcomes: dict[str, Outcome] = {}
+        self._owed: dict[str, float] = {}
+
+    def begin(self, spec: AttemptSpec, now: float) -> None:
+        self.open[spec.id] = spec
+
+    def planned(self, attempt: str, plan_index: int, plan: Plan) -> None:
+        pass
+
+    def launched(self, attempt: str, label: str, instance_ids: Sequence[str]) -> None:
+        pass
+
+    def committing(self, attempt: str) -> None:
+        pass
+
+    def finished(self, outcome: Outcome) -> None:
+        self.open.pop(outcome.attempt, None)
+        self.outcomes[outcome.attempt] = outcome
+
+    def owe(self, instance_ids: Sequence[str], now: float) -> None:
+        for i in instance_ids:
+            self._owed.setdefault(i, now)
+
+    def paid(self, instance_ids: Sequence[str]) -> None:
+        for i in instance_ids:
+            self._owed.pop(i, None)
+
+    def owed(self) -> list[str]:
+        return list(self._owed)
+
+    def open_attempts(self) -> list[OpenAttempt]:
+        return []  # nothing outlives the process
+
+    def close_interrupted(self, attempts: Sequence[str]) -> None:
+        pass
+
+
+Build = Callable[[CapacityView, Sequence[Part]], Plan | Infeasible]
+LaunchResult = tuple[Part, list[CloudInstance], CloudError | None]
+
+
+@dataclass(slots=True)
+class Terminator:
+    """Terminates instances, retrying until done. Each termination is written to the
+    journal before it is tried and crossed off after, so none is ever forgotten, not even
+    across a crash."""
+
+    adapter: CloudAdapter
+    clock: Clock
+    journal: Journal
+    retry_seconds: float = 60.0
+    backlog: dict[str, float] = field(default_factory=dict)  # instance id -> next try
+    # Raises when this process may not act on the cluster's instances (not the leader).
+    fence: Callable[[], None] = lambda: None
+    # Scale-up workers, DeleteNodes and reconcile all terminate at once.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        now = self.clock.now()
+        for instance_id in self.journal.owed():  # owed by a previous run
+            self.backlog.setdefault(instance_id, now)
+
+    def owe(self, ids: Sequence[str]) -> None:
+        """Write the debt down now, pay it later (terminate or the backlog): once this
+        returns, a crash can no longer lose the termination."""
+        if not ids:
+            return
+        now = self.clock.now()
+        self.journal.owe(ids, now)
+        with self._lock:
+            for i in ids:  # the backlog pays it if the caller's own try never comes
+                self.backlog.setdefault(i, now + self.retry_seconds)
+
+    def owing(self) -> set[str]:
+        """Instance ids whose termination is owed and not yet confirmed."""
+        with self._lock:
+            return set(self.backlog)
+
+    def terminate(self, ids: Sequence[str], retry: Retrying) -> bool:
+        if not ids:
+            return True
+        self.journal.owe(ids, self.clock.now())
+        try:
+            self.fence()
+        except Exception:
+            with self._lock:  # still owed: whoever acts next pays it
+                for i in ids:
+                    self.backlog.setdefault(i, self.clock.now())
+            raise
+        try:
+            for attempt in retry:
+                with attempt:
+                    self.adapter.terminate(list(ids))
+        except (CloudError, RetryError) as err:
+            log.warning("terminate of %d instances failed, will retry: %s", len(ids), err)
+            due = self.clock.now()
+            with self._lock:
+                for i in ids:
+                    self.backlog[i] = due
+            return False
+        with self._lock:
+            for i in ids:
+                self.backlog.pop(i, None)
+        self.journal.paid(ids)
+        return True
+
+    def retry_backlog(self, retry: Retrying) -> int:
+        now = self.clock.now()
+        with self._lock:
+            due = [i for i, t in self.backlog.items() if t <= now]
+        if due and not self.terminate(due, retry):
+            later = self.clock.now() + self.retry_seconds
+            with self._lock:
+                for i in due:
+                    if i in self.backlog:
+                        self.backlog[i] = later
+        with self._lock:
+            return len(self.backlog)
+
+
+class Executor:
+    def __init__(
+        self,
+        adapter: CloudAdapter,
+        ledger: Ledger,
+        groups: Sequence[NodeGroup],
+        clock: Clock,
+        *,
+        runner: PartRunner = inline_runner,
+        journal: Journal | None = None,
+        observer: Observer | None = None,
+        max_plans: int = 3,
+        deadline_seconds: float = 600.0,
+        call_attempts: int = 5,
+        backoff_seconds: float = 0.5,
+        max_backoff_seconds: float = 10.0,
+        sizes: SizeGuard | None = None,
+        remember_seconds: float = 3600.0,
+        fence: Callable[[], None] | None = None,
+    ) -> None:
+        self._adapter = adapter
+        self._ledger = ledger
+        self._groups = {g.id: g for g in groups}
+        self._clock = clock
+        self._runner = runner
+        self.journal: Journal = journal or MemoryJournal()
+        self._observer: Observer = observer or NullObserver()
+        self._max_plans = max_plans
+        self._deadline = deadline_seconds
+        self._call_attempts = call_attempts
+        self._backoff = backoff_seconds
+        self._max_backoff = max_backoff_seconds
+        self._fence = fence or (lambda: None)
+        self.terminator = Terminator(adapter, clock, self.journal, fence=self._fence)
+        self._sizes = sizes
+        self._remember = remember_seconds
+        self._attempts_lock = threading.Lock()
+        self._in_flight: set[str] = set()
+        self._finished: dict[str, Finished] = {}
+
+    @property
+    def in_flight(self) -> set[str]:
+        """Attempts running now (a copy: other threads start and end them)."""
+        with self._attempts_lock:
+            return set(self._in_flight)
+
+    def known(self) -> tuple[set[str], dict[str, Finished]]:
+        """Attempts running now and those ended recently, read together: reconcile must
+        not take an attempt that just committed for one that was abandoned."""
+        with self._attempts_lock:
+            return set(self._in_flight), dict(self._finished)
+
+    def retrying(self) -> Retrying:
+        """Retries for transient cloud errors only: backoff with jitter, on our clock."""
+        return Retrying(
+            retry=retry_if_exception(lambda e: isinstance(e, CloudError) and e.retryable),
+            stop=stop_after_attempt(self._call_attempts) | stop_after_delay(self._deadline),
+            wait=wait_random_exponential(multiplier=self._backoff, max=self._max_backoff),
+            sleep=self._clock.sleep,
+            reraise=True,
+        )
+
+    def execute(
+        self,
+        spec: AttemptSpec,
+        build: Build,
+        *,
+        on_launched: Callable[[Sequence[CloudInstance]], None] | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> Outcome:
+        started = self._clock.now()
+        with self._attempts_lock:
+            self._in_flight.add(spec.id)
+        self.journal.begin(spec, self._clock.now())
+        failpoints.hit("executor.recorded")
+        outcome: Outcome | None = None
+        try:
+            outcome = self._run(spec, build, on_launched, cancelled)
+        finally:
+            committed = outcome.instances if outcome is not None else ()
+            if spec.claims_size and not spec.ended_by_fleet and self._sizes is not None:
+                self._sizes.end_claim(spec.id, committed, self._clock.now())
+            self._ledger.settle(spec.id)
+            now = self._clock.now()
+            with self._attempts_lock:
+                # Remembered before it leaves the in-flight set: no reader sees neither.
+                self._finished[spec.id] = Finished(now, frozenset(i.id for i in committed))
+                self._in_flight.discard(spec.id)
+                for old in [a for a, f in self._finished.items()
+                            if f.at < now - self._remember]:
+                    del self._finished[old]
+        outcome = replace(outcome, seconds=self._clock.now() - started)
+        self.journal.finished(outcome)
+        self._observer.finished(outcome)
+        return outcome
+
+    def _run(
+        self,
+        spec: AttemptSpec,
+        build: Build,
+        on_launched: Callable[[Sequence[CloudInstance]], None] | None,
+        cancelled: Callable[[], bool],
+    ) -> Outcome:
+        deadline = self._clock.now() + self._deadline
+        kept: list[tuple[Part, list[CloudInstance]]] = []
+        failures: list[PartFailure] = []
+        rolled_back = 0
+        infeasible: Infeasible | None = None
+        complete = False  # a plan launched whole (after any earlier partial rounds)
+        plans = 0
+        while plans < self._max_plans and self._clock.now() < deadline:
+            if cancelled():
+                launched = [i for _, insts in kept for i in insts]
+                self._rollback(spec, [insts for _, insts in kept])
+                return Outcome(spec.id, Result.CANCELLED, failures=tuple(failures),
+                               plans_tried=plans, rolled_back=rolled_back + len(launched))
+            already = [p for p, _ in kept]
+
+            def build_now(view: CapacityView, done: list[Part] = already) -> Plan | Infeasible:
+                return build(view, done)
+
+            plan = self._ledger.plan(spec.id, build_now, self._admit(spec, already),
+                                     holder=spec.request)
+            if isinstance(plan, Infeasible):
+                infeasible = plan
+                break
+            self.journal.planned(spec.id, plans, plan)
+            index = plans
+            plans += 1
+
+            nodes = plan.node_count + sum(p.count for p in already)
+
+            def launch(item: tuple[int, Part], n: int = index, total: int = nodes
+                       ) -> LaunchResult:
+                return self._launch_part(spec, n, item[0], item[1], total)
+
+            results = self._runner(launch, list(enumerate(plan.parts)))
+            good = [(p, insts) for p, insts, err in results if err is None]
+            bad = [PartFailure(p, err) for p, _, err in results if err is not None]
+            for p, insts in good:
+                self._observer.launched_part(p, len(insts))
+                if on_launched is not None:
+                    on_launched(insts)
+            if bad:
+                failpoints.hit("executor.rollback-started")
+            if not bad:
+                kept.extend(good)
+                complete = True
+                break
+            failures.extend(bad)
+            for f in bad:
+                self._mark_unavailable(f)
+            # A part that certainly launched nothing frees its slots now. Rolled-back parts
+            # and unknown outcomes keep them until a later listing shows them free: the
+            # cloud frees a reservation slot only once its instance is gone.
+            self._ledger.release(spec.id, [f.part for f in bad if _nothing_launched(f.error)])
+            if spec.partial:
+                kept.extend(good)
+            else:
+                launched = [i for _, insts in good for i in insts]
+                rolled_back += len(launched)
+                if self._rollback(spec, [insts for _, insts in good]) and good:
+                    # Whether the cloud has freed those slots yet is its to say: list it
+                    # before the next plan, which may then use them again.
+                    self._ledger.settle(spec.id, [p for p, _ in good])
+                    self._relist(spec.cluster)
+        instances = [i for _, insts in kept for i in insts]
+        if not instances:
+            result = Result.INFEASIBLE if infeasible and not failures else Result.FAILED
+            return Outcome(spec.id, result, infeasible=infeasible, failures=tuple(failures),
+                           plans_tried=plans, rolled_back=rolled_back)
+        if cancelled():
+            self._rollback(spec, [insts for _, insts in kept])
+            rolled_back += len(instances)
+            return Outcome(spec.id, Result.CANCELLED, failures=tuple(failures),
+                           plans_tried=plans, rolled_back=rolled_back)
+        failpoints.hit("executor.before-commit")
+        # From here a crash may leave a commit half-written in the cloud; before here, a
+        # crashed attempt can never commit and a restart rolls it back at once.
+        self._fence()
+        self.journal.committing(spec.id)
+        try:
+            for attempt in self.retrying():
+                with attempt:
+                    self._adapter.commit([i.id for i in instances], spec.id)
+        except CloudError as err:
+            log.error("attempt %s: commit failed, rolling back: %s", spec.id, err)
+            self._rollback(spec, [insts for _, insts in kept])
+            rolled_back += len(instances)
+            return Outcome(spec.id, Result.FAILED, failures=tuple(failures),
+                           plans_tried=plans, rolled_back=rolled_back)
+        failpoints.hit("executor.committed")
+        committed = tuple(i.with_commit() for i in instances)
+        result = Result.SUCCEEDED if complete else Result.PARTIAL
+        return Outcome(spec.id, result, committed, infeasible=infeasible,
+                       failures=tuple(failures), plans_tried=plans, rolled_back=rolled_back)
+
+    def _launch_part(
+        self, spec: AttemptSpec, plan_index: int, part_index: int, part: Part,
+        plan_nodes: int,
+    ) -> LaunchResult:
+        group = self._groups[part.group]
+        label = f"{plan_index}.{part_index}"
+        request = LaunchRequest(
+            token=f"{spec.id}/{label}",
+            node_group=group.id,
+            zone=group.zone,
+            instance_type=group.instance_type,
+            count=part.count,
+            fabric=group.fabric,
+            tags=OwnerTags(
+                cluster=spec.cluster,
+                node_group=group.id,
+                attempt=spec.id,
+                part=label,
+                source=part.capacity_type,
+                reservation=part.reservation,
+                request=spec.request,
+                request_uid=spec.request_uid,
+                plan_nodes=plan_nodes,
+            ),
+        )
+        try:
+            for attempt in self.retrying():
+                with attempt:
+                    self._fence()  # not the leader any more: stop before the call, not after
+                    try:
+                        instances = list(self._adapter.launch(request))
+                    except OutcomeUnknown as unknown:
+                        try:
+                            instances = self._settle_unknown(request)
+                        except StillUnknown:
+                            raise
+                        except CloudError as err:
+                            # The listing that would settle it failed: still unknown (the
+                            # part may hold its slots), never "nothing launched".
+                            raise StillUnknown(f"launch {request.token} outcome unknown "
+                                               f"({unknown}); listing failed: {err}") from err
+            self.journal.launched(spec.id, label, [i.id for i in instances])
+            if len(instances) != part.count:
+                self._rollback(spec, [instances])  # never keep a part that is not whole
+                raise CloudError(
+                    f"launch of part {label} returned {len(instances)} of {part.count} instances"
+                )
+            failpoints.hit("executor.part-launched")
+            return part, instances, None
+        except CloudError as err:
+            return part, [], err
+
+    def _settle_unknown(self, request: LaunchRequest) -> list[CloudInstance]:
+        """A launch whose outcome is unknown: list by tags. All ``count`` found -> it
+        happened. Fewer (none, or a listing that lags the launch) -> raise a retryable error
+        so the same token is sent again: the cloud answers it with the first call's whole
+        set, or launches it now. A partial listing is never taken for the part."""
+        snapshot = self._adapter.snapshot(request.tags.cluster)
+        found = [
+            i for i in snapshot.instances
+            if i.tags.attempt == request.tags.attempt and i.tags.part == request.tags.part
+        ]
+        if len(found) == request.count:
+            return found
+        raise StillUnknown(f"launch {request.token} outcome unknown; {len(found)} of "
+                           f"{request.count} instances listed so far")
+
+    def _rollback(self, spec: AttemptSpec, parts: Sequence[Sequence[CloudInstance]]) -> bool:
+        """Terminate every launched part, one part at a time; False if some instances are
+        left to the terminator's backlog."""
+        parts = [p for p in parts if p]
+        if not parts:
+            return True
+        self._observer.rolled_back_part(spec.id, sum(len(p) for p in parts))
+        done = True
+        for part in parts:
+            done = self.terminator.terminate([i.id for i in part], self.retrying()) and done
+            failpoints.hit("executor.part-rolled-back")
+        return done
+
+    def _relist(self, cluster: str) -> None:
+        taken_at = self._clock.now()
+        try:
+            for attempt in self.retrying():
+                with attempt:
+                    snapshot = self._adapter.snapshot(cluster)
+        except CloudError as err:
+            log.info("listing after a rollback failed; the next plan counts those slots "
+                     "as used: %s", err)
+            return
+        self._ledger.apply(snapshot, taken_at)
+
+    def _admit(self, spec: AttemptSpec, kept: Sequence[Part]
+               ) -> Callable[[Plan], str | None] | None:
+        """The check that holds maxSize for this attempt's plan, on top of the parts it
+        keeps from earlier rounds (None: the caller holds the size already)."""
+        sizes = self._sizes
+        if not spec.claims_size or sizes is None:
+            return None
+
+        def admit(plan: Plan) -> str | None:
+            counts: dict[str, int] = {}
+            for part in (*kept, *plan.parts):
+                counts[part.group] = counts.get(part.group, 0) + part.count
+            return sizes.claim(spec.id, counts)
+
+        return admit
+
+    def _mark_unavailable(self, failure: PartFailure) -> None:
+        group = self._groups[failure.part.group]
+        key = PoolKey(group.zone, group.instance_type, failure.part.capacity_type,
+                      failure.part.reservation)
+        if failure.error.code in ("InsufficientCapacity", "QuotaExceeded"):
+            self._ledger.unavailable.mark(key, failure.error.scope, str(failure.error))
+
+
+
+def _nothing_launched(error: CloudError) -> bool:
+    return error.code in NOTHING_LAUNCHED and not isinstance(error, StillUnknown)

@@ -1,0 +1,79 @@
+"""Prometheus metrics (`--metrics-address`). Each Provider has its own registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from provider.attempts.executor import Outcome, Result
+from provider.domain.cloud import CapacityType, CloudSnapshot
+from provider.domain.plan import Part
+
+_DECISION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class Metrics:
+    """Implements provider.attempts.executor.Observer; reconcile and refresh report here too."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.attempts = Counter("allset_attempts", "Attempts by outcome.", ["outcome"],
+                                registry=r)
+        self.rollbacks = Counter("allset_rollbacks", "Attempts that terminated what they "
+                                 "had launched.", registry=r)
+        self.rolled_back = Counter("allset_rolled_back_instances", "Instances terminated by "
+                                   "rollbacks.", registry=r)
+        self.decision = Histogram("allset_decision_seconds", "From an attempt's start to its "
+                                  "all-or-nothing outcome.", buckets=_DECISION_BUCKETS,
+                                  registry=r)
+        self.launched = Counter("allset_nodes_launched", "Nodes launched, by capacity "
+                                "source.", ["source"], registry=r)
+        self.orphans = Gauge("allset_orphan_instances", "Instances of attempts that will "
+                             "never commit, seen by the last reconcile (should be 0).",
+                             registry=r)
+        self.unknown_group = Gauge("allset_unknown_group_instances", "Committed instances of "
+                                   "node groups no longer in the config, seen by the last "
+                                   "reconcile (should be 0).", registry=r)
+        self.ready = Gauge("allset_ready", "1 once the first complete cloud listing is in; "
+                           "until then every CA call is refused.", registry=r)
+        self.leader = Gauge("allset_leader", "1 while this replica holds the lease and may "
+                            "act on the cluster's instances.", registry=r)
+        self.leader.set(1)  # until an elector says otherwise (one process, no election)
+        self.leader_failovers = Counter("allset_leader_failovers", "Times this replica took "
+                                        "the lease over from another holder.", registry=r)
+        self.without_leader = Gauge("allset_seconds_without_leader", "How long, as this "
+                                    "replica sees it, no replica has held a live lease.",
+                                    registry=r)
+        self.owed = Gauge("allset_terminations_owed", "Terminations still to be retried.",
+                          registry=r)
+        self.refresh_failures = Counter("allset_refresh_failures", "Cloud listings that "
+                                        "failed; the previous state was kept.", registry=r)
+        self.reserved_free = Gauge("allset_reservation_free_slots", "Free slots per "
+                                   "reservation at the last refresh.",
+                                   ["reservation", "zone", "instance_type"], registry=r)
+        for result in Result:
+            self.attempts.labels(outcome=str(result))
+        for source in CapacityType:
+            self.launched.labels(source=str(source))
+
+    # --- executor.Observer -------------------------------------------------------------
+
+    def launched_part(self, part: Part, instances: int) -> None:
+        self.launched.labels(source=str(part.capacity_type)).inc(instances)
+
+    def rolled_back_part(self, attempt: str, instances: int) -> None:
+        self.rollbacks.inc()
+        self.rolled_back.inc(instances)
+
+    def finished(self, outcome: Outcome) -> None:
+        self.attempts.labels(outcome=str(outcome.result)).inc()
+        self.decision.observe(outcome.seconds)
+
+    # --- reconcile ---------------------------------------------------------------------
+
+    def observe_snapshot(self, snapshot: CloudSnapshot, orphans: int, owed: int) -> None:
+        self.orphans.set(orphans)
+        self.owed.set(owed)
+        self.reserved_free.clear()
+        for r in snapshot.reservations:
+            self.reserved_free.labels(r.id, r.zone, r.instance_type).set(r.free)

@@ -1,0 +1,211 @@
+"""The capacity ledger: the cloud's last snapshot, minus what attempts have claimed since.
+
+Planning and claiming happen under one lock, so two attempts planned at the same moment
+never count the same reservation slot (or quota unit) twice. A claim lives until a snapshot
+taken after its launch settled shows the instances themselves."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from provider.base.clock import Clock
+from provider.capacity.offerings import GroupOfferings, State, group_offerings, reservation_state
+from provider.capacity.unavailable import UnavailableOfferings
+from provider.domain.cloud import CloudSnapshot, Quota, Reservation
+from provider.domain.model import NodeGroup
+from provider.domain.plan import Infeasible, Part, Plan, Reason, ReasonCode
+
+
+@dataclass(slots=True)
+class _Claim:
+    attempt: str
+    part: Part
+    settled_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityView:
+    """Offerings as they stand for one planning pass (claims already subtracted)."""
+
+    groups: dict[str, NodeGroup]
+    reservations: tuple[Reservation, ...]
+    quotas: tuple[Quota, ...]
+    unavailable: UnavailableOfferings
+    now: float
+    by_pool: dict[tuple[str, str], tuple[Reservation, ...]] = field(default_factory=dict)
+    _cache: dict[tuple[object, ...], GroupOfferings] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _states: dict[str, State] = field(default_factory=dict, init=False, repr=False,
+                                      compare=False)
+
+    def offerings(self, group: NodeGroup) -> GroupOfferings:
+        """The group's offerings; only reservations of its type in its zone can serve it
+        (the others are found by explanations directly). A view is a fixed picture, so
+        each group's answer is computed once."""
+        # Groups of one kind have the same offerings: work them out once per kind.
+        kind = offerings_kind(group)
+        found = self._cache.get(kind)
+        if found is None:
+            candidates = self.by_pool.get((group.instance_type, group.zone), ())
+            for r in candidates:
+                if r.id not in self._states:
+                    self._states[r.id] = reservation_state(r, self.now, self.unavailable)
+            found = group_offerings(group, candidates, self.quotas, self.unavailable,
+                                    self.now, self._states)
+            self._cache[kind] = found
+        return found
+
+
+def offerings_kind(group: NodeGroup) -> tuple[object, ...]:
+    """What a group's offerings depend on (type, zone, fabric, targeted reservations,
+    sources, prices, and the GPU and CPU counts quotas are measured in)."""
+    return (group.instance_type, group.zone, group.fabric, group.targeted_reservations,
+            group.capacity_types, group.on_demand_price, group.spot_price,
+            group.gpu_count, group.allocatable.get("cpu"))
+
+
+class Ledger:
+    def __init__(self, groups: Sequence[NodeGroup], clock: Clock,
+                 unavailable: UnavailableOfferings) -> None:
+        self._groups = {g.id: g for g in groups}
+        self._clock = clock
+        self.unavailable = unavailable
+        self._lock = threading.Lock()
+        self._snapshot = CloudSnapshot((), (), ())
+        self._taken_at = float("-inf")
+        self._claims: list[_Claim] = []
+        # Slots of reservations not yet open, held for requests waiting for them, so work
+        # that arrives later does not take them first: holder -> (reservation, slots, until)
+        self._holds: dict[str, tuple[str, int, float]] = {}
+
+    @property
+    def snapshot(self) -> CloudSnapshot:
+        return self._snapshot
+
+    def apply(self, snapshot: CloudSnapshot, taken_at: float) -> None:
+        """Adopt a newer snapshot; claims it already reflects are dropped."""
+        with self._lock:
+            if taken_at < self._taken_at:
+                return
+            self._snapshot = snapshot
+            self._taken_at = taken_at
+            self._claims = [
+                c for c in self._claims if c.settled_at is None or c.settled_at > taken_at
+            ]
+
+    def view(self, holder: str | None = None) -> CapacityView:
+        """Capacity as a plan of ``holder`` sees it: other holders' held slots are gone."""
+        with self._lock:
+            return self._view(holder)
+
+    def hold(self, holder: str, reservation: str, slots: int, until: float) -> None:
+        """Keep ``slots`` of ``reservation`` for ``holder`` until it plans (or ``until``)."""
+        with self._lock:
+            self._holds[holder] = (reservation, slots, until)
+
+    def unhold(self, holder: str) -> None:
+        with self._lock:
+            self._holds.pop(holder, None)
+
+    def held(self) -> dict[str, tuple[str, int, float]]:
+        with self._lock:
+            return dict(self._holds)
+
+    def plan(
+        self, attempt: str, build: Callable[[CapacityView], Plan | Infeasible],
+        admit: Callable[[Plan], str | None] | None = None, holder: str | None = None,
+    ) -> Plan | Infeasible:
+        """Plan against current capacity and claim what the plan uses, atomically.
+        ``admit`` may still refuse the plan (it holds the groups' maxSize) with a reason;
+        a refused plan claims nothing. A plan that claims ends its holder's hold."""
+        with self._lock:
+            result = build(self._view(holder))
+            if isinstance(result, Plan):
+                refused = admit(result) if admit is not None else None
+                if refused is not None:
+                    return Infeasible((Reason(ReasonCode.MAX_SIZE, refused),))
+                self._claims.extend(_Claim(attempt, p) for p in result.parts)
+                if holder is not None:
+                    self._holds.pop(holder, None)
+            return result
+
+    def release(self, attempt: str, parts: Sequence[Part] | None = None) -> None:
+        """Forget claims whose launch certainly made nothing (all of them by default).
+        Parts that launched and were rolled back keep their claim until `settle` and a
+        later snapshot: the cloud frees a slot only once the instance is gone."""
+        with self._lock:
+            keep: list[_Claim] = []
+            to_drop = list(parts) if parts is not None else None
+            for c in self._claims:
+                if c.attempt == attempt and (to_drop is None or c.part in to_drop):
+                    if to_drop is not None:
+                        to_drop.remove(c.part)
+                    continue
+                keep.append(c)
+            self._claims = keep
+
+    def settle(self, attempt: str, parts: Sequence[Part] | None = None) -> None:
+        """The attempt's launches (or these parts' rollback) are done: a snapshot taken
+        from now on shows them, so it replaces their claims."""
+        now = self._clock.now()
+        with self._lock:
+            to_settle = list(parts) if parts is not None else None
+            for c in self._claims:
+                if c.attempt != attempt or c.settled_at is not None:
+                    continue
+                if to_settle is not None:
+                    if c.part not in to_settle:
+                        continue
+                    to_settle.remove(c.part)
+                c.settled_at = now
+
+    def claimed(self) -> dict[str, int]:
+        """Slots claimed per reservation id (for tests and diagnostics)."""
+        with self._lock:
+            out: dict[str, int] = {}
+            for c in self._claims:
+                if c.part.reservation:
+                    out[c.part.reservation] = out.get(c.part.reservation, 0) + c.part.count
+            return out
+
+    def _view(self, holder: str | None = None) -> CapacityView:
+        claimed: dict[str, int] = {}
+        for c in self._claims:
+            if c.part.reservation:
+                claimed[c.part.reservation] = claimed.get(c.part.reservation, 0) + c.part.count
+        now = self._clock.now()
+        for who, (rid, slots, until) in list(self._holds.items()):
+            if until < now:
+                del self._holds[who]  # its holder never came: the slots are free again
+            elif who != holder:
+                claimed[rid] = claimed.get(rid, 0) + slots
+        reservations = tuple(
+            dataclasses.replace(r, free=max(0, r.free - claimed[r.id])) if r.id in claimed else r
+            for r in self._snapshot.reservations
+        )
+        quotas = tuple(self._quota_after_claims(q) for q in self._snapshot.quotas)
+        by_pool: dict[tuple[str, str], list[Reservation]] = {}
+        for r in reservations:
+            by_pool.setdefault((r.instance_type, r.zone), []).append(r)
+        return CapacityView(
+            self._groups, reservations, quotas, self.unavailable, self._clock.now(),
+            {k: tuple(v) for k, v in by_pool.items()},
+        )
+
+    def _quota_after_claims(self, q: Quota) -> Quota:
+        extra = 0
+        for c in self._claims:
+            group = self._groups.get(c.part.group)
+            if group is None or c.part.capacity_type not in q.capacity_types:
+                continue
+            if q.instance_types and group.instance_type not in q.instance_types:
+                continue
+            if q.zones and group.zone not in q.zones:
+                continue
+            extra += group.quota_units(q.unit) * c.part.count
+        return dataclasses.replace(q, used=q.used + extra) if extra else q
+

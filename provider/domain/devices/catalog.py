@@ -1,0 +1,135 @@
+"""The devices a GPU node publishes, by GPU model, as NVIDIA's DRA driver names them.
+
+Attributes and capacities follow the driver's published ResourceSlices
+(github.com/NVIDIA/k8s-dra-driver-gpu, README and `cmd/gpu-kubelet-plugin/deviceinfo.go`):
+driver `gpu.nvidia.com`; a full GPU has `type: "gpu"`, `productName`, `brand`,
+`architecture`, `cudaComputeCapability` (a version), `index`, and capacity `memory`; a MIG
+device has `type: "mig"`, `profile` ("1g.10gb"), `parentIndex`, and its own `memory`.
+Group config may add or override attributes (an NVLink domain, a NUMA node, ...)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from provider.domain.devices.model import AttrValue, Device, DeviceSlice, Version, qualify
+
+NVIDIA_DRIVER = "gpu.nvidia.com"
+_GI = 2**30 * 1000  # one GiB in milli-units
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    product: str
+    architecture: str
+    compute: str  # CUDA compute capability as a version
+    memory_gib: int
+
+
+# Keys are allset's GPU type names (GKE's accelerator names; AWS types map to the same).
+MODELS: Mapping[str, GpuModel] = {
+    "nvidia-b200-180gb": GpuModel("NVIDIA B200", "Blackwell", "10.0.0", 180),
+    "nvidia-h200-141gb": GpuModel("NVIDIA H200", "Hopper", "9.0.0", 141),
+    "nvidia-h100-80gb": GpuModel("NVIDIA H100 80GB HBM3", "Hopper", "9.0.0", 80),
+    "nvidia-h100-mega-80gb": GpuModel("NVIDIA H100 80GB HBM3", "Hopper", "9.0.0", 80),
+    "nvidia-a100-80gb": GpuModel("NVIDIA A100-SXM4-80GB", "Ampere", "8.0.0", 80),
+    "nvidia-a100-40gb": GpuModel("NVIDIA A100-SXM4-40GB", "Ampere", "8.0.0", 40),
+    "nvidia-tesla-a100": GpuModel("NVIDIA A100-SXM4-40GB", "Ampere", "8.0.0", 40),
+    "nvidia-l40s-48gb": GpuModel("NVIDIA L40S", "Ada Lovelace", "8.9.0", 48),
+    "nvidia-l4": GpuModel("NVIDIA L4", "Ada Lovelace", "8.9.0", 24),
+    "nvidia-l4-24gb": GpuModel("NVIDIA L4", "Ada Lovelace", "8.9.0", 24),
+    "nvidia-tesla-t4": GpuModel("Tesla T4", "Turing", "7.5.0", 16),
+    "nvidia-t4-16gb": GpuModel("Tesla T4", "Turing", "7.5.0", 16),
+}
+
+_MIG_PROFILE = re.compile(r"^(?P<slices>\d+)g\.(?P<gb>\d+)gb$")
+
+
+def mig_memory_milli(profile: str) -> int:
+    m = _MIG_PROFILE.match(profile)
+    if m is None:
+        raise ValueError(f"{profile!r} is not a MIG profile such as 1g.10gb")
+    return int(m["gb"]) * _GI
+
+
+def mig_resource(profile: str) -> str:
+    """The device plugin's extended resource of a MIG profile (mixed strategy)."""
+    return f"nvidia.com/mig-{profile}"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevices:
+    """How a group's GPUs appear to DRA; built from config and the cloud's shape."""
+
+    gpu_type: str | None
+    count: int
+    memory_milli: int | None = None  # per GPU; default: the model's
+    driver: str = NVIDIA_DRIVER
+    attributes: Mapping[str, AttrValue] | None = None  # added to / overriding the model's
+    capacity: Mapping[str, int] | None = None
+    # Attributes whose value is shared by consecutive GPUs: {"numaNode": 2} over 8 GPUs
+    # gives 0,0,0,0,1,1,1,1.
+    spread: Mapping[str, int] | None = None
+    mig_profile: str | None = None
+    mig_per_gpu: int = 0
+
+
+def _base_attributes(spec: GpuDevices) -> dict[str, AttrValue]:
+    model = MODELS.get(spec.gpu_type or "")
+    out: dict[str, AttrValue] = {"brand": "Nvidia"} if spec.driver == NVIDIA_DRIVER else {}
+    if model is not None:
+        out.update(productName=model.product, architecture=model.architecture,
+                   cudaComputeCapability=Version.parse(model.compute))
+    elif spec.gpu_type:
+        out["productName"] = spec.gpu_type
+    return out
+
+
+def gpu_slice(spec: GpuDevices) -> DeviceSlice | None:
+    """The GPU devices one node of the group publishes (MIG devices when partitioned)."""
+    if spec.count <= 0:
+        return None
+    model = MODELS.get(spec.gpu_type or "")
+    memory = spec.memory_milli or (model.memory_gib * _GI if model else None)
+    common = _base_attributes(spec)
+    common.update(spec.attributes or {})
+    devices = []
+    for index in range(spec.count):
+        attrs = dict(common)
+        for name, parts in (spec.spread or {}).items():
+            attrs[name] = index * parts // spec.count
+        if spec.mig_profile:
+            for m in range(spec.mig_per_gpu):
+                mig = dict(attrs, type="mig", profile=spec.mig_profile, parentIndex=index,
+                           index=m)
+                cap = {"memory": mig_memory_milli(spec.mig_profile), **(spec.capacity or {})}
+                devices.append(_device(f"gpu-{index}-mig-{m}", spec.driver, mig, cap))
+            continue
+        attrs.update(type="gpu", index=index)
+        cap = dict(spec.capacity or {})
+        if memory is not None:
+            cap.setdefault("memory", memory)
+        devices.append(_device(f"gpu-{index}", spec.driver, attrs, cap))
+    return DeviceSlice(spec.driver, tuple(devices))
+
+
+def _device(name: str, driver: str, attrs: Mapping[str, AttrValue],
+            capacity: Mapping[str, int]) -> Device:
+    return Device(
+        name,
+        tuple(sorted((qualify(k, driver), v) for k, v in attrs.items())),
+        tuple(sorted((qualify(k, driver), v) for k, v in capacity.items())),
+    )
+
+
+def plain_slice(driver: str, prefix: str, count: int, attributes: Mapping[str, AttrValue],
+                capacity: Mapping[str, int], spread: Mapping[str, int]) -> DeviceSlice:
+    """Devices of another driver (NICs, ...), ``count`` alike but for spread attributes."""
+    devices = []
+    for index in range(count):
+        attrs: dict[str, AttrValue] = dict(attributes)
+        for name, parts in spread.items():
+            attrs[name] = index * parts // count
+        devices.append(_device(f"{prefix}-{index}", driver, attrs, capacity))
+    return DeviceSlice(driver, tuple(devices))

@@ -1,0 +1,224 @@
+"""resource.k8s.io/v1 objects (plain dicts, as YAML or the API gives them) translated into
+claims with their DeviceClasses resolved. Every problem names the field it is about.
+
+Field names follow https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/
+(ResourceClaimTemplate, ResourceClaim, DeviceClass, v1). A pod's `spec.resourceClaims[]`
+names each claim and either a template (one claim per pod) or a ResourceClaim (one claim
+shared by every pod that names it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from provider.domain.devices.claims import (
+    AllocationMode,
+    Claim,
+    DeviceRequest,
+    MatchAttribute,
+    RequestOption,
+    Selector,
+)
+
+GROUP = "resource.k8s.io"
+KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
+Problems = list[tuple[str, str]]
+
+
+class DraObjects(Protocol):
+    """Where a pod's claims are looked up: the API, or the documents of a request file."""
+
+    def resource_claim_template(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """None when it does not exist."""
+
+    def resource_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+
+    def device_class(self, name: str) -> Mapping[str, Any] | None: ...
+
+
+class NoObjects:
+    """No DRA objects at all (a file without them)."""
+
+    def resource_claim_template(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return None
+
+    def resource_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return None
+
+    def device_class(self, name: str) -> Mapping[str, Any] | None:
+        return None
+
+
+class DocumentObjects:
+    """DRA objects given next to a request in one multi-document file."""
+
+    def __init__(self, documents: Iterable[Mapping[str, Any]]) -> None:
+        self._by: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+        for doc in documents:
+            meta = doc.get("metadata") or {}
+            namespace = "" if doc.get("kind") == "DeviceClass" else str(
+                meta.get("namespace") or "")
+            self._by[(str(doc.get("kind")), namespace, str(meta.get("name") or ""))] = doc
+
+    def _get(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        # A document without a namespace belongs to the request's.
+        return self._by.get((kind, namespace, name)) or self._by.get((kind, "", name))
+
+    def resource_claim_template(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self._get("ResourceClaimTemplate", namespace, name)
+
+    def resource_claim(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self._get("ResourceClaim", namespace, name)
+
+    def device_class(self, name: str) -> Mapping[str, Any] | None:
+        return self._get("DeviceClass", "", name)
+
+
+def is_dra_document(doc: Mapping[str, Any]) -> bool:
+    return str(doc.get("apiVersion", "")).startswith(f"{GROUP}/") and doc.get("kind") in KINDS
+
+
+def pod_claims(spec: Mapping[str, Any], namespace: str, objects: DraObjects,
+               problems: Problems, where: str = "template.spec") -> tuple[Claim, ...]:
+    """The claims of a pod spec, resolved; problems are appended, not raised."""
+    raw = spec.get("resourceClaims") or []
+    if not isinstance(raw, list):
+        problems.append((f"{where}.resourceClaims", "must be a list"))
+        return ()
+    out = []
+    classes: dict[str, tuple[Selector, ...] | None] = {}
+    for index, entry in enumerate(raw):
+        at = f"{where}.resourceClaims[{index}]"
+        entry = entry if isinstance(entry, Mapping) else {}
+        name = str(entry.get("name") or "")
+        template = entry.get("resourceClaimTemplateName")
+        claim_name = entry.get("resourceClaimName")
+        if not name:
+            problems.append((f"{at}.name", "missing"))
+            continue
+        if bool(template) == bool(claim_name):
+            problems.append((at, "give exactly one of resourceClaimTemplateName and "
+                                 "resourceClaimName"))
+            continue
+        if template:
+            found = objects.resource_claim_template(namespace, str(template))
+            if found is None:
+                problems.append((f"{at}.resourceClaimTemplateName",
+                                 f"ResourceClaimTemplate {template!r} not found in namespace "
+                                 f"{namespace}"))
+                continue
+            devices = ((found.get("spec") or {}).get("spec") or {}).get("devices") or {}
+            origin = f"ResourceClaimTemplate {template}"
+        else:
+            found = objects.resource_claim(namespace, str(claim_name))
+            if found is None:
+                problems.append((f"{at}.resourceClaimName",
+                                 f"ResourceClaim {claim_name!r} not found in namespace "
+                                 f"{namespace}"))
+                continue
+            allocation = (found.get("status") or {}).get("allocation")
+            if allocation:
+                problems.append((f"{at}.resourceClaimName",
+                                 f"ResourceClaim {claim_name!r} is already allocated; its "
+                                 "pods go where its devices are, not to new nodes"))
+                continue
+            devices = (found.get("spec") or {}).get("devices") or {}
+            origin = f"ResourceClaim {claim_name}"
+        claim = _claim(name, devices, bool(claim_name), objects, classes, problems, origin)
+        if claim is not None:
+            out.append(claim)
+    return tuple(out)
+
+
+def _claim(name: str, devices: Mapping[str, Any], shared: bool, objects: DraObjects,
+           classes: dict[str, tuple[Selector, ...] | None], problems: Problems,
+           origin: str) -> Claim | None:
+    before = len(problems)
+    requests = []
+    for index, raw in enumerate(devices.get("requests") or []):
+        at = f"{origin}: spec.devices.requests[{index}]"
+        raw = raw if isinstance(raw, Mapping) else {}
+        rname = str(raw.get("name") or "")
+        if not rname:
+            problems.append((f"{at}.name", "missing"))
+            continue
+        if raw.get("exactly") and raw.get("firstAvailable"):
+            problems.append((at, "give one of exactly and firstAvailable"))
+            continue
+        if raw.get("firstAvailable"):
+            options = [_option(f"{rname}/{sub.get('name')}", sub, objects, classes, problems,
+                               f"{at}.firstAvailable[{i}]")
+                       for i, sub in enumerate(raw["firstAvailable"])]
+        else:
+            # v1 puts the request under `exactly`; v1beta1 wrote it on the request itself.
+            body = raw.get("exactly") or raw
+            options = [_option(rname, body, objects, classes, problems, f"{at}.exactly")]
+        kept = tuple(o for o in options if o is not None)
+        if kept:
+            requests.append(DeviceRequest(rname, kept))
+    if not requests and len(problems) == before:
+        problems.append((f"{origin}: spec.devices.requests", "a claim needs a request"))
+    names = {r.name for r in requests}
+    constraints = []
+    for index, raw in enumerate(devices.get("constraints") or []):
+        at = f"{origin}: spec.devices.constraints[{index}]"
+        raw = raw if isinstance(raw, Mapping) else {}
+        attribute = raw.get("matchAttribute")
+        if not attribute or "/" not in str(attribute):
+            problems.append((f"{at}.matchAttribute",
+                             "needs a fully qualified attribute (domain/name); allset "
+                             "models matchAttribute constraints only"))
+            continue
+        listed = tuple(str(r) for r in raw.get("requests") or [])
+        unknown = [r for r in listed if r.split("/")[0] not in names]
+        if unknown:
+            problems.append((f"{at}.requests", f"unknown request {', '.join(unknown)}"))
+            continue
+        constraints.append(MatchAttribute(str(attribute), listed))
+    if len(problems) != before:
+        return None
+    return Claim(name, tuple(requests), tuple(constraints), shared)
+
+
+def _option(name: str, body: Mapping[str, Any], objects: DraObjects,
+            classes: dict[str, tuple[Selector, ...] | None], problems: Problems,
+            at: str) -> RequestOption | None:
+    class_name = str(body.get("deviceClassName") or "")
+    if not class_name:
+        problems.append((f"{at}.deviceClassName", "missing"))
+        return None
+    if class_name not in classes:
+        found = objects.device_class(class_name)
+        classes[class_name] = None if found is None else tuple(
+            Selector(expr, f"DeviceClass {class_name}")
+            for expr in _expressions((found.get("spec") or {}).get("selectors")))
+    class_selectors = classes[class_name]
+    if class_selectors is None:
+        problems.append((f"{at}.deviceClassName", f"DeviceClass {class_name!r} not found"))
+        return None
+    mode_text = str(body.get("allocationMode") or "ExactCount")
+    try:
+        mode = AllocationMode(mode_text)
+    except ValueError:
+        problems.append((f"{at}.allocationMode", f"{mode_text!r} is not ExactCount or All"))
+        return None
+    count = body.get("count", 1) if mode is AllocationMode.EXACT_COUNT else 0
+    if mode is AllocationMode.EXACT_COUNT and (not isinstance(count, int) or count < 1):
+        problems.append((f"{at}.count", f"{count!r} must be an integer >= 1"))
+        return None
+    if body.get("capacity"):
+        problems.append((f"{at}.capacity", "consumable capacity requests are not planned by "
+                                           "allset"))
+        return None
+    own = tuple(Selector(expr, f"request {name}")
+                for expr in _expressions(body.get("selectors")))
+    return RequestOption(name, class_name, class_selectors + own, mode, int(count))
+
+
+def _expressions(raw: Any) -> list[str]:
+    out = []
+    for item in raw or []:
+        expr = ((item or {}).get("cel") or {}).get("expression")
+        if expr:
+            out.append(str(expr))
+    return out

@@ -1,0 +1,75 @@
+"""Plans and infeasible answers: what the planner returns and the executor consumes."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from provider.domain.cloud import CapacityType
+
+
+class ReasonCode(enum.StrEnum):
+    NO_MATCHING_GROUP = "NoMatchingGroup"
+    MAX_SIZE = "MaxSizeReached"
+    QUOTA = "QuotaExceeded"
+    RESERVATION_MISMATCH = "ReservationMismatch"
+    TOPOLOGY = "TopologyUnsatisfiable"
+    CAPACITY = "CapacityUnavailable"
+    INVALID = "InvalidRequest"
+    # A DRA selector allset cannot evaluate: never planned as if it matched.
+    UNSUPPORTED_SELECTOR = "UnsupportedSelector"
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    code: ReasonCode
+    message: str
+    pod_set: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """``count`` nodes of one group from one capacity source."""
+
+    group: str
+    capacity_type: CapacityType
+    count: int
+    price: float  # per node-hour
+    reservation: str | None = None
+    pod_sets: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    why: str = ""
+
+    @property
+    def on_demand_cost(self) -> float:
+        """Spend this part adds per hour (reserved slots are already paid)."""
+        return 0.0 if self.capacity_type is CapacityType.RESERVED else self.price * self.count
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    parts: tuple[Part, ...]
+    # Why capacity that looked usable was not used (e.g. an idle reservation in another
+    # fabric while on-demand is bought): shown to people, never needed to execute.
+    notes: tuple[Reason, ...] = ()
+
+    @property
+    def on_demand_cost_per_hour(self) -> float:
+        return sum(p.on_demand_cost for p in self.parts)
+
+    @property
+    def node_count(self) -> int:
+        return sum(p.count for p in self.parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Infeasible:
+    reasons: tuple[Reason, ...]
+
+    @property
+    def primary(self) -> Reason:
+        return self.reasons[0]
+
+    def summary(self) -> str:
+        return "; ".join(r.message for r in self.reasons)

@@ -1,0 +1,298 @@
+"""ProvisioningRequests and their PodTemplates (plain dicts, as YAML or the Kubernetes API
+gives them) translated into a Demand. Every problem names the field it is about."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from provider.config.units import quantity_milli
+from provider.domain.cloud import CapacityType
+from provider.domain.demand import (
+    CLASS_NAME,
+    Demand,
+    Operator,
+    PodSet,
+    Requirement,
+    Toleration,
+    Topology,
+)
+from provider.domain.devices.from_api import (
+    KINDS,
+    DocumentObjects,
+    DraObjects,
+    NoObjects,
+    is_dra_document,
+    pod_claims,
+)
+from provider.domain.model import Resources
+from provider.domain.pods import container_requests, pod_requests
+
+API_GROUP = "autoscaling.x-k8s.io"
+VERSIONS = ("v1", "v1beta1")
+MAX_POD_SETS = 32
+
+
+class BadRequest(Exception):
+    """A ProvisioningRequest that cannot be planned as written; nothing was changed."""
+
+    def __init__(self, name: str, problems: Sequence[tuple[str, str]]) -> None:
+        self.name = name
+        self.problems = list(problems)
+        super().__init__("; ".join(f"{f}: {m}" if f else m for f, m in self.problems))
+
+
+@dataclass(frozen=True, slots=True)
+class Parameters:
+    topology: Topology = Topology.ZONE
+    capacity_types: tuple[CapacityType, ...] = (CapacityType.RESERVED, CapacityType.ON_DEMAND)
+    booking_seconds: float = 600.0
+    valid_until_seconds: float | None = None
+    no_retry: bool = False
+    wait_for_nodes: bool = False
+    expected_runtime_seconds: float | None = None
+    max_wait_seconds: float | None = None
+    allow_interruption: bool = False
+    wait_value_per_gpu_hour: float | None = None
+
+
+PARAMETERS = ("topology", "capacityTypes", "bookingDurationSeconds", "validUntilSeconds",
+              "noRetry", "waitForNodes", "expectedRuntimeSeconds", "maxWaitSeconds",
+              "allowInterruption", "waitValuePerGpuHour")
+_SECONDS = {"bookingDurationSeconds": "booking_seconds",
+            "validUntilSeconds": "valid_until_seconds",
+            "expectedRuntimeSeconds": "expected_runtime_seconds",
+            "maxWaitSeconds": "max_wait_seconds"}
+_FLAGS = {"noRetry": "no_retry", "waitForNodes": "wait_for_nodes",
+          "allowInterruption": "allow_interruption"}
+
+
+def request_name(request: Mapping[str, Any]) -> str:
+    meta = request.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
+
+
+def split_documents(docs: Iterable[Any], source: str
+                    ) -> tuple[dict[str, Any], dict[str, Any], DocumentObjects]:
+    """The one ProvisioningRequest, the PodTemplates (by name) and the DRA objects
+    (ResourceClaimTemplates, ResourceClaims, DeviceClasses) of a multi-document file."""
+    requests, templates, dra = [], {}, []
+    for index, doc in enumerate(docs):
+        if doc is None:
+            continue
+        kind = doc.get("kind") if isinstance(doc, dict) else None
+        if kind == "ProvisioningRequest":
+            requests.append(doc)
+        elif kind == "PodTemplate":
+            templates[(doc.get("metadata") or {}).get("name", "")] = doc
+        elif isinstance(doc, dict) and is_dra_document(doc):
+            dra.append(doc)
+        else:
+            raise BadRequest(source, [(f"document {index}",
+                                       f"kind {kind!r} is none of ProvisioningRequest, "
+                                       "PodTemplate, " + ", ".join(KINDS))])
+    if len(requests) != 1:
+        raise BadRequest(source, [("", f"expected exactly one ProvisioningRequest, found "
+                                       f"{len(requests)}")])
+    return requests[0], templates, DocumentObjects(dra)
+
+
+def parse_parameters(raw: Mapping[str, Any], name: str = "") -> Parameters:
+    problems: list[tuple[str, str]] = []
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        field = f"spec.parameters.{key}"
+        text = str(value).strip()
+        if key == "topology":
+            try:
+                out["topology"] = Topology(text)
+            except ValueError:
+                problems.append((field, f"{text!r} is not one of fabric, zone, none"))
+        elif key == "capacityTypes":
+            items = [t.strip() for t in text.split(",") if t.strip()]
+            bad = [t for t in items if t not in CapacityType._value2member_map_]
+            if bad or not items:
+                problems.append((field, f"{text!r}: give a comma-separated list of reserved, "
+                                        "on-demand, spot"))
+            else:
+                out["capacity_types"] = tuple(dict.fromkeys(CapacityType(t) for t in items))
+        elif key in _SECONDS:
+            if not text.isdigit() or int(text) <= 0:
+                problems.append((field, f"{text!r} is not a positive number of seconds"))
+            else:
+                out[_SECONDS[key]] = float(text)
+        elif key in _FLAGS:
+            if text.lower() not in ("true", "false"):
+                problems.append((field, f"{text!r} must be \"true\" or \"false\""))
+            else:
+                out[_FLAGS[key]] = text.lower() == "true"
+        elif key == "waitValuePerGpuHour":
+            try:
+                value = float(text)
+            except ValueError:
+                value = -1.0
+            if not value >= 0 or value == float("inf"):
+                problems.append((field, f"{text!r} is not a non-negative number (USD per "
+                                        "GPU-hour)"))
+            else:
+                out["wait_value_per_gpu_hour"] = value
+        else:
+            problems.append((field, f"unknown parameter of class {CLASS_NAME}; known: "
+                                    + ", ".join(PARAMETERS)))
+    if problems:
+        raise BadRequest(name, problems)
+    return Parameters(**out)
+
+
+def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str, Any]],
+                objects: DraObjects | None = None) -> tuple[Demand, Parameters]:
+    """The gang a ProvisioningRequest of our class asks for; its pods' DRA claims are
+    looked up in ``objects``. Raises BadRequest."""
+    name = request_name(request)
+    namespace = str((request.get("metadata") or {}).get("namespace") or "default")
+    problems: list[tuple[str, str]] = []
+    api = str(request.get("apiVersion", ""))
+    group, _, version = api.partition("/")
+    if group != API_GROUP or version not in VERSIONS:
+        problems.append(("apiVersion", f"{api!r} is not {API_GROUP}/v1 or /v1beta1"))
+    spec = request.get("spec") or {}
+    klass = spec.get("provisioningClassName")
+    if klass != CLASS_NAME:
+        problems.append(("spec.provisioningClassName",
+                         f"{klass!r}: allset plans only {CLASS_NAME}"))
+    raw_sets = spec.get("podSets") or []
+    if not isinstance(raw_sets, list) or not 1 <= len(raw_sets) <= MAX_POD_SETS:
+        problems.append(("spec.podSets", f"needs 1 to {MAX_POD_SETS} pod sets"))
+        raw_sets = []
+    try:
+        params = parse_parameters(spec.get("parameters") or {}, name)
+    except BadRequest as err:
+        problems.extend(err.problems)
+        params = Parameters()
+    pod_sets = []
+    for index, raw in enumerate(raw_sets):
+        where = f"spec.podSets[{index}]"
+        ref = ((raw or {}).get("podTemplateRef") or {}).get("name")
+        count = (raw or {}).get("count")
+        if not isinstance(count, int) or count < 1:
+            problems.append((f"{where}.count", f"{count!r} must be an integer >= 1"))
+            continue
+        if not ref:
+            problems.append((f"{where}.podTemplateRef.name", "missing"))
+            continue
+        template = templates.get(ref)
+        if template is None:
+            problems.append((f"{where}.podTemplateRef.name",
+                             f"PodTemplate {ref!r} not found in the request's namespace"))
+            continue
+        try:
+            pod_sets.append(pod_set_from(ref, count, template, namespace,
+                                         objects or NoObjects()))
+        except BadRequest as err:
+            problems.extend((f"PodTemplate {ref}: {f}", m) for f, m in err.problems)
+    names = [p.name for p in pod_sets]
+    if len(set(names)) != len(names):
+        problems.append(("spec.podSets", "two pod sets use the same PodTemplate"))
+    if problems:
+        raise BadRequest(name, problems)
+    demand = Demand(
+        name=name,
+        pod_sets=tuple(pod_sets),
+        topology=params.topology,
+        capacity_types=params.capacity_types,
+        booking_seconds=params.booking_seconds,
+        valid_until_seconds=params.valid_until_seconds,
+        no_retry=params.no_retry,
+        expected_runtime_seconds=params.expected_runtime_seconds,
+        allow_interruption=params.allow_interruption,
+        max_wait_seconds=params.max_wait_seconds,
+        wait_value_per_gpu_hour=params.wait_value_per_gpu_hour,
+    )
+    return demand, params
+
+
+def pod_set_from(name: str, count: int, template: Mapping[str, Any], namespace: str = "default",
+                 objects: DraObjects | None = None) -> PodSet:
+    problems: list[tuple[str, str]] = []
+    spec = ((template.get("template") or {}).get("spec")) or {}
+    if not spec.get("containers"):
+        raise BadRequest(name, [("template.spec.containers", "a pod needs a container")])
+
+    def resources(where: str, req: Mapping[str, Any] | None) -> Resources:
+        req = req or {}
+        try:
+            return container_requests(_quantities(req.get("requests")),
+                                      _quantities(req.get("limits")))
+        except ValueError as err:
+            problems.append((where, str(err)))
+            return Resources()
+
+    containers = [resources(f"template.spec.containers[{i}].resources", c.get("resources"))
+                  for i, c in enumerate(spec.get("containers") or [])]
+    inits = [(resources(f"template.spec.initContainers[{i}].resources", c.get("resources")),
+              c.get("restartPolicy") == "Always")
+             for i, c in enumerate(spec.get("initContainers") or [])]
+    try:
+        overhead = Resources.of(_quantities(spec.get("overhead")))
+    except ValueError as err:
+        problems.append(("template.spec.overhead", str(err)))
+        overhead = Resources()
+    pod_level = resources("template.spec.resources", spec["resources"]) \
+        if spec.get("resources") else None
+    affinity = _affinity(spec.get("affinity") or {}, problems)
+    tolerations = tuple(_toleration(t, i, problems)
+                        for i, t in enumerate(spec.get("tolerations") or []))
+    selector = spec.get("nodeSelector") or {}
+    claims = pod_claims(spec, namespace, objects or NoObjects(), problems)
+    if problems:
+        raise BadRequest(name, problems)
+    return PodSet(
+        name=name,
+        count=count,
+        requests=pod_requests(containers, inits, overhead, pod_level),
+        node_selector=MappingProxyType({str(k): str(v) for k, v in selector.items()}),
+        affinity=affinity,
+        tolerations=tolerations,
+        claims=claims,
+    )
+
+
+def _quantities(raw: Mapping[str, Any] | None) -> dict[str, int]:
+    return {str(k): quantity_milli(v) for k, v in (raw or {}).items()}
+
+
+def _affinity(raw: Mapping[str, Any], problems: list[tuple[str, str]]
+              ) -> tuple[tuple[Requirement, ...], ...]:
+    required = ((raw.get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution")) or {}
+    terms = []
+    for ti, term in enumerate(required.get("nodeSelectorTerms") or []):
+        where = ("template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnored"
+                 f"DuringExecution.nodeSelectorTerms[{ti}]")
+        if term.get("matchFields"):
+            problems.append((f"{where}.matchFields", "not supported: select nodes by labels"))
+        reqs = []
+        for ei, expr in enumerate(term.get("matchExpressions") or []):
+            try:
+                op = Operator(expr.get("operator"))
+            except ValueError:
+                problems.append((f"{where}.matchExpressions[{ei}].operator",
+                                 f"{expr.get('operator')!r} is not one of "
+                                 + ", ".join(o.value for o in Operator)))
+                continue
+            reqs.append(Requirement(str(expr.get("key", "")), op,
+                                    tuple(str(v) for v in expr.get("values") or [])))
+        terms.append(tuple(reqs))
+    return tuple(terms)
+
+
+def _toleration(raw: Mapping[str, Any], index: int,
+                problems: list[tuple[str, str]]) -> Toleration:
+    operator = raw.get("operator") or "Equal"
+    if operator not in ("Equal", "Exists"):
+        problems.append((f"template.spec.tolerations[{index}].operator",
+                         f"{operator!r} is not Equal or Exists"))
+    return Toleration(key=raw.get("key") or None, operator=operator,
+                      value=str(raw.get("value") or ""), effect=raw.get("effect") or None)

@@ -1,0 +1,85 @@
+"""What allset holds now, as `allset status` shows it: each group (target, max, nodes by
+source and state), each reservation (free, used and by whom), attempts in flight and the
+last outcomes with their reasons, and the bookings of ProvisioningRequests. Built from the
+provider's own state (no cloud call), as plain data for JSON and text."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+from provider.app import Provider
+from provider.attempts.executor import Outcome
+
+Status = dict[str, Any]
+
+
+def status(provider: Provider) -> Status:
+    bookings = provider.bookings()
+    groups, users = [], defaultdict(list)
+    for group in provider.fleet.groups():
+        view = provider.fleet.view(group.id)
+        sources: Counter[str] = Counter()
+        states: Counter[str] = Counter()
+        for node in view.nodes:
+            states[node.state.value] += 1
+            inst = node.instance
+            if inst is None:
+                sources["placeholder"] += 1
+                continue
+            sources[inst.tags.source.value] += 1
+            if inst.tags.reservation:
+                users[inst.tags.reservation].append(
+                    inst.tags.request or f"Cluster Autoscaler ({inst.tags.attempt})")
+        groups.append({"id": group.id, "target": view.target_size, "min": group.min_size,
+                       "max": group.max_size, "nodes": len(view.nodes),
+                       "sources": dict(sources), "states": dict(states)})
+    reservations = [{"id": r.id, "zone": r.zone, "instanceType": r.instance_type,
+                     "total": r.total, "free": r.free,
+                     "usedBy": dict(Counter(users.get(r.id, [])))}
+                    for r in provider.ledger.view().reservations]
+    in_flight, _ = provider.executor.known()
+    by_request: dict[str, int] = Counter(bookings.values())
+    return {
+        "acting": provider.acting(),
+        "notActingBecause": None if provider.acting() else provider.not_ready_reason(),
+        "groups": groups,
+        "reservations": reservations,
+        "attemptsInFlight": sorted(in_flight),
+        "lastOutcomes": [_outcome(o) for o in provider.recent.last()],
+        "bookings": [{"request": r, "nodes": n} for r, n in sorted(by_request.items())],
+    }
+
+
+def _outcome(o: Outcome) -> dict[str, Any]:
+    reasons = [f"{r.code}: {r.message}" for r in o.infeasible.reasons] if o.infeasible else []
+    reasons += [f"{f.part.group} ({f.part.reservation or f.part.capacity_type.value}): "
+                f"{f.error}" for f in o.failures]
+    return {"attempt": o.attempt, "result": o.result.value, "nodes": len(o.instances),
+            "rolledBack": o.rolled_back, "plans": o.plans_tried,
+            "seconds": round(o.seconds, 1), "reasons": reasons}
+
+
+def render(found: Status) -> str:
+    """The text `allset status` prints."""
+    lines = [f"acting: {'yes' if found['acting'] else 'no'}"
+             + (f" ({found['notActingBecause']})" if found["notActingBecause"] else ""), "",
+             "GROUP                 TARGET  MIN  MAX  NODES BY SOURCE"]
+    for g in found["groups"]:
+        by = ", ".join(f"{k} {v}" for k, v in sorted(g["sources"].items())) or "-"
+        lines.append(f"{g['id']:<20}  {g['target']:>6}  {g['min']:>3}  {g['max']:>3}  {by}")
+    lines += ["", "RESERVATION           FREE/TOTAL  USED BY"]
+    for r in found["reservations"]:
+        used = ", ".join(f"{k} x{v}" for k, v in sorted(r["usedBy"].items())) or "-"
+        lines.append(f"{r['id']:<20}  {r['free']:>4}/{r['total']:<5}  {used}")
+    lines += ["", "ATTEMPTS IN FLIGHT: " + (", ".join(found["attemptsInFlight"]) or "none"),
+              "", "LAST OUTCOMES"]
+    for o in found["lastOutcomes"] or []:
+        why = f" - {'; '.join(o['reasons'])}" if o["reasons"] else ""
+        lines.append(f"{o['attempt']}  {o['result']}  {o['nodes']} nodes, {o['rolledBack']} "
+                     f"rolled back, {o['plans']} plans, {o['seconds']}s{why}")
+    if not found["lastOutcomes"]:
+        lines.append("none yet")
+    lines += ["", "BOOKINGS"]
+    lines += [f"{b['request']}: {b['nodes']} nodes" for b in found["bookings"]] or ["none"]
+    return "\n".join(lines)
