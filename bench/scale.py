@@ -167,7 +167,7 @@ class Audit:
               ) -> Counter[tuple[str, str]]:
         """allset's requests past ``offset`` (up to ``end``, a mark); one replica's only
         when ``replica`` names its pod (allset's User-Agent carries it:
-        provider/cli.kube_client)."""
+        provider/cli/serve.kube_client)."""
         out: Counter[tuple[str, str]] = Counter()
         if not self._path.exists():
             return out

@@ -12,7 +12,7 @@ import yaml
 from kubernetes import client
 
 from provider import __version__
-from provider.cli.main import kube_client
+from provider.cli.serve import kube_client
 from tests.fakekube import FakeKube
 
 

@@ -3,7 +3,9 @@ the simulated cloud, one reservation in a fabric, and a stocked-out pool."""
 
 from __future__ import annotations
 
-from provider.config import LoadedConfig, load_config_text
+from pathlib import Path
+
+from provider.config import LoadedConfig, load_config, load_config_text
 
 DEMO_CONFIG = """\
 cluster: demo
@@ -59,3 +61,8 @@ nodeGroups:
 
 def demo_config() -> LoadedConfig:
     return load_config_text(DEMO_CONFIG, "<built-in demo>")
+
+
+def config_or_demo(path: Path | None) -> LoadedConfig:
+    """The config at ``path``, or the demo when none is given."""
+    return demo_config() if path is None else load_config(path)

@@ -1,9 +1,14 @@
-"""One line for an error the command line cannot fix by itself: what went wrong, where,
-and what to do."""
+"""What the command line says when something is wrong: a usage mistake, or one line for an
+error it cannot fix by itself (what went wrong, where, and what to do)."""
 
 from __future__ import annotations
 
 from provider.domain.cloud import CloudError, OutcomeUnknown, TransientError
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed, exit code 1."""
+
 
 _AUTH_WORDS = ("credentials", "AuthFailure", "UnauthorizedOperation", "ExpiredToken",
                "InvalidClientTokenId", "SignatureDoesNotMatch", "AccessDenied",
