@@ -48,7 +48,7 @@ from provider.config import load_config
 from provider.domain.demand import Demand, PodSet, Toleration
 from provider.domain.model import GPU_RESOURCE, MILLI, Resources
 from provider.domain.plan import Infeasible, Part, Plan
-from provider.planner.gang import plan
+from provider.planner.answer import plan
 from provider.sim.allset import InlinePool
 
 # (label, file suffix, function name): a phase is a function's cumulative time.

@@ -29,7 +29,8 @@ from provider.domain.devices.claims import Claim, DeviceRequest, RequestOption, 
 from provider.domain.devices.model import DeviceSlice
 from provider.domain.model import GPU_RESOURCE, MILLI, NodeGroup, Resources, Taint
 from provider.domain.plan import Plan
-from provider.planner.gang import Inputs, Relax, build, domain_of, gather, plan
+from provider.planner.answer import plan
+from provider.planner.gang import Inputs, Relax, build, domain_of, gather
 from provider.planner.matching import Matcher
 from provider.planner.solver import _mip
 

@@ -278,7 +278,7 @@ def test_a_bare_on_or_off_for_leader_election_means_the_word() -> None:
 def test_a_key_given_twice_is_a_config_error_naming_it() -> None:
     """PyYAML keeps the last of two equal keys silently: `maxSize: 10` then `maxSize: 1`
     ran with 1. Now the file is refused with the key and its line."""
-    from provider.config.load import ConfigError
+    from provider.config import ConfigError
     from tests.helpers import BASE_CONFIG, config
 
     text = BASE_CONFIG.replace("    maxSize: 10\n", "    maxSize: 10\n    maxSize: 1\n", 1)

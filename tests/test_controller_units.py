@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provider.base.clock import ManualClock
+from provider.base.clock import ManualClock, epoch, rfc3339
 from provider.controller import conditions as c
 from provider.controller.queue import WorkQueue
 from provider.controller.requests import Backoff
@@ -18,10 +18,10 @@ def test_condition_transition_time_moves_only_with_status() -> None:
     assert c.put(conds, c.PROVISIONED, False, "QuotaExceeded", "quota", 300.0, 1)
     assert conds[c.PROVISIONED].last_transition == first  # still False
     assert c.put(conds, c.PROVISIONED, True, "CapacityIsProvisioned", "ok", 400.0, 1)
-    assert conds[c.PROVISIONED].last_transition == c.rfc3339(400.0)
+    assert conds[c.PROVISIONED].last_transition == rfc3339(400.0)
     again = c.read([x.as_dict() for x in conds.values()])
     assert again == conds
-    assert c.epoch(conds[c.PROVISIONED].last_transition) == 400.0
+    assert epoch(conds[c.PROVISIONED].last_transition) == 400.0
 
 
 def test_booking_value_is_a_valid_label_value() -> None:

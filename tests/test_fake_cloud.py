@@ -207,7 +207,7 @@ def test_cleared_faults_no_longer_fire(clock: ManualClock) -> None:
 
 
 def test_a_shared_cloud_needs_its_file_and_no_shutdown_timing() -> None:
-    from provider.config.load import ConfigError
+    from provider.config import ConfigError
     from tests.helpers import BASE_CONFIG, config
 
     with pytest.raises(ConfigError, match="statePath"):

@@ -3,6 +3,7 @@ and `allset simulate` run the real code in virtual time and nothing waits on a w
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from typing import Protocol
@@ -42,3 +43,14 @@ class ManualClock:
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             self.advance(seconds)
+
+
+# Kubernetes writes times as RFC 3339 in UTC, to the second (metav1.Time).
+def rfc3339(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def epoch(text: str | None) -> float | None:
+    if not text:
+        return None
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

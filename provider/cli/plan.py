@@ -24,7 +24,7 @@ def plan(args: argparse.Namespace) -> int:
     from provider.config.schema import queue_problem
     from provider.domain.plan import Infeasible
     from provider.domain.provreq import BadRequest, demand_from, split_documents
-    from provider.planner.gang import plan
+    from provider.planner.answer import plan
     from provider.planner.matching import Matcher
     from provider.planner.render import plan_json, plan_text, timing_json, timing_text
     from provider.planner.timing import wait_or_buy

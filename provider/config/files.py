@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from provider.config.load import ConfigError
+from provider.config.errors import ConfigError
 
 MIB = 1024 * 1024
 # A config of a thousand node groups is well under 1 MiB; a 50 MiB one took a minute to

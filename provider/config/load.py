@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from provider.config import strict_yaml
-from provider.config.aws import aws_problems
+from provider.config.aws_checks import aws_problems
+from provider.config.errors import ConfigError
+from provider.config.files import read_text
 from provider.config.paths import field_path, plain_message
 from provider.config.schema import (
     AttributeValue,
@@ -46,17 +48,6 @@ from provider.domain.model import (
 # API": a launch may not show in Describe* calls at once) without a bound; seconds in
 # practice, so 10s leaves a margin and costs a takeover only 5s past the fence.
 DEFAULT_LISTING_SETTLE = 10.0
-
-
-class ConfigError(Exception):
-    """A config problem a person can fix: which file, which field, what is allowed."""
-
-    def __init__(self, source: str, problems: Sequence[tuple[str, str]]) -> None:
-        self.source = source
-        self.problems = list(problems)
-        lines = [f"{source}: {field}: {message}" if field else f"{source}: {message}"
-                 for field, message in self.problems]
-        super().__init__("\n".join(lines))
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +124,6 @@ class LoadedConfig:
 
 
 def load_config(path: str | Path) -> LoadedConfig:
-    from provider.config.files import read_text
-
     return load_config_text(read_text(path, "config file"), str(path))
 
 

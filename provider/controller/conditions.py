@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from provider.base.clock import rfc3339
 
 ACCEPTED = "Accepted"
 PROVISIONED = "Provisioned"
@@ -53,16 +54,6 @@ class Condition:
         return {"type": self.type, "status": self.status, "reason": self.reason,
                 "message": self.message[:32768], "lastTransitionTime": self.last_transition,
                 "observedGeneration": self.observed_generation}
-
-
-def rfc3339(epoch: float) -> str:
-    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def epoch(text: str | None) -> float | None:
-    if not text:
-        return None
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def read(raw: Sequence[Mapping[str, Any]] | None) -> dict[str, Condition]:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from provider.base.clock import Clock
+from provider.base.clock import Clock, rfc3339
 from provider.controller import conditions as c
 from provider.controller.gang_api import GangApi
 from provider.controller.kube import Conflict
@@ -350,7 +350,7 @@ class GangBridge:
         warning = state.phase is RequestPhase.FAILED or state.reason not in (
             c.CAPACITY_IS_PROVISIONED, c.WAITING_FOR_NODES, c.BOOKING_CONSUMED)
         meta = obj.get("metadata") or {}
-        stamp = c.rfc3339(self._clock.now())
+        stamp = rfc3339(self._clock.now())
         try:
             self._api.create_event(key.namespace, {
                 "apiVersion": "v1", "kind": "Event",

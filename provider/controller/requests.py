@@ -15,6 +15,7 @@ from typing import Any
 
 from provider.app import Provider
 from provider.attempts.executor import AttemptSpec, Result
+from provider.base.clock import epoch, rfc3339
 from provider.capacity.ledger import CapacityView
 from provider.controller import conditions as c
 from provider.controller import source_labels
@@ -28,7 +29,7 @@ from provider.domain.demand import CLASS_NAME, Demand
 from provider.domain.errors import DomainError
 from provider.domain.plan import Infeasible, Part, Plan, ReasonCode
 from provider.domain.provreq import BadRequest, Parameters, demand_from
-from provider.planner.gang import plan
+from provider.planner.answer import plan
 from provider.planner.timing import Wait, wait_or_buy
 
 log = logging.getLogger(__name__)
@@ -180,7 +181,7 @@ class RequestHandler:
         accept: list[Change] = [] if conds.get(c.ACCEPTED, _FALSE).true else [
             (c.ACCEPTED, True, "Accepted", f"allset plans {t.demand.pods} pods in "
                                            f"{len(t.demand.pod_sets)} pod sets all-or-nothing")]
-        created = c.epoch((obj.get("metadata") or {}).get("creationTimestamp")) or now
+        created = epoch((obj.get("metadata") or {}).get("creationTimestamp")) or now
         if t.params.valid_until_seconds is not None and \
                 now > created + t.params.valid_until_seconds:
             t.cancel.set()
@@ -283,7 +284,7 @@ class RequestHandler:
             demand.valid_until_seconds
         if window is not None:
             now = self._p.clock.now()
-            created = c.epoch((obj.get("metadata") or {}).get("creationTimestamp")) or now
+            created = epoch((obj.get("metadata") or {}).get("creationTimestamp")) or now
             demand = dataclasses.replace(demand, max_wait_seconds=max(0.0, created + window
                                                                       - now))
         view = self._p.ledger.view(holder=key)
@@ -303,7 +304,7 @@ class RequestHandler:
                                                                         wait.opens_at):
             t.waiting = stands = wait
         self._w.update(obj, [*accept, (c.PROVISIONED, False, c.WAITING_FOR_RESERVATION,
-                                       stands.text(c.rfc3339(stands.opens_at)))])
+                                       stands.text(rfc3339(stands.opens_at)))])
         return max(0.0, wait.opens_at - self._p.clock.now())
 
     def _waiting(self, obj: Obj, t: Tracked, found: Gang) -> float | None:
@@ -368,7 +369,7 @@ class RequestHandler:
             self._w.update(obj, [(c.BOOKING_EXPIRED, True, c.BOOKING_CONSUMED,
                                   "every pod of the request is scheduled")])
             return None
-        since = c.epoch(conds[c.PROVISIONED].last_transition) or now
+        since = epoch(conds[c.PROVISIONED].last_transition) or now
         ends = since + t.demand.booking_seconds
         if now >= ends:
             self._release(key, t.uid)

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from provider.base.clock import Clock
+from provider.base.clock import Clock, rfc3339
 from provider.controller import conditions as c
 from provider.controller.kube import Conflict, Gone, KubeApi
 
@@ -136,7 +136,7 @@ class Writer:
 
     def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
         meta = obj["metadata"]
-        stamp = c.rfc3339(self._clock.now())
+        stamp = rfc3339(self._clock.now())
         try:
             self._kube.create_event(meta["namespace"], {
                 "apiVersion": "v1",

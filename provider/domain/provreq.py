@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from provider.config.units import quantity_milli
 from provider.domain.cloud import CapacityType
 from provider.domain.demand import (
     CLASS_NAME,
@@ -27,6 +26,7 @@ from provider.domain.devices.from_api import (
     is_dra_document,
     pod_claims,
 )
+from provider.domain.devices.quantity import quantity_milli
 from provider.domain.model import Resources
 from provider.domain.pods import container_requests, pod_requests
 

@@ -19,7 +19,7 @@ from provider.capacity.offerings import GroupOfferings
 from provider.domain.cloud import CapacityType, Reservation
 from provider.domain.demand import Demand, Topology
 from provider.domain.model import NodeGroup
-from provider.domain.plan import Infeasible, Part, Plan, Reason, ReasonCode
+from provider.domain.plan import Part, Plan, Reason, ReasonCode
 from provider.planner.layout import Arcs, Kind, Layout, layout
 from provider.planner.matching import Candidate, Matcher
 from provider.planner.solver import (
@@ -154,20 +154,6 @@ def domain_of(group: NodeGroup, topology: Topology) -> str:
     if topology is Topology.FABRIC:
         return group.fabric or ""
     return "*"
-
-
-def plan(demand: Demand, view: CapacityView, matcher: Matcher,
-         sizes: Mapping[str, int] | None = None) -> Plan | Infeasible:
-    """The cheapest whole plan, or a typed answer saying why there is none."""
-    from provider.planner.explain import explain
-
-    inputs = gather(demand, view, matcher, sizes or {})
-    if any(not cs for cs in inputs.candidates.values()):
-        return explain(inputs, matcher)
-    best = best_solution(inputs, Relax())
-    if best is None:
-        return explain(inputs, matcher)
-    return to_plan(inputs, best)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from provider.capacity.ledger import CapacityView
 from provider.domain.demand import Demand, PodSet, Topology
 from provider.domain.model import NodeGroup, Resources
 from provider.domain.plan import Infeasible, Plan
-from provider.planner.gang import plan
+from provider.planner.answer import plan
 from provider.planner.matching import Matcher
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provider.controller.conditions import rfc3339
+from provider.base.clock import rfc3339
 from provider.domain.demand import Demand, value_source
 from provider.domain.plan import Infeasible, Plan, Reason
 from provider.planner.timing import Wait

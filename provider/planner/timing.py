@@ -23,7 +23,7 @@ from provider.capacity.ledger import CapacityView
 from provider.domain.demand import Demand, value_source
 from provider.domain.model import GPU_RESOURCE, MILLI
 from provider.domain.plan import Infeasible, Plan
-from provider.planner.gang import plan
+from provider.planner.answer import plan
 from provider.planner.matching import Matcher
 
 

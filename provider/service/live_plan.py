@@ -18,7 +18,7 @@ from provider.domain.demand import CLASS_NAME
 from provider.domain.devices.from_api import DocumentObjects, is_dra_document
 from provider.domain.model import ScaleUpMode
 from provider.domain.provreq import BadRequest, demand_from, split_documents
-from provider.planner.gang import plan
+from provider.planner.answer import plan
 from provider.planner.group import plan_group_delta
 from provider.planner.render import plan_json, plan_text, timing_json, timing_text
 from provider.planner.timing import wait_or_buy

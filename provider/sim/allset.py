@@ -24,7 +24,7 @@ from provider.config.units import duration_seconds
 from provider.domain.demand import Demand, PodSet, Toleration
 from provider.domain.model import GPU_RESOURCE, INSTANCE_TYPE_LABEL, MILLI, Resources
 from provider.domain.plan import Infeasible, Part, Plan
-from provider.planner.gang import plan
+from provider.planner.answer import plan
 from provider.planner.timing import wait_or_buy
 from provider.sim.trace import JobSpec, ShapeSpec, TraceModel
 from provider.sim.world import Job, Node, World

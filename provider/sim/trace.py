@@ -15,9 +15,9 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 
+from provider.config import ConfigError
 from provider.config.base import Model
 from provider.config.files import TRACE_LIMIT, read_text
-from provider.config.load import ConfigError
 from provider.config.paths import field_path, plain_message
 from provider.config.units import duration_seconds
 from provider.domain.cloud import ReservationKind

@@ -90,3 +90,28 @@ def test_failing_terms_name_values() -> None:
         "memory 80Gi ≥ 96Gi is false",
         f'device.attributes["{D}"].index > 5 is false (index=3)',
     ]
+
+
+@pytest.mark.parametrize("value", ["80Gi", "1.5", "500m", "2e3", "1k", "0.1Ki", ".5", "96",
+                                   "1e-3", "0", 96, 1.5, 0, "12E"])
+def test_the_domains_pod_quantities_agree_with_the_config_edges(value: str | int | float) -> None:
+    # The config edge uses the kubernetes client's parser; a ProvisioningRequest's pod
+    # templates are read in the domain, which may not import it.
+    from provider.config.units import quantity_milli as edge
+    from provider.domain.devices.quantity import quantity_milli as domain
+
+    assert domain(value) == edge(value)
+
+
+@pytest.mark.parametrize("value", ["-1", "-500m", -2, "", "Gi", "1.2.3", "1Zi", True, None])
+def test_both_parsers_refuse_negative_and_malformed_quantities(value: object) -> None:
+    from provider.config.units import quantity_milli as edge
+    from provider.domain.devices.quantity import quantity_milli as domain
+
+    with pytest.raises(ValueError) as domain_err:
+        domain(value)  # type: ignore[arg-type]
+    if value is True:  # the client's parser reads True as 1; a pod spec never holds one
+        return
+    with pytest.raises(ValueError) as edge_err:
+        edge(value)  # type: ignore[arg-type]
+    assert str(domain_err.value) == str(edge_err.value)

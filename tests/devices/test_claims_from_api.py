@@ -11,7 +11,7 @@ from provider.domain.devices.claims import AllocationMode, MatchAttribute
 from provider.domain.devices.from_api import DocumentObjects, pod_claims
 from provider.domain.plan import Infeasible, Plan
 from provider.domain.provreq import demand_from
-from provider.planner.gang import plan
+from provider.planner.answer import plan
 from tests.devices.test_shape_table import (
     CONFIG,
     NVIDIA_CLASS,

@@ -11,7 +11,7 @@ import pytest
 from provider.domain.devices.from_api import DocumentObjects
 from provider.domain.plan import Infeasible, Plan, ReasonCode
 from provider.domain.provreq import demand_from
-from provider.planner.gang import plan
+from provider.planner.answer import plan
 from tests.helpers import harness
 
 CONFIG = """\

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from provider.base.clock import ManualClock
+from provider.base.clock import ManualClock, rfc3339
 from provider.controller import conditions as c
 from provider.controller.gang_api import GangApi
 from provider.controller.gang_bridge import (
@@ -69,7 +69,7 @@ class Cluster:
     def set_request_condition(self, name: str, ctype: str, status: str, reason: str,
                               message: str = "") -> None:
         """What the controller writes on the request's status."""
-        stamp = c.rfc3339(self.clock.now())
+        stamp = rfc3339(self.clock.now())
 
         def change(obj: dict[str, Any]) -> None:
             conds = obj.setdefault("status", {}).setdefault("conditions", [])

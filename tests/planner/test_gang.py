@@ -6,7 +6,7 @@ from provider.capacity.unavailable import PoolKey
 from provider.domain.cloud import CapacityType, Quota, Scope
 from provider.domain.demand import Topology
 from provider.domain.plan import Infeasible, Plan, ReasonCode
-from provider.planner.gang import plan
+from provider.planner.answer import plan
 from tests.planner.kit import World, cpu_group, demand, gpu_group, ps, reservation, workers
 
 RES, OD = CapacityType.RESERVED, CapacityType.ON_DEMAND

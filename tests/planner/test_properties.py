@@ -17,7 +17,8 @@ from provider.domain.cloud import CapacityType, Quota, Reservation
 from provider.domain.demand import Demand, Topology
 from provider.domain.model import NodeGroup
 from provider.domain.plan import Infeasible, Plan
-from provider.planner.gang import domain_of, plan
+from provider.planner.answer import plan
+from provider.planner.gang import domain_of
 from provider.planner.matching import Matcher, pods_per_node
 from tests.planner.kit import (
     GPU_LABEL,

@@ -9,7 +9,7 @@ import dataclasses
 from provider.domain.cloud import CapacityType
 from provider.domain.demand import Demand, valued
 from provider.domain.plan import Infeasible, Plan, ReasonCode
-from provider.planner.gang import plan
+from provider.planner.answer import plan
 from provider.planner.timing import Wait, wait_or_buy
 from tests.planner.kit import NOW, World, demand, gpu_group, reservation, workers
 

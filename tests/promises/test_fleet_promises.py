@@ -19,7 +19,7 @@ from provider.domain.fleet import Fleet
 from provider.domain.model import GROUP_LABEL
 from provider.domain.plan import Infeasible, Part, Plan, ReasonCode
 from provider.domain.provreq import demand_from
-from provider.planner.gang import plan
+from provider.planner.answer import plan
 from tests.helpers import BASE_CONFIG, ManualPool, config, harness
 from tests.test_provreq import request, template
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from provider.config.load import ConfigError
+from provider.config import ConfigError
 from provider.sim.generate import generate
 from provider.sim.report import text
 from provider.sim.run import STRATEGIES

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from provider.config.load import ConfigError
+from provider.config import ConfigError
 from provider.sim.run import with_runtimes
 from provider.sim.runtimes import declared_runtime
 from provider.sim.trace import JobSpec, RuntimeSettings

@@ -1,8 +1,8 @@
-"""Kubernetes quantities inside CEL selectors (`quantity("80Gi")`), in milli-units.
+"""Kubernetes quantities in milli-units: inside CEL selectors (`quantity("80Gi")`) and in
+the pod templates of a ProvisioningRequest.
 
 The config edge parses quantities with the kubernetes client's parser; the domain may not
-import that client, so selectors use this one, and a test holds the two to the same
-answers (https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/)."""
+import that client, so it uses this one, and a test holds the two to the same answers (https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,26 @@ def parse_milli(text: str) -> int:
     else:
         raise ValueError(f"{text!r}: unknown suffix {suffix!r}")
     return math.ceil(number * scale * 1000)
+
+
+def quantity_milli(value: str | int | float) -> int:
+    """A quantity as it comes in a pod spec ("500m", "1.5", "80Gi", 96) in milli-units,
+    rounded up; the errors read as the config edge's do."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 8, 64Gi)")
+    if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 8, 64Gi)")
+        milli = math.ceil(Decimal(value) * 1000)
+    else:
+        try:
+            milli = parse_milli(value)
+        except ValueError as err:
+            raise ValueError(
+                f"{value!r} is not a Kubernetes quantity (e.g. 500m, 8, 64Gi)") from err
+    if milli < 0:
+        raise ValueError(f"{value!r} must not be negative")
+    return milli
 
 
 def format_quantity(milli: int) -> str:
