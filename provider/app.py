@@ -11,6 +11,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 from provider.attempts.executor import Executor as AttemptExecutor
 from provider.attempts.executor import Journal, MemoryJournal, Observer, PartRunner, ThreadRunner
+from provider.attempts.gangs import GangAttempts
 from provider.attempts.metrics import Metrics
 from provider.attempts.recent import RecentOutcomes
 from provider.attempts.reconcile import Reconciler, UnknownGroups
@@ -74,6 +75,9 @@ class Provider:
         self.scaleups = ScaleUps(config.cluster, self.fleet, self.executor, self.clock,
                                  self.workers, self.matcher,
                                  ids=ids or (lambda: self.new_attempt_id("a")))
+        self.gangs = GangAttempts(config.cluster, self.fleet, self.executor, self.ledger,
+                                  self.matcher, self.clock, self,
+                                  lambda: self.new_attempt_id("r"))
         self.reconciler = Reconciler(
             config.cluster, adapter, self.fleet, self.ledger, self.executor, self.clock,
             orphan_grace_seconds=config.orphan_grace_seconds,

@@ -14,23 +14,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provider.app import Provider
-from provider.attempts.executor import AttemptSpec, Result
+from provider.attempts.executor import Result
+from provider.attempts.gangs import Gang, Seen
 from provider.base.clock import epoch, rfc3339
-from provider.capacity.ledger import CapacityView
 from provider.controller import conditions as c
 from provider.controller import source_labels
-from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, Gang, owned, planned
+from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, planned
 from provider.controller.kube import KUEUE_GROUP, Gone, KubeApi
 from provider.controller.nodes import NodeCache, is_ready
 from provider.controller.pod_cache import PodCache
 from provider.controller.writes import Change, Writer, key_of, uid_of
-from provider.domain.cloud import CloudInstance, InstanceState
+from provider.domain.cloud import CloudInstance
 from provider.domain.demand import CLASS_NAME, Demand
-from provider.domain.errors import DomainError
-from provider.domain.plan import Infeasible, Part, Plan, ReasonCode
+from provider.domain.plan import Infeasible, ReasonCode
 from provider.domain.provreq import BadRequest, Parameters, demand_from
-from provider.planner.answer import plan
-from provider.planner.timing import Wait, wait_or_buy
+from provider.planner.timing import Wait
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +42,6 @@ SUSPECTS_DELAY = 10.0  # an earlier attempt's uncommitted instances are being se
 # refresh loop's listings show lost (no listing of our own: many waiting requests would
 # each start one).
 WAITING_RECHECK = 5.0
-HOLD_GRACE = 600.0  # seconds a window's held slots wait for their request after it opens
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +65,7 @@ class Tracked:
     cancel: threading.Event = field(default_factory=threading.Event)
     failures: int = 0
     retry_at: float = 0.0
-    gang_attempt: str | None = None  # the attempt whose nodes ``known`` holds
-    known: set[str] = field(default_factory=set)  # its provider ids seen live
+    seen: Seen = field(default_factory=Seen)  # the gang's nodes seen live so far
     waiting: Wait | None = None  # the wait for a window decided, as first stated
 
 
@@ -84,6 +80,7 @@ class RequestHandler:
     def __init__(self, provider: Provider, kube: KubeApi, backoff: Backoff,
                  nodes: NodeCache, pods: PodCache) -> None:
         self._p = provider
+        self._gangs = provider.gangs
         self._kube = kube
         self._backoff = backoff
         self._nodes = nodes
@@ -109,11 +106,11 @@ class RequestHandler:
         uid = uid_of(last) if last is not None else (tracked.uid if tracked else None)
         if last is not None and uid and self._p.acting() and \
                 not _handed_over(last) and (tracked is None or tracked.attempt is None):
-            live, _ = owned(self._p.fleet, uid)
+            live = self._gangs.live(uid)
             if live:
                 log.warning("%s was deleted before it was provisioned and without allset's "
                             "finalizer; terminating its %d nodes", key, len(live))
-                self._terminate(live)
+                self._gangs.terminate(live)
         self._release(key, uid)
 
     def cancel(self, key: str) -> None:
@@ -187,7 +184,7 @@ class RequestHandler:
             t.cancel.set()
             if t.attempt is not None:
                 return 1.0  # its worker rolls it back first
-            if not self._terminate_all(t.uid):
+            if not self._gangs.terminate_all(t.uid):
                 return RETRY_TERMINATE
             self._w.update(obj, [(c.FAILED, True, c.EXPIRED,
                                   f"not provisioned within validUntilSeconds "
@@ -221,7 +218,7 @@ class RequestHandler:
         waiting = self._wait_for_window(obj, t, key, demand, accept)
         if waiting is not None:
             return waiting
-        attempt = self._p.new_attempt_id("r")
+        attempt = self._gangs.new_attempt_id()
         # The attempt is named in the request before its first cloud call, so a restart
         # knows which instances are this request's gang.
         recorded = self._w.update(obj, accept, details={ATTEMPT_DETAIL: attempt,
@@ -235,22 +232,12 @@ class RequestHandler:
         # ``cancel`` is never cleared: only a deletion or the request's expiry sets it,
         # and neither is undone. One set while the record was written (or since) stops
         # this attempt before its first launch, or rolls it back.
-
-        def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
-            # What every group holds against maxSize: nodes, CA's scale-ups and other
-            # requests' launches (the executor claims this plan's share atomically).
-            return plan(demand, view, self._p.matcher, self._p.fleet.occupied(exclude=attempt))
-
         try:
-            outcome = self._p.executor.execute(
-                AttemptSpec(t.attempt, self._p.config.cluster, request=key,
-                            request_uid=t.uid), build,
-                cancelled=t.cancel.is_set)
+            outcome = self._gangs.launch(attempt, key, t.uid, demand, t.cancel.is_set)
         finally:
             t.attempt = None
         if outcome.instances:
-            self._p.fleet.adopt(outcome.instances, self._p.clock.now())
-            self._p.book(key, {i.provider_id for i in outcome.instances})
+            self._gangs.adopt(key, outcome)
             t.failures = 0
             n = len(outcome.instances)
             # Its event (reason WaitingForNodes) says what launched.
@@ -274,28 +261,15 @@ class RequestHandler:
 
     def _wait_for_window(self, obj: Obj, t: Tracked, key: str, demand: Demand,
                          accept: list[Change]) -> float | None:
-        """Wait for reserved capacity that opens before the deadline when that is cheaper
-        than buying now; its slots are held for this request meanwhile, so work that
-        arrives later does not take them first. None: plan and launch now."""
-        if demand.expected_runtime_seconds is None:
-            return None
-        # The deadline counts from the request's creation, not from this pass.
-        window = demand.max_wait_seconds if demand.max_wait_seconds is not None else \
-            demand.valid_until_seconds
-        if window is not None:
-            now = self._p.clock.now()
-            created = epoch((obj.get("metadata") or {}).get("creationTimestamp")) or now
-            demand = dataclasses.replace(demand, max_wait_seconds=max(0.0, created + window
-                                                                      - now))
-        view = self._p.ledger.view(holder=key)
-        sizes = self._p.fleet.occupied()
-        wait = wait_or_buy(demand, view, self._p.matcher, sizes,
-                           plan(demand, view, self._p.matcher, sizes))
+        """A wait for a reservation's window that is cheaper than buying now (its slots
+        held for this request meanwhile), stated in the request's status; None: plan and
+        launch now."""
+        now = self._p.clock.now()
+        created = epoch((obj.get("metadata") or {}).get("creationTimestamp")) or now
+        wait = self._gangs.wait_for_window(key, demand, created)
         if wait is None:
             t.waiting = None
-            self._p.ledger.unhold(key)
             return None
-        self._p.ledger.hold(key, wait.reservation, wait.slots, wait.opens_at + HOLD_GRACE)
         # The saving shrinks as the opening nears, but the same wait is the same decision:
         # its status (and event) stays as first written rather than being rewritten on
         # every look.
@@ -315,7 +289,7 @@ class RequestHandler:
             return self._lost_before_provisioned(obj, t, found)
         value = c.booking_value(obj["metadata"]["namespace"], obj["metadata"]["name"])
         # Protected from scale-down from commit on, and labelled as each Node registers.
-        self._p.book(key, {i.provider_id for i in found.instances})
+        self._gangs.book(key, found.instances)
         done = self._label(found.instances, value)
         n = len(found.instances)
         if done < n:
@@ -334,7 +308,7 @@ class RequestHandler:
         """All or nothing: a gang short of its plan is never Provisioned. Its remaining
         nodes are terminated (no half gang bills) and the whole gang is tried again."""
         key = key_of(obj)
-        if not self._terminate(list(found.instances)):
+        if not self._gangs.terminate(list(found.instances)):
             return RETRY_TERMINATE
         self._release(key, t.uid)
         t.failures += 1
@@ -362,7 +336,7 @@ class RequestHandler:
             return None
         if found is not None:  # None: provisioned before plans were recorded (upgrade)
             value = c.booking_value(meta["namespace"], meta["name"])
-            self._p.book(key, {i.provider_id for i in found.instances})
+            self._gangs.book(key, found.instances)
             self._label(found.instances, value)
         if self._consumed(meta["namespace"], meta["name"], t.demand.pods):
             self._release(key, t.uid)
@@ -386,7 +360,7 @@ class RequestHandler:
         t.cancel.set()
         if t.attempt is not None:
             return 1.0  # its worker rolls it back; then the finalizer can go
-        if not _handed_over(obj) and not self._terminate_all(t.uid):
+        if not _handed_over(obj) and not self._gangs.terminate_all(t.uid):
             return RETRY_TERMINATE
         self._release(key, t.uid)
         self._w.finalizers(obj, lambda have: [f for f in have if f != c.FINALIZER])
@@ -399,69 +373,14 @@ class RequestHandler:
     # --- the gang ------------------------------------------------------------------------
 
     def _gang(self, obj: Obj, t: Tracked) -> Gang | None:
-        """The request's committed gang, or None when it has none. Instances of this
-        request from any other attempt are strays (an earlier gang whose termination
-        failed) and are terminated, never counted."""
+        """The request's committed gang, or None when it has none; a planned count found
+        on its instances' tags (a crash before it was recorded) is recorded now."""
         attempt, count = planned(obj)
-        live, going = owned(self._p.fleet, t.uid)
-        if attempt is None:
-            attempts = {i.tags.attempt for i in live}
-            if len(attempts) != 1:
-                return None  # no gang (several would be strays of lost records)
-            attempt = attempts.pop()
-        mine = [i for i in live if i.tags.attempt == attempt]
-        strays = [i for i in live if i.tags.attempt != attempt]
-        if strays:
-            log.warning("%s: terminating %d instances of earlier attempts %s", key_of(obj),
-                        len(strays), sorted({i.tags.attempt for i in strays}))
-            self._terminate(strays)
-        if count is None:
-            if not mine:
-                return None  # recorded but never committed: a new attempt comes next
-            # A crash between commit and recording the count: the plan's size is on the
-            # instances' tags (a node lost since must not shrink the gang to what is left).
-            count = max((i.tags.plan_nodes or 0 for i in (*mine, *going)
-                         if i.tags.attempt == attempt), default=0) or len(mine)
-            log.warning("%s: planned node count of attempt %s not recorded; taking the %d "
-                        "committed nodes", key_of(obj), attempt, count)
-            self._w.update(obj, [], details={ATTEMPT_DETAIL: attempt,
-                                             PLANNED_DETAIL: str(count)})
-        if t.gang_attempt != attempt:
-            t.gang_attempt, t.known = attempt, set()
-        t.known |= {i.provider_id for i in mine}
-        now_ids = {i.provider_id for i in mine}
-        lost = sorted((t.known - now_ids) | {i.provider_id for i in going
-                                             if i.tags.attempt == attempt})
-        return Gang(attempt, count, tuple(mine), tuple(lost))
-
-    def _terminate_all(self, uid: str) -> bool:
-        """Every instance of the request, those already leaving the fleet included until
-        the cloud reports them terminating (a termination that failed is tried again)."""
-        live, going = owned(self._p.fleet, uid)
-        return self._terminate([*live, *(i for i in going
-                                         if i.state is not InstanceState.TERMINATING)])
-
-    def _terminate(self, instances: list[CloudInstance]) -> bool:
-        """Roll back committed instances: out of CA's view first, then through the
-        terminator, which journals each termination before it is tried."""
-        if not instances:
-            return True
-        by_group: dict[str, list[str]] = {}
-        for inst in instances:
-            by_group.setdefault(inst.tags.node_group, []).append(inst.provider_id)
-        configured = {g.id for g in self._p.fleet.groups()}
-        for group, ids in by_group.items():
-            if group not in configured:  # a group the config dropped: CA never saw them
-                self._p.fleet.unknown_going([i.id for i in instances
-                                             if i.tags.node_group == group])
-                continue
-            try:
-                self._p.fleet.delete_nodes(group, ids)
-            except DomainError as err:  # e.g. minSize: the gang goes all the same
-                log.info("group %s keeps showing %d nodes until the next listing: %s",
-                         group, len(ids), err)
-        return self._p.executor.terminator.terminate([i.id for i in instances],
-                                                     self._p.executor.retrying())
+        found = self._gangs.gang(key_of(obj), t.uid, attempt, count, t.seen)
+        if found is not None and not found.count_recorded:
+            self._w.update(obj, [], details={ATTEMPT_DETAIL: found.attempt,
+                                             PLANNED_DETAIL: str(found.planned)})
+        return found
 
     # --- Nodes ---------------------------------------------------------------------------
 
@@ -501,12 +420,7 @@ class RequestHandler:
     def _release(self, key: str, uid: str | None) -> None:
         """End a booking: CA may scale the nodes down again, and pods no longer select
         them."""
-        ids = self._p.unbook(key)
-        self._p.ledger.unhold(key)
-        if uid is not None:
-            live, going = owned(self._p.fleet, uid)
-            ids |= {i.provider_id for i in (*live, *going)}
-        for pid in ids:
+        for pid in self._gangs.release(key, uid):
             node = self._nodes.get(pid)
             if node is None:
                 continue

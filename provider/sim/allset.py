@@ -18,6 +18,7 @@ import yaml
 
 from provider.app import Provider
 from provider.attempts.executor import AttemptSpec, inline_runner
+from provider.attempts.gangs import HOLD_GRACE
 from provider.capacity.ledger import CapacityView
 from provider.config import LoadedConfig, load_config_text
 from provider.config.units import duration_seconds
@@ -30,9 +31,6 @@ from provider.sim.trace import JobSpec, ShapeSpec, TraceModel
 from provider.sim.world import Job, Node, World
 
 CLUSTER = "sim"
-# Seconds a window's held slots wait for their request after it opens: the controller's
-# (provider.controller.requests.HOLD_GRACE; the domain does not import the controller).
-HOLD_GRACE = 600.0
 GPU_LABEL = "allset.dev/accelerator"
 
 
@@ -158,7 +156,7 @@ class Allset:
             job.spec, self.world.shapes, job.declared, left if left > 0 else None))
 
     def _wait_for_window(self, job: Job, demand: Demand, epoch: int) -> bool:
-        """The controller's step before an attempt (RequestHandler._wait_for_window): wait
+        """A request's step before its attempt (GangAttempts.wait_for_window): wait
         for reserved capacity that opens before the deadline when that is cheaper than
         buying now, holding its slots so later work does not take them; retry at the
         opening. False: plan and launch now."""

@@ -1,0 +1,235 @@
+"""A ProvisioningRequest's gang as one all-or-nothing attempt: wait for a reservation's
+window or plan now, launch through the executor, adopt and book what committed; find the
+committed gang again in the fleet (by the request's UID, never its name), roll it back
+whole. The controller in front of it reads requests and writes their status only.
+
+CA's own scale-ups are the sibling use case (`provider.attempts.scaleups`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from provider.attempts.executor import AttemptSpec, Executor, Outcome
+from provider.base.clock import Clock
+from provider.capacity.ledger import CapacityView, Ledger
+from provider.domain.cloud import CloudInstance, InstanceState
+from provider.domain.demand import Demand
+from provider.domain.errors import DomainError
+from provider.domain.fleet import Fleet, NodeState
+from provider.domain.plan import Infeasible, Part, Plan
+from provider.planner.answer import plan
+from provider.planner.matching import Matcher
+from provider.planner.timing import Wait, wait_or_buy
+
+log = logging.getLogger(__name__)
+
+HOLD_GRACE = 600.0  # seconds a window's held slots wait for their request after it opens
+
+
+class Bookings(Protocol):
+    """Which nodes a request books (CA may not scale them down; its pods select them)."""
+
+    def book(self, request: str, provider_ids: set[str]) -> None: ...
+
+    def unbook(self, request: str) -> set[str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    attempt: str
+    planned: int
+    instances: tuple[CloudInstance, ...]  # live and not being deleted
+    lost: tuple[str, ...]  # provider ids known to have been in it, now gone or going
+    # False when the attempt committed but its planned count was not recorded (a crash in
+    # between): ``planned`` was read from the instances' tags and is to be recorded.
+    count_recorded: bool = True
+
+    @property
+    def short(self) -> int:
+        return max(0, self.planned - len(self.instances))
+
+
+@dataclass(slots=True)
+class Seen:
+    """The nodes of a request's gang seen live so far (a node that vanishes from the fleet
+    between two looks is lost, not merely absent)."""
+
+    attempt: str | None = None
+    known: set[str] = field(default_factory=set)
+
+
+def owned(fleet: Fleet, uid: str) -> tuple[list[CloudInstance], list[CloudInstance]]:
+    """(live, going): this request's committed instances in the fleet, split into those
+    that still count and those CA or the cloud is taking away."""
+    live, going = [], []
+    for node in fleet.request_nodes(uid):  # not a walk of every node: once per request pass
+        inst = node.instance
+        if inst is None or inst.tags.request_uid != uid:
+            continue
+        if node.state is NodeState.DELETING or _leaving(inst):
+            going.append(inst)
+        else:
+            live.append(inst)
+    # A group the config dropped still holds a gang committed in it (a restart must not
+    # launch a second one); reconcile.unknownGroups decides whether those nodes stay.
+    for inst in fleet.unknown():
+        if inst.tags.request_uid == uid:
+            (going if _leaving(inst) else live).append(inst)
+    return live, going
+
+
+def _leaving(inst: CloudInstance) -> bool:
+    return inst.state in (InstanceState.TERMINATING, InstanceState.TERMINATED)
+
+
+class GangAttempts:
+    def __init__(self, cluster: str, fleet: Fleet, executor: Executor, ledger: Ledger,
+                 matcher: Matcher, clock: Clock, bookings: Bookings,
+                 ids: Callable[[], str]) -> None:
+        self._cluster = cluster
+        self._fleet = fleet
+        self._executor = executor
+        self._ledger = ledger
+        self._matcher = matcher
+        self._clock = clock
+        self._bookings = bookings
+        self._ids = ids
+
+    def new_attempt_id(self) -> str:
+        return self._ids()
+
+    # --- before the attempt --------------------------------------------------------------
+
+    def wait_for_window(self, key: str, demand: Demand, created: float) -> Wait | None:
+        """Wait for reserved capacity that opens before the deadline when that is cheaper
+        than buying now; its slots are held for this request meanwhile, so work that
+        arrives later does not take them first. None: plan and launch now (and nothing is
+        held for it)."""
+        if demand.expected_runtime_seconds is None:
+            return None
+        # The deadline counts from the request's creation, not from this pass.
+        window = demand.max_wait_seconds if demand.max_wait_seconds is not None else \
+            demand.valid_until_seconds
+        if window is not None:
+            now = self._clock.now()
+            demand = dataclasses.replace(demand, max_wait_seconds=max(0.0, created + window
+                                                                      - now))
+        view = self._ledger.view(holder=key)
+        sizes = self._fleet.occupied()
+        wait = wait_or_buy(demand, view, self._matcher, sizes,
+                           plan(demand, view, self._matcher, sizes))
+        if wait is None:
+            self._ledger.unhold(key)
+            return None
+        self._ledger.hold(key, wait.reservation, wait.slots, wait.opens_at + HOLD_GRACE)
+        return wait
+
+    # --- the attempt ---------------------------------------------------------------------
+
+    def launch(self, attempt: str, key: str, uid: str, demand: Demand,
+               cancelled: Callable[[], bool]) -> Outcome:
+        """Plan and launch the whole gang as one attempt (in the caller's thread)."""
+
+        def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
+            # What every group holds against maxSize: nodes, CA's scale-ups and other
+            # requests' launches (the executor claims this plan's share atomically).
+            return plan(demand, view, self._matcher, self._fleet.occupied(exclude=attempt))
+
+        return self._executor.execute(
+            AttemptSpec(attempt, self._cluster, request=key, request_uid=uid), build,
+            cancelled=cancelled)
+
+    def adopt(self, key: str, outcome: Outcome) -> None:
+        """What the attempt committed joins the fleet, booked for the request."""
+        if outcome.instances:
+            self._fleet.adopt(outcome.instances, self._clock.now())
+            self.book(key, outcome.instances)
+
+    # --- the committed gang ----------------------------------------------------------------
+
+    def gang(self, key: str, uid: str, attempt: str | None, count: int | None,
+             seen: Seen) -> Gang | None:
+        """The request's committed gang (``attempt`` and ``count`` as its status records
+        them), or None when it has none. Instances of this request from any other attempt
+        are strays (an earlier gang whose termination failed) and are terminated, never
+        counted."""
+        live, going = owned(self._fleet, uid)
+        if attempt is None:
+            attempts = {i.tags.attempt for i in live}
+            if len(attempts) != 1:
+                return None  # no gang (several would be strays of lost records)
+            attempt = attempts.pop()
+        mine = [i for i in live if i.tags.attempt == attempt]
+        strays = [i for i in live if i.tags.attempt != attempt]
+        if strays:
+            log.warning("%s: terminating %d instances of earlier attempts %s", key,
+                        len(strays), sorted({i.tags.attempt for i in strays}))
+            self.terminate(strays)
+        recorded = count is not None
+        if count is None:
+            if not mine:
+                return None  # recorded but never committed: a new attempt comes next
+            # A crash between commit and recording the count: the plan's size is on the
+            # instances' tags (a node lost since must not shrink the gang to what is left).
+            count = max((i.tags.plan_nodes or 0 for i in (*mine, *going)
+                         if i.tags.attempt == attempt), default=0) or len(mine)
+            log.warning("%s: planned node count of attempt %s not recorded; taking the %d "
+                        "committed nodes", key, attempt, count)
+        if seen.attempt != attempt:
+            seen.attempt, seen.known = attempt, set()
+        seen.known |= {i.provider_id for i in mine}
+        now_ids = {i.provider_id for i in mine}
+        lost = sorted((seen.known - now_ids) | {i.provider_id for i in going
+                                                if i.tags.attempt == attempt})
+        return Gang(attempt, count, tuple(mine), tuple(lost), recorded)
+
+    def book(self, key: str, instances: Sequence[CloudInstance]) -> None:
+        self._bookings.book(key, {i.provider_id for i in instances})
+
+    def release(self, key: str, uid: str | None) -> set[str]:
+        """End the request's booking and any slots held for it; the provider ids whose
+        Nodes may still carry its booking (for the caller to unlabel)."""
+        ids = self._bookings.unbook(key)
+        self._ledger.unhold(key)
+        if uid is not None:
+            live, going = owned(self._fleet, uid)
+            ids |= {i.provider_id for i in (*live, *going)}
+        return ids
+
+    def live(self, uid: str) -> list[CloudInstance]:
+        return owned(self._fleet, uid)[0]
+
+    # --- rollback ------------------------------------------------------------------------
+
+    def terminate_all(self, uid: str) -> bool:
+        """Every instance of the request, those already leaving the fleet included until
+        the cloud reports them terminating (a termination that failed is tried again)."""
+        live, going = owned(self._fleet, uid)
+        return self.terminate([*live, *(i for i in going
+                                        if i.state is not InstanceState.TERMINATING)])
+
+    def terminate(self, instances: list[CloudInstance]) -> bool:
+        """Roll back committed instances: out of CA's view first, then through the
+        terminator, which journals each termination before it is tried."""
+        if not instances:
+            return True
+        by_group: dict[str, list[str]] = {}
+        for inst in instances:
+            by_group.setdefault(inst.tags.node_group, []).append(inst.provider_id)
+        configured = {g.id for g in self._fleet.groups()}
+        for group, ids in by_group.items():
+            if group not in configured:  # a group the config dropped: CA never saw them
+                self._fleet.unknown_going([i.id for i in instances
+                                           if i.tags.node_group == group])
+                continue
+            try:
+                self._fleet.delete_nodes(group, ids)
+            except DomainError as err:  # e.g. minSize: the gang goes all the same
+                log.info("group %s keeps showing %d nodes until the next listing: %s",
+                         group, len(ids), err)
+        return self._executor.terminator.terminate([i.id for i in instances],
+                                                   self._executor.retrying())
