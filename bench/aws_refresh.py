@@ -3,7 +3,7 @@ capacity reservations and 10,000 instances, against the number of node groups.
 
     python -m bench.aws_refresh [--reservations 500] [--instances 10000] [--groups 1,10,100,1000]
 
-EC2 is moto plus the test-side layer (tests/aws/ec2model.py), which answers
+EC2 is moto plus the test-side layer (tests/fakes/ec2.py), which answers
 DescribeCapacityReservations and pages DescribeInstances by instance as EC2 does (moto pages
 by launch). Nothing leaves the machine; credentials are fake. The instances are launched
 through the adapter itself, in parts of 8, and committed, as the executor would.
@@ -28,7 +28,7 @@ from bench.common import machine
 from provider.base.clock import ManualClock
 from provider.config import LoadedConfig, load_config_text
 from provider.domain.cloud import CapacityType, LaunchRequest, OwnerTags
-from tests.aws.ec2model import Ec2Layer
+from tests.fakes.ec2 import Ec2Layer
 
 REGION = "us-east-1"
 ZONES = [f"{REGION}{z}" for z in "abcdef"]

@@ -34,8 +34,8 @@ from provider.attempts.executor import inline_runner
 from provider.base.clock import SystemClock
 from provider.config import LoadedConfig, load_config_text
 from provider.domain.cloud import CapacityType, OwnerTags
-from tests.fakegce import Compute, serve
-from tests.helpers import ManualPool
+from tests.fakes.gce import Compute, serve
+from tests.kit.helpers import ManualPool
 
 ZONES = ("us-central1-a", "us-central1-b", "us-central1-c")
 TYPES = ("a3-highgpu-8g", "g2-standard-8", "n2-standard-8")

@@ -31,7 +31,7 @@ from provider.controller import conditions as c
 from provider.controller.controller import Controller
 from provider.controller.kube import KubeApi
 from provider.domain.cloud import InstanceState
-from tests.fakekube import FakeKube, objects
+from tests.fakes.kube import FakeKube, objects
 
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d"]
 

@@ -7,7 +7,7 @@ import pytest
 
 from provider.service.server import Server
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
-from tests.helpers import Harness, harness
+from tests.kit.helpers import Harness, harness
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
                             and getattr(r, "when", "call") in ("call", "setup")}
         return out
 
-    crash = ran("tests/test_crash.py::test_crash_at_every_step")
+    crash = ran("tests/promises/test_crash.py::test_crash_at_every_step")
     if crash["passed"]:
         points = {n.split("[", 1)[1].split("=")[0] for n in crash["passed"] if "[" in n}
         terminalreporter.write_line(

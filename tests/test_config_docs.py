@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.deploy_kit import ROOT
+from tests.kit.deploy import ROOT
 
 
 def test_config_reference_is_current() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy_kit import ROOT
+from tests.kit.deploy import ROOT
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 _LINK = re.compile(r"\]\(([^)\s]+)\)")

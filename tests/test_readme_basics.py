@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.cli_kit import ROOT
+from tests.kit.cli import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 

@@ -16,8 +16,8 @@ from provider.base.clock import ManualClock
 from provider.config import load_config
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
-from tests.cli_kit import ROOT, Served, run_allset
-from tests.helpers import free_port, wait_until
+from tests.kit.cli import ROOT, Served, run_allset
+from tests.kit.helpers import free_port, wait_until
 
 EXAMPLE = ROOT / "deploy" / "examples" / "simulated.yaml"
 

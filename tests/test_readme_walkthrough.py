@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_kit import ALLSET, ROOT
-from tests.helpers import free_port, wait_until
+from tests.kit.cli import ALLSET, ROOT
+from tests.kit.helpers import free_port, wait_until
 
 SKIPPED = {
-    "docker build": "needs docker (tests/test_dockerfile.py checks the Dockerfile)",
-    "kubectl apply": "needs a cluster (tests/test_deploy.py renders the manifests)",
+    "docker build": "needs docker (tests/repo/test_dockerfile.py checks the Dockerfile)",
+    "kubectl apply": "needs a cluster (tests/repo/test_deploy.py renders the manifests)",
     "./scripts/check": "is the test suite itself",
     ".venv/bin/allset serve ...": "a placeholder for flags, not a command",
 }

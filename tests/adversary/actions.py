@@ -23,7 +23,7 @@ from provider.domain.cloud import (
 from provider.wire import externalgrpc_pb2 as pb
 from tests.adversary.endpoint import TIMEOUT
 from tests.adversary.world import ALL_GROUPS, NAMESPACE, World
-from tests.fakekube import objects
+from tests.fakes.kube import objects
 
 REQUEST_NAMES = ("job-1", "job-2")
 MAX_CRASHES = 3

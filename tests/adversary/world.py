@@ -28,7 +28,7 @@ from tests.adversary.cloud import GatedCloud, LaggingCloud
 from tests.adversary.endpoint import Endpoint
 from tests.adversary.kube import GatedKube
 from tests.adversary.sched import CoopLock, CoopPool, CoopRunner, Scheduler, Task
-from tests.fakekube import FakeKube, objects
+from tests.fakes.kube import FakeKube, objects
 
 NAMESPACE = "ml"
 GPU_TYPE = "nvidia-h100-80gb"

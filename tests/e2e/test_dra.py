@@ -21,7 +21,7 @@ from tests.e2e.conftest import World
 from tests.e2e.direct import CLASS
 from tests.e2e.look import BOOKING_LABEL, PROVREQ, live, of_group, of_request, pods_of, running
 from tests.e2e.rest import Obj, Rest, condition, is_true, wait_for
-from tests.fakekube import objects
+from tests.fakes.kube import objects
 
 NS = "default"
 DRIVER = "gpu.nvidia.com"

@@ -12,7 +12,7 @@ import pytest
 
 from tests.e2e.conftest import World
 from tests.e2e.rest import ApiError, Obj, Rest
-from tests.fakekube import FakeKube, objects
+from tests.fakes.kube import FakeKube, objects
 
 NS = "default"
 BASE = f"/apis/autoscaling.x-k8s.io/v1/namespaces/{NS}/provisioningrequests"

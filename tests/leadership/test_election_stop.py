@@ -11,8 +11,8 @@ import pytest
 from provider.base.clock import ManualClock
 from provider.leadership.election import Election
 from provider.leadership.kube import KubeLeaseStore
-from tests.fakekube import FakeKube
-from tests.helpers import BASE_CONFIG, config
+from tests.fakes.kube import FakeKube
+from tests.kit.helpers import BASE_CONFIG, config
 
 ELECTION = "leaderElection: {mode: on, namespace: kube-system, name: allset, " \
     "leaseDuration: 15s, renewDeadline: 10s, retryPeriod: 2s}\n"

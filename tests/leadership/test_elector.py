@@ -18,7 +18,7 @@ from provider.leadership.elector import (
     Timing,
 )
 from provider.leadership.kube import KubeLeaseStore
-from tests.fakekube import FakeKube
+from tests.fakes.kube import FakeKube
 
 NS = "kube-system"
 
@@ -116,7 +116,7 @@ def _record(holder: str, clock: ManualClock) -> LeaseRecord:
 
 def test_a_config_without_the_margin_names_the_field() -> None:
     from provider.config import ConfigError
-    from tests.helpers import BASE_CONFIG, config
+    from tests.kit.helpers import BASE_CONFIG, config
 
     with pytest.raises(ConfigError, match=r"leaderElection.*renewDeadline < leaseDuration"):
         config(BASE_CONFIG + "leaderElection: {leaseDuration: 5s}\n")

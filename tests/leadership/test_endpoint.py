@@ -4,7 +4,7 @@ the Service's EndpointSlice, and the one that stops acting takes its address out
 from __future__ import annotations
 
 from provider.leadership.endpoint import LeaderEndpoint
-from tests.fakekube import FakeKube
+from tests.fakes.kube import FakeKube
 
 NS = "kube-system"
 

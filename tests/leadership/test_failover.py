@@ -23,8 +23,8 @@ from provider.leadership.kube import KubeLeaseStore
 from provider.service.server import Server
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
-from tests.fakekube import FakeKube
-from tests.helpers import ManualPool, config
+from tests.fakes.kube import FakeKube
+from tests.kit.helpers import ManualPool, config
 from tests.promises.test_reconcile_races import GANG
 
 

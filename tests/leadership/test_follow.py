@@ -15,8 +15,8 @@ from provider.base.clock import ManualClock
 from provider.leadership.election import Election
 from provider.leadership.elector import LeaderElector, LeaseRecord, Timing
 from provider.leadership.kube import KubeLeaseStore
-from tests.fakekube import FakeKube
-from tests.helpers import BASE_CONFIG, config
+from tests.fakes.kube import FakeKube
+from tests.kit.helpers import BASE_CONFIG, config
 
 NS = "kube-system"
 TIMING = Timing(15.0, 10.0, 2.0)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.cli_kit import Served, run_allset
-from tests.helpers import free_port, wait_until
+from tests.kit.cli import Served, run_allset
+from tests.kit.helpers import free_port, wait_until
 
 CONFIG = """\
 cluster: locked

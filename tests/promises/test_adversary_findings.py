@@ -15,7 +15,7 @@ from provider.domain.cloud import (
     TransientError,
 )
 from provider.domain.errors import FailedPrecondition
-from tests.helpers import harness
+from tests.kit.helpers import harness
 
 
 def test_a_launch_of_unknown_outcome_keeps_its_reservation_slots_when_the_listing_fails(

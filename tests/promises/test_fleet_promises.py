@@ -20,8 +20,8 @@ from provider.domain.model import GROUP_LABEL
 from provider.domain.plan import Infeasible, Part, Plan, ReasonCode
 from provider.domain.provreq import demand_from
 from provider.planner.answer import plan
-from tests.helpers import BASE_CONFIG, ManualPool, config, harness
-from tests.test_provreq import request, template
+from tests.domain.test_provreq import request, template
+from tests.kit.helpers import BASE_CONFIG, ManualPool, config, harness
 
 SMALL = BASE_CONFIG.replace("    maxSize: 20\n", "    maxSize: 4\n")
 

@@ -22,7 +22,7 @@ from provider.domain.cloud import (
 )
 from provider.domain.plan import Infeasible, Part, Plan
 from provider.planner.group import plan_group_delta
-from tests.helpers import ManualPool, config, harness
+from tests.kit.helpers import ManualPool, config, harness
 
 GANG = """\
 cluster: test

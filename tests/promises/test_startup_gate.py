@@ -18,7 +18,7 @@ from provider.domain.cloud import CloudSnapshot, TransientError
 from provider.service.server import Server
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
-from tests.helpers import BASE_CONFIG, ManualPool, config, harness
+from tests.kit.helpers import BASE_CONFIG, ManualPool, config, harness
 
 
 def test_nothing_is_answered_before_the_first_complete_listing() -> None:

@@ -13,7 +13,7 @@ from tenacity import Retrying, stop_after_attempt
 
 from provider.attempts.executor import Result
 from provider.domain.cloud import CapacityType, InsufficientCapacity, TransientError
-from tests.helpers import harness
+from tests.kit.helpers import harness
 from tests.promises.test_reconcile_races import GANG
 
 

@@ -1,0 +1,59 @@
+"""`allset instances`: what the cloud has for this cluster, and what reconcile would
+roll back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from adapters.fake.store import FakeStore
+from provider.domain.cloud import CapacityType, CloudInstance, InstanceState, OwnerTags
+from tests.kit.paths import ROOT
+
+CONFIG = """\
+cluster: c1
+cloud: {{provider: fake, fake: {{statePath: {state}}}}}
+nodeGroups:
+  - {{id: gpu, zone: z1, instanceType: p5, cpu: 96, memory: 1Ti, maxSize: 4}}
+"""
+
+
+def instance(name: str, attempt: str, committed: bool, cluster: str = "c1") -> CloudInstance:
+    return CloudInstance(name, f"fake://z1/{name}", name, "z1", "p5", InstanceState.RUNNING,
+                         OwnerTags(cluster, "gpu", attempt, "0.0", CapacityType.ON_DEMAND,
+                                   committed=committed))
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "provider.cli", "instances", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+
+
+def test_instances_and_orphans(tmp_path: Path) -> None:
+    state = tmp_path / "cloud.db"
+    store = FakeStore(state)
+    store.save([
+        instance("ok-1", "a-done", committed=True),
+        instance("half-1", "a-half", committed=True),  # a commit a crash interrupted
+        instance("half-2", "a-half", committed=False),
+        instance("lost-1", "a-lost", committed=False),
+        instance("other", "a-x", committed=True, cluster="c2"),
+    ])
+    store.close()
+    config = tmp_path / "allset.yaml"
+    config.write_text(CONFIG.format(state=state))
+
+    result = run("--config", str(config), "--output", "json")
+    assert result.returncode == 0, result.stderr
+    rows = {r["id"]: r for r in json.loads(result.stdout)}
+    assert set(rows) == {"ok-1", "half-1", "half-2", "lost-1"}  # not the other cluster's
+    assert rows["half-2"]["committed"] is True  # reconcile completes that commit
+    assert rows["lost-1"]["committed"] is False
+    assert rows["ok-1"]["providerID"] == "fake://z1/ok-1"
+
+    orphans = run("--config", str(config), "--orphans", "--output", "json")
+    assert [r["id"] for r in json.loads(orphans.stdout)] == ["lost-1"]
+    text = run("--config", str(config), "--orphans")
+    assert "lost-1" in text.stdout and "a-lost" in text.stdout and "ok-1" not in text.stdout

@@ -1,0 +1,148 @@
+"""Mistakes a person makes at the command line or in a file: one line that says what,
+where and what to do, and a non-zero exit, never a traceback (issue 15, item 6). Every
+test runs the real `allset` console script."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from provider.service.tls import write_dev_pki
+from tests.kit.cli import ALLSET, ROOT, one_line, run_allset
+from tests.kit.helpers import free_port
+
+NOT_UTF8 = b"cluster: c\n# caf\xe9\n"
+SIMULATED = str(ROOT / "deploy" / "examples" / "simulated.yaml")
+REQUEST = str(ROOT / "deploy" / "examples" / "requests" / "mixed-gang.yaml")
+
+
+def fails(*args: str) -> str:
+    result = run_allset(*args)
+    assert result.returncode == 1, result
+    return one_line(result.stderr)
+
+
+@pytest.fixture
+def latin1(tmp_path: Path) -> Path:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(NOT_UTF8)
+    return path
+
+
+def test_config_not_utf8(latin1: Path, tmp_path: Path) -> None:
+    expected = f"allset: {latin1}: config file is not UTF-8 text (byte 0xe9 at offset 16)"
+    assert fails("serve", "--insecure", "--config", str(latin1),
+                 "--state-dir", str(tmp_path)) == expected
+    assert fails("plan", "--config", str(latin1), "--request", REQUEST) == expected
+
+
+def test_request_and_trace_not_utf8(latin1: Path) -> None:
+    assert fails("plan", "--config", SIMULATED, "--request", str(latin1)) == (
+        f"allset: --request: {latin1}: request is not UTF-8 text (byte 0xe9 at offset 16)")
+    assert fails("simulate", "--trace", str(latin1)) == (
+        f"allset: {latin1}: trace is not UTF-8 text (byte 0xe9 at offset 16)")
+
+
+@pytest.fixture
+def taken() -> Iterator[str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_port_in_use(taken: str, tmp_path: Path) -> None:
+    in_use = "the port is in use (another allset, or another program)"
+    assert fails("serve", "--insecure", "--address", taken, "--state-dir", str(tmp_path)) == (
+        f"allset: --address: cannot listen on {taken}: {in_use}")
+    assert fails("serve", "--insecure", "--address", f"127.0.0.1:{free_port()}",
+                 "--health-address", taken, "--state-dir", str(tmp_path)) == (
+        f"allset: --health-address: cannot listen on {taken}: {in_use}")
+    assert fails("serve", "--insecure", "--metrics-address", taken,
+                 "--state-dir", str(tmp_path)) == (
+        f"allset: --metrics-address: cannot listen on {taken}: {in_use}")
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:notaport", "localhost", "::1:8086",
+                                     "127.0.0.1:70000"])
+def test_bad_address(address: str) -> None:
+    assert fails("serve", "--insecure", "--address", address) == (
+        f"allset: --address: {address!r} is not host:port (e.g. 127.0.0.1:8086, [::1]:8086 "
+        "or 0.0.0.0:8086)")
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("pki") / "certs"
+    write_dev_pki(out, ["localhost"])
+    return out
+
+
+def test_certificate_and_key_swapped(pki: Path) -> None:
+    assert fails("serve", "--tls-cert", str(pki / "server.key"), "--tls-key",
+                 str(pki / "server.crt"), "--tls-client-ca", str(pki / "ca.crt")) == (
+        f"allset: --tls-cert: {pki}/server.key holds no PEM certificate but a private key "
+        "(swapped with --tls-key?)")
+    assert fails("serve", "--tls-cert", str(pki / "server.crt"), "--tls-key",
+                 str(pki / "client.key"), "--tls-client-ca", str(pki / "ca.crt")) == (
+        f"allset: --tls-key: {pki}/client.key is not the key of the certificate in "
+        f"{pki}/server.crt")
+
+
+def test_plot_is_checked_before_the_run(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    assert fails("simulate", "--generate", "1", "--plot", str(tmp_path / "no" / "f.png")) == (
+        f"allset: --plot: {tmp_path}/no is not a directory")
+    line = fails("simulate", "--generate", "1", "--plot", str(tmp_path / "f.txt"))
+    assert line.startswith(f"allset: --plot: {tmp_path}/f.txt: the name must end in one of ")
+    assert ".png" in line
+
+
+def test_certs_days_and_unwritable_out(tmp_path: Path) -> None:
+    assert fails("certs", "--out", str(tmp_path / "c"), "--server-name", "x",
+                 "--days", "-1") == "allset: --days: -1 is not between 1 and 36500"
+    assert not (tmp_path / "c").exists()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert fails("certs", "--out", str(blocker / "c"), "--server-name", "x") == (
+        f"allset: --out: cannot write {blocker}/c: Not a directory")
+
+
+def test_output_into_a_closed_pipe_is_quiet() -> None:
+    """`allset instances --output json | head`: the reader goes away early."""
+    read, write = os.pipe()
+    os.close(read)  # gone before the first byte: every write fails with EPIPE
+    try:
+        done = subprocess.run([str(ALLSET), "instances", "--output", "json"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=60, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    finally:
+        os.close(write)
+    assert done.returncode == 141, done.stderr  # as if killed by SIGPIPE, like `cat`
+    assert done.stderr == ""
+
+
+def test_a_config_without_cloud_is_refused(tmp_path: Path) -> None:
+    """It used to run on the simulated cloud, quietly (issue 15, item 7)."""
+    cfg = tmp_path / "allset.yaml"
+    cfg.write_text("cluster: c\nnodeGroups:\n"
+                   "  - {id: g, zone: z, instanceType: t, cpu: 1, memory: 1Gi, maxSize: 2}\n")
+    expected = (f"allset: {cfg}: cloud: required key is missing; set cloud.provider to aws or "
+                "gcp, or to fake for the simulated cloud (nothing real is launched)")
+    assert fails("serve", "--insecure", "--config", str(cfg),
+                 "--state-dir", str(tmp_path / "state")) == expected
+    assert fails("plan", "--config", str(cfg), "--request", REQUEST) == expected
+
+
+
+def test_grace_out_of_range(tmp_path: Path) -> None:
+    """--grace bounds how long a SIGTERM may take: negative or absurd is refused."""
+    for grace in ("-1", "nan", "86400"):
+        assert fails("serve", "--insecure", "--address", f"127.0.0.1:{free_port()}",
+                     "--grace", grace, "--state-dir", str(tmp_path)) == (
+            f"allset: --grace: {float(grace):g} is not between 0 and 3600 seconds")

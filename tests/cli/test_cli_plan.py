@@ -1,0 +1,149 @@
+"""`allset plan`: exit 0 with a plan, 2 when infeasible, 1 on bad input; JSON contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.kit.paths import ROOT
+
+EXAMPLE = ROOT / "deploy" / "examples" / "simulated.yaml"
+GANG = ROOT / "deploy" / "examples" / "requests" / "mixed-gang.yaml"
+
+
+def config(tmp_path: Path) -> Path:
+    # The example without its statePath, so the test starts from an empty cloud.
+    text = "\n".join(line for line in EXAMPLE.read_text().splitlines() if "statePath" not in line)
+    path = tmp_path / "allset.yaml"
+    path.write_text(text)
+    return path
+
+
+def allset_plan(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "provider.cli", "plan", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+
+
+def test_plan_json_contract(tmp_path: Path) -> None:
+    result = allset_plan("--config", str(config(tmp_path)), "--request", str(GANG),
+                         "--output", "json")
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)  # nothing else on stdout
+    assert body["feasible"] is True
+    assert body["parts"] == [
+        {"nodeGroup": "cpu-a", "source": "on-demand", "reservation": None, "count": 1,
+         "podSets": {"ps": 2}},
+        {"nodeGroup": "h100-a", "source": "reserved", "reservation": "cr-h100-a", "count": 2,
+         "podSets": {"workers": 16}},
+    ]
+    assert body["cost"] == {"onDemandPerHour": 1.61}
+    assert body["reasons"] == []
+
+
+def test_plan_infeasible_exits_2_with_reasons(tmp_path: Path) -> None:
+    request = tmp_path / "req.yaml"
+    request.write_text(GANG.read_text().replace("count: 16", "count: 48")
+                       .replace('"reserved,on-demand"', "reserved"))
+    result = allset_plan("--config", str(config(tmp_path)), "--request", str(request),
+                         "--output", "json")
+    assert result.returncode == 2, result.stderr
+    body = json.loads(result.stdout)
+    assert body["feasible"] is False and body["parts"] == []
+    codes = {(r["code"], r["podSet"]) for r in body["reasons"]}
+    assert ("CapacityUnavailable", "workers") in codes
+    text = allset_plan("--config", str(config(tmp_path)), "--request", str(request))
+    assert text.returncode == 2 and "no plan" in text.stdout
+
+
+def test_plan_bad_input_exits_1(tmp_path: Path) -> None:
+    request = tmp_path / "req.yaml"
+    request.write_text(GANG.read_text().replace("topology: zone", "topology: rack"))
+    result = allset_plan("--config", str(config(tmp_path)), "--request", str(request))
+    assert result.returncode == 1
+    assert "spec.parameters.topology: 'rack' is not one of fabric, zone, none" in result.stderr
+    missing = allset_plan("--config", str(config(tmp_path)), "--request", "nope.yaml")
+    assert missing.returncode == 1
+    assert "--request: nope.yaml: cannot read request: No such file" in missing.stderr
+    bad_config = tmp_path / "bad.yaml"
+    bad_config.write_text("cluster: x\ncloud: {provider: fake}\n")
+    result = allset_plan("--config", str(bad_config), "--request", str(GANG))
+    assert result.returncode == 1 and "nodeGroups: required key is missing" in result.stderr
+
+
+def test_every_example_config_loads() -> None:
+    from provider.config import load_config
+
+    for path in sorted((ROOT / "deploy" / "examples").glob("*.yaml")):
+        if path.name in ("aws.yaml", "gcp.yaml"):
+            continue  # shapes come from the cloud; covered by the adapter tests
+        assert load_config(path).groups
+
+
+DRA = ROOT / "deploy" / "examples" / "requests" / "dra-80gi.yaml"
+
+
+def test_plan_reads_dra_claims_and_explains_a_miss_by_group(tmp_path: Path) -> None:
+    result = allset_plan("--config", str(config(tmp_path)), "--request", str(DRA),
+                         "--output", "json")
+    assert result.returncode == 0, result.stderr
+    assert {p["nodeGroup"] for p in json.loads(result.stdout)["parts"]} == {"h100-a"}
+    bigger = tmp_path / "dra-96gi.yaml"
+    bigger.write_text(DRA.read_text().replace('quantity("80Gi")', 'quantity("96Gi")'))
+    result = allset_plan("--config", str(config(tmp_path)), "--request", str(bigger))
+    assert result.returncode == 2, result.stderr
+    assert "h100-a, h100-b: claim gpus request gpus: no device matches (memory 80Gi ≥ 96Gi " \
+           "is false)" in result.stdout
+    assert "a100-b: claim gpus request gpus: no device matches (memory 40Gi ≥ 96Gi is " \
+           "false)" in result.stdout
+
+
+WINDOW_CONFIG = """\
+cluster: test
+cloud:
+  provider: fake
+  fake:
+    reservations:
+      - {{id: cb-h100, zone: us-east-1b, instanceType: p5.48xlarge, count: 2,
+         kind: capacity-block, targeted: true, startsAt: {opens}, endsAt: {ends}}}
+runtimes:
+  waitValuePerGpuHour: 500
+  queues: {{research/batch: 1}}
+nodeGroups:
+  - {{id: h100, zone: us-east-1b, instanceType: p5.48xlarge, cpu: 191, memory: 1900Gi,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, maxSize: 4, reservations: [cb-h100],
+     price: {{onDemand: 98.32}}, bootTime: 5m}}
+"""
+
+
+def test_plan_shows_the_value_of_waiting_of_the_queue_given(tmp_path: Path) -> None:
+    """Issue 19: `allset plan --queue ns/name` values the wait as the request's Kueue queue
+    would, and says which value it used and where it came from. A block opens in 30 min:
+    16 GPUs x 0.5 h x 1 USD (queue research/batch) is worth waiting for against about
+    1,180 USD bought now; at the default 500 USD it is not."""
+    import datetime as dt
+
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    path = tmp_path / "allset.yaml"
+    path.write_text(WINDOW_CONFIG.format(opens=(now + dt.timedelta(minutes=30)).isoformat(),
+                                         ends=(now + dt.timedelta(hours=12)).isoformat()))
+    request = tmp_path / "req.yaml"
+    request.write_text(GANG.read_text().replace(
+        'capacityTypes: "reserved,on-demand"',
+        'expectedRuntimeSeconds: "21600", maxWaitSeconds: "7200"').replace(
+        "    - podTemplateRef: {name: ps}\n      count: 2\n", ""))
+    batch = allset_plan("--config", str(path), "--request", str(request),
+                        "--queue", "research/batch")
+    assert batch.returncode == 0, batch.stderr
+    assert "decision: waiting for cb-h100 opening at" in batch.stdout
+    assert "valued at 1.00 USD/GPU-h from queue research/batch)" in batch.stdout
+    other = allset_plan("--config", str(path), "--request", str(request), "--queue",
+                        "research/urgent", "--output", "json")
+    assert other.returncode == 0, other.stderr
+    assert json.loads(other.stdout)["timing"] == {
+        "decision": "buy-now", "waitValuePerGpuHourUsd": 500.0,
+        "waitValueFrom": "runtimes.waitValuePerGpuHour"}
+    bad = allset_plan("--config", str(path), "--request", str(request), "--queue", "batch")
+    assert bad.returncode == 1
+    assert "--queue: queue 'batch' is not namespace/localQueueName" in bad.stderr

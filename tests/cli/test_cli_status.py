@@ -1,0 +1,189 @@
+"""`allset status` against a running server (issue 15): groups, reservations with who uses
+them, attempts and their outcomes, bookings, in text and JSON; clear one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import grpc
+
+from provider.wire import externalgrpc_pb2 as pb
+from provider.wire import externalgrpc_pb2_grpc as pb_grpc
+from tests.kit.cli import Served, one_line, run_allset
+from tests.kit.helpers import wait_until
+
+
+def test_status_shows_what_the_running_server_holds(tmp_path: Path) -> None:
+    served = Served([], tmp_path / "serve.log")  # the built-in demo on the simulated cloud
+    try:
+        wait_until(served.answers, 30)
+        with grpc.insecure_channel(served.address) as channel:
+            stub = pb_grpc.CloudProviderStub(channel)
+            group = stub.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups[0].id
+            stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=group, delta=2),
+                                       timeout=5)
+
+        def settled() -> bool:
+            out = run_allset("status", "--server", served.address, "--output", "json")
+            return out.returncode == 0 and bool(json.loads(out.stdout)["lastOutcomes"])
+
+        wait_until(settled, 30)
+        out = run_allset("status", "--server", served.address, "--output", "json")
+        found = json.loads(out.stdout)
+        assert found["acting"] is True and found["notActingBecause"] is None
+        mine = next(g for g in found["groups"] if g["id"] == group)
+        assert mine["target"] == 2 and sum(mine["sources"].values()) == 2
+        (outcome,) = found["lastOutcomes"]
+        assert outcome["result"] == "succeeded" and outcome["nodes"] == 2
+        used = sum(sum(r["usedBy"].values()) for r in found["reservations"])
+        assert used == mine["sources"].get("reserved", 0)
+
+        text = run_allset("status", "--server", served.address)
+        assert text.returncode == 0, text.stderr
+        assert "acting: yes" in text.stdout and group in text.stdout
+        assert outcome["attempt"] in text.stdout and "RESERVATION" in text.stdout
+    finally:
+        served.stop()
+
+
+def test_status_says_in_one_line_when_it_cannot_reach_the_server() -> None:
+    out = run_allset("status", "--server", "127.0.0.1:1")
+    assert out.returncode == 1
+    assert one_line(out.stderr).startswith("allset: --server 127.0.0.1:1: UNAVAILABLE")
+    out = run_allset("status", "--server", "127.0.0.1:1", "--cacert", "ca.crt")
+    assert out.returncode == 1 and "go together" in one_line(out.stderr)
+
+
+def test_status_over_mtls_as_ca_connects(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    from tests.kit.cli import ALLSET, ROOT
+    from tests.kit.helpers import free_port
+
+    pki = tmp_path / "pki"
+    assert run_allset("certs", "--out", str(pki), "--server-name", "localhost").returncode == 0
+    address = f"127.0.0.1:{free_port()}"
+    with open(tmp_path / "serve.log", "ab") as log:
+        proc = subprocess.Popen(
+            [str(ALLSET), "serve", "--address", address, "--tls-cert", str(pki / "server.crt"),
+             "--tls-key", str(pki / "server.key"), "--tls-client-ca", str(pki / "ca.crt")],
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=log)
+    tls = ["--cacert", str(pki / "ca.crt"), "--cert", str(pki / "client.crt"),
+           "--key", str(pki / "client.key"), "--server-name", "localhost"]
+    try:
+        wait_until(lambda: run_allset("status", "--server", address, *tls).returncode == 0, 30)
+        out = run_allset("status", "--server", address, *tls, "--output", "json")
+        assert json.loads(out.stdout)["acting"] is True
+        plain = run_allset("status", "--server", address)  # no client certificate
+        assert plain.returncode == 1 and "UNAVAILABLE" in one_line(plain.stderr)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: trainer-0, namespace: research}
+spec:
+  nodeSelector: {allset.dev/accelerator: nvidia-h100-80gb}
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  containers:
+    - {name: t, image: trainer, resources: {requests: {nvidia.com/gpu: "8", cpu: "8"}}}
+"""
+
+
+DRA_POD = """\
+apiVersion: v1
+kind: Pod
+metadata: {name: claims, namespace: ml}
+spec:
+  tolerations: [{key: nvidia.com/gpu, operator: Exists}]
+  resourceClaims: [{name: g, resourceClaimTemplateName: big}]
+  containers: [{name: c, image: x, resources: {requests: {cpu: "8"}, claims: [{name: g}]}}]
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: big, namespace: ml}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: g
+          exactly:
+            deviceClassName: gpu.nvidia.com
+            count: 8
+            selectors:
+              - cel:
+                  expression: >-
+                    device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("80Gi")) >= 0
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: gpu.nvidia.com}
+spec: {selectors: [{cel: {expression: 'device.driver == "gpu.nvidia.com"'}}]}
+"""
+
+
+def test_plan_in_the_running_server_and_a_dry_run_of_cas_path(tmp_path: Path) -> None:
+    """`allset plan --server` plans against the server's live view: the demo's cloud lives
+    in the server, so after CA took 4 nodes of cr-h100-a, the request's gang no longer gets
+    them. With a Pod it says which groups CA could grow and from which source."""
+    from tests.kit.cli import ROOT
+
+    request = str(ROOT / "deploy" / "examples" / "requests" / "mixed-gang.yaml")
+    served = Served([], tmp_path / "serve.log")
+    try:
+        wait_until(served.answers, 30)
+        before = run_allset("plan", "--server", served.address, "--request", request,
+                            "--output", "json")
+        assert before.returncode == 0, before.stderr
+        reserved = [p for p in json.loads(before.stdout)["plan"]["parts"]
+                    if p["reservation"] == "cr-h100-a"]
+        assert reserved, before.stdout
+        with grpc.insecure_channel(served.address) as channel:
+            pb_grpc.CloudProviderStub(channel).NodeGroupIncreaseSize(
+                pb.NodeGroupIncreaseSizeRequest(id="h100-a", delta=4), timeout=5)
+
+        def taken() -> bool:
+            out = run_allset("plan", "--server", served.address, "--request", request,
+                             "--output", "json")
+            parts = json.loads(out.stdout)["plan"]["parts"]
+            return not any(p["reservation"] == "cr-h100-a" for p in parts)
+
+        wait_until(taken, 30)
+
+        pod = tmp_path / "pod.yaml"
+        pod.write_text(POD)
+        dry = run_allset("plan", "--server", served.address, "--request", str(pod),
+                         "--output", "json")
+        assert dry.returncode == 0, dry.stderr
+        groups = {g["group"]: g for g in json.loads(dry.stdout)["groups"]}
+        assert groups["h100-b"]["fits"] and not groups["a100-b"]["fits"]
+        assert groups["a100-b"]["why"]
+        (part,) = groups["h100-b"]["increaseSize1"]["parts"]
+        assert part["nodeGroup"] == "h100-b" and part["count"] == 1
+        text = run_allset("plan", "--server", served.address, "--request", str(pod))
+        assert "h100-b: fits; IncreaseSize(1) would launch 1 x h100-b" in text.stdout
+        assert "a100-b: does not fit" in text.stdout
+
+        # A Pod claiming its GPUs through DRA, with the objects its claim names.
+        pod.write_text(DRA_POD)
+        dra = run_allset("plan", "--server", served.address, "--request", str(pod),
+                         "--output", "json")
+        assert dra.returncode == 0, dra.stderr
+        groups = {g["group"]: g for g in json.loads(dra.stdout)["groups"]}
+        assert groups["h100-b"]["fits"] and not groups["a100-b"]["fits"]
+        assert "memory 40Gi ≥ 80Gi is false" in json.dumps(groups["a100-b"]["why"],
+                                                          ensure_ascii=False)
+
+        both = run_allset("plan", "--server", served.address, "--config", "x.yaml",
+                          "--request", str(pod))
+        assert both.returncode == 1 and "one of them" in one_line(both.stderr)
+        pod.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: x}\n")
+        bad = run_allset("plan", "--server", served.address, "--request", str(pod))
+        assert bad.returncode == 1 and "INVALID_ARGUMENT" in one_line(bad.stderr)
+    finally:
+        served.stop()

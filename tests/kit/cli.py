@@ -1,0 +1,81 @@
+"""Run the real `allset` console script, as an operator would, against this checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.kit.paths import ROOT as ROOT  # the kit's tests take it from here
+
+ALLSET = Path(sys.executable).parent / "allset"
+
+
+def run_allset(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
+               timeout: float = 60, stdin: str | None = None,
+               ) -> subprocess.CompletedProcess[str]:
+    """The console script in a subprocess; PYTHONPATH puts this checkout first, so the
+    code under test runs whichever checkout the virtualenv was installed from."""
+    full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([str(ALLSET), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=full, input=stdin, check=False)
+
+
+def one_line(stderr: str) -> str:
+    """The single line a usage error prints; fails on a traceback or several lines."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert "Traceback" not in stderr, stderr
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+class Served:
+    """`allset serve` running as a console script, its output in a file."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None,
+                 cwd: Path = ROOT) -> None:
+        import signal
+
+        self.log = log
+        self.address = f"127.0.0.1:{_free_port()}"
+        full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+        full.pop("KUBERNETES_SERVICE_HOST", None)
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [str(ALLSET), "serve", "--insecure", "--address", self.address, *args],
+                cwd=cwd, env=full, stdout=out, stderr=out)
+        self._sigterm = signal.SIGTERM
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def answers(self) -> bool:
+        import grpc
+
+        from provider.wire import externalgrpc_pb2 as pb
+        from provider.wire import externalgrpc_pb2_grpc as pb_grpc
+
+        assert self.proc.poll() is None, self.text()
+        with grpc.insecure_channel(self.address) as channel:
+            try:
+                pb_grpc.CloudProviderStub(channel).NodeGroups(pb.NodeGroupsRequest(), timeout=2)
+                return True
+            except grpc.RpcError:
+                return False
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(self._sigterm)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def _free_port() -> int:
+    from tests.kit.helpers import free_port
+
+    return free_port()

@@ -1,0 +1,114 @@
+"""The Dockerfile cannot be built here (no Docker engine), so its parts are checked: the
+stages and the user, and that the build context .dockerignore leaves is enough for
+`pip install .`: a wheel built from exactly that context holds the whole package."""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.kit.deploy import ROOT
+
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def _instructions() -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text(encoding="utf-8"))
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def _stages() -> list[list[tuple[str, str]]]:
+    stages: list[list[tuple[str, str]]] = []
+    for word, rest in _instructions():
+        if word == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append((word, rest))
+    return stages
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    """.dockerignore's rule: the last pattern that matches the path or a parent wins."""
+    parts = path.split("/")
+    ignored = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        pattern = pattern.lstrip("!").rstrip("/")
+        for i in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:i])
+            simple = pattern.removeprefix("**/")
+            if fnmatch.fnmatchcase(prefix, pattern) or (
+                    pattern.startswith("**/") and fnmatch.fnmatchcase(parts[i - 1], simple)):
+                ignored = not negate
+                break
+    return ignored
+
+
+def _context() -> list[str]:
+    lines = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+    patterns = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    return [p for p in tracked if not _ignored(p, patterns)]
+
+
+def test_two_stages_and_a_non_root_runtime() -> None:
+    build, runtime = _stages()
+    assert " AS " in build[0][1].upper()
+    assert any(w == "RUN" and "install '.[aws,gcp]'" in r for w, r in build)
+    assert any(w == "COPY" and r.startswith("--from=") for w, r in runtime)
+    assert not any(w == "RUN" and "pip install" in r for w, r in runtime)
+    users = [r for w, r in runtime if w == "USER"]
+    assert users, "the runtime stage must set USER"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) != 0  # numeric, so runAsNonRoot can verify it
+    assert ("ENTRYPOINT", '["allset"]') in runtime
+    assert ("EXPOSE", "8086 8087 9090") in runtime
+
+
+def test_build_context_holds_what_the_copies_name() -> None:
+    context = _context()
+    build, _ = _stages()
+    for word, rest in build:
+        if word == "COPY" and not rest.startswith("--from"):
+            *sources, _ = rest.split()
+            for source in sources:
+                assert any(p == source or p.startswith(source.rstrip("/") + "/")
+                           for p in context), f"COPY {source}: not in the build context"
+    assert not [p for p in context if p.startswith(("tests/", ".ci/", "bench/", "deploy/"))]
+
+
+@pytest.mark.timeout(300)
+def test_a_wheel_from_the_build_context_holds_the_whole_package(tmp_path: Path) -> None:
+    context = tmp_path / "context"
+    for path in _context():
+        target = context / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / path, target)
+    # The test extra brings setuptools (through grpcio-tools); without it pip fetches one.
+    isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
+                           *isolation, "--wheel-dir", str(tmp_path / "dist"), str(context)],
+                          capture_output=True, text=True, timeout=280, check=False)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (tmp_path / "dist").glob("allset-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for module in [p for p in _context() if p.endswith((".py", ".pyi", "py.typed"))]:
+        assert module in names, f"{module} is missing from the wheel"
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "allset = provider.cli.main:main" in text

@@ -1,0 +1,146 @@
+"""Alerts, the dashboard and docs/metrics.md against the metrics the code registers."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import yaml
+
+from provider.attempts.metrics import Metrics
+from provider.domain.cloud import CapacityType
+from tests.kit.deploy import DEPLOY, ROOT, one, render
+
+MONITORING = DEPLOY / "monitoring"
+_REGISTERED = re.compile(r'\b(Counter|Gauge|Histogram)\(\s*"(allset_\w+)"')
+_SUFFIXES = {"Counter": ("_total",), "Gauge": ("",), "Histogram": ("_bucket", "_sum", "_count")}
+
+
+def registered() -> dict[str, str]:
+    """Metric name -> type, for every metric the code registers (the provider's Metrics and
+    the ProvisioningRequest controller's, which registers on the same registry)."""
+    found: dict[str, str] = {}
+    for path in [*(ROOT / "provider").rglob("*.py"), *(ROOT / "adapters").rglob("*.py")]:
+        for kind, name in _REGISTERED.findall(path.read_text(encoding="utf-8")):
+            found[name] = kind
+    return found
+
+
+def exposed() -> set[str]:
+    """Series names Prometheus scrapes."""
+    return {name + suffix for name, kind in registered().items() for suffix in _SUFFIXES[kind]}
+
+
+def documented_name(name: str, kind: str) -> str:
+    return name + "_total" if kind == "Counter" else name
+
+
+def _rules() -> list[dict[str, Any]]:
+    rule = yaml.safe_load((MONITORING / "prometheusrule.yaml").read_text(encoding="utf-8"))
+    rules: list[dict[str, Any]] = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    return rules
+
+
+def _dashboard_exprs() -> list[str]:
+    board = json.loads((MONITORING / "dashboards" / "allset.json").read_text(encoding="utf-8"))
+    return [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+
+
+def _metric_names(expr: str) -> set[str]:
+    return set(re.findall(r"\ballset_[a-z_]+\b", expr))
+
+
+def test_the_scan_finds_every_metric_of_the_registry() -> None:
+    names = {m.name for m in Metrics().registry.collect()}
+    assert names <= set(registered())
+    assert "allset_provisioning_requests" in registered()  # the controller's
+
+
+def test_alerts_and_dashboard_use_only_metrics_that_exist() -> None:
+    known = exposed()
+    exprs = [r["expr"] for r in _rules()] + _dashboard_exprs()
+    used = set().union(*(_metric_names(e) for e in exprs))
+    assert used, "no allset metric in the rules or the dashboard?"
+    assert used <= known, f"unknown metrics: {sorted(used - known)}"
+    # Every metric shows on the dashboard.
+    dashboard = set().union(*(_metric_names(e) for e in _dashboard_exprs()))
+    assert {n for n in registered()} <= {re.sub(r"_(total|bucket|sum|count)$", "", m)
+                                          for m in dashboard}
+
+
+def test_label_values_in_queries_are_ones_the_code_sets() -> None:
+    exprs = [r["expr"] for r in _rules()] + _dashboard_exprs()
+    launched = r'allset_nodes_launched_total\{source="([^"]+)"'
+    sources = {v for e in exprs for v in re.findall(launched, e)}
+    assert sources and sources <= {str(c) for c in CapacityType}
+    controller = (ROOT / "provider" / "controller" / "controller.py").read_text(encoding="utf-8")
+    (counted,) = re.findall(r"counts = \{([^}]*)\}", controller)
+    states = set(re.findall(r'"([a-z-]+)":', counted))
+    by_state = r'allset_provisioning_requests\{state="([^"]+)"'
+    used = {v for e in exprs for v in re.findall(by_state, e)}
+    assert used and used <= states
+
+
+def test_the_alerts_asked_for_exist() -> None:
+    exprs = {r["alert"]: r["expr"] for r in _rules()}
+    assert "allset_orphan_instances" in exprs["AllsetOrphanInstances"]
+    assert "allset_rollbacks_total" in exprs["AllsetRollbackRateHigh"]
+    idle = exprs["AllsetReservationsIdleWhileOnDemandLaunches"]
+    assert "allset_reservation_free_slots" in idle and 'source="on-demand"' in idle
+    assert 'state="pending"' in exprs["AllsetProvisioningRequestsPending"]
+    for rule in _rules():
+        assert rule["labels"]["severity"] in ("critical", "warning")
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+        assert rule.get("for"), rule["alert"]
+
+
+def test_docs_describe_every_metric_and_alert() -> None:
+    text = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    table = re.findall(r"^\| `(allset_\w+)` \|", text, flags=re.MULTILINE)
+    assert set(table) == {documented_name(n, k) for n, k in registered().items()}
+    alerts = set(re.findall(r"^\| `(Allset\w+)` \|", text, flags=re.MULTILINE))
+    assert alerts == {r["alert"] for r in _rules()}
+
+
+def test_service_monitor_scrapes_the_metrics_port() -> None:
+    monitor = one(render(MONITORING), "ServiceMonitor", "allset")
+    base = render(DEPLOY / "base")
+    service = one(base, "Service", "allset-metrics")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= \
+        service["metadata"]["labels"].items()
+    # Only the metrics Service: the allset Service routes CA to the leader alone.
+    grpc_only = one(base, "Service", "allset")
+    assert not monitor["spec"]["selector"]["matchLabels"].items() <= \
+        grpc_only["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == \
+        [service["metadata"]["namespace"]]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    # The rules' job label is the value of the Service label the monitor names.
+    assert 'job="allset"' in next(r["expr"] for r in _rules() if r["alert"] == "AllsetDown")
+    assert service["metadata"]["labels"][monitor["spec"]["jobLabel"]] == "allset"
+
+
+def test_dashboard_is_a_grafana_dashboard_with_a_datasource_variable() -> None:
+    board = json.loads((MONITORING / "dashboards" / "allset.json").read_text(encoding="utf-8"))
+    assert board["uid"] == "allset" and board["title"]
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in board["panels"]:
+        if panel["type"] != "row":
+            assert panel["datasource"]["uid"] == "${datasource}"
+            assert panel["targets"]
+    config_map = one(render(MONITORING), "ConfigMap", "allset-grafana-dashboard")
+    assert json.loads(config_map["data"]["allset.json"]) == board
+
+
+def test_monitoring_files_are_all_in_the_kustomization() -> None:
+    kustomization = yaml.safe_load((MONITORING / "kustomization.yaml").read_text())
+    listed = {*kustomization["resources"],
+              *(f for g in kustomization["configMapGenerator"] for f in g["files"])}
+    present = {str(p.relative_to(MONITORING)) for p in MONITORING.rglob("*")
+               if p.is_file() and p.name != "kustomization.yaml"}
+    assert present == listed
