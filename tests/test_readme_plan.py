@@ -1,6 +1,7 @@
-"""The README's `allset plan` example prints what the README shows, even after a server
-was started from the same example config (issue 15, item 9), and a relative statePath is
-relative to the config file, not to the directory allset was started in."""
+"""The `allset plan` example (the README's until issue 30, now docs/planning.md, which the
+README points to) prints what it shows, even after a server was started from the same
+example config (issue 15, item 9), and a relative statePath is relative to the config
+file, not to the directory allset was started in."""
 
 from __future__ import annotations
 
@@ -20,11 +21,12 @@ from tests.kit.cli import ROOT, Served, run_allset
 from tests.kit.helpers import free_port, wait_until
 
 EXAMPLE = ROOT / "deploy" / "examples" / "simulated.yaml"
+PLANNING = ROOT / "docs" / "planning.md"
 
 
 def readme_plan() -> tuple[list[str], str]:
-    """The README's plan command (its arguments) and the output it shows."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """docs/planning.md's first plan command (its arguments) and the output it shows."""
+    text = PLANNING.read_text(encoding="utf-8")
     block = re.search(r"```sh\n\.venv/bin/allset plan (.*?)```", text, flags=re.DOTALL)
     assert block is not None
     command, _, output = block.group(1).partition("\n    ")
@@ -32,8 +34,14 @@ def readme_plan() -> tuple[list[str], str]:
     return args.split(), shown
 
 
+def test_the_readme_points_to_the_plan_example() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "](docs/planning.md)" in readme
+
+
 def test_readme_plan_answers_as_shown_after_a_serve(tmp_path: Path) -> None:
     args, shown = readme_plan()
+    assert "h100-a  reserved   cr-h100-a" in shown, shown  # the block read is the example
     assert run_allset(*args).stdout == shown  # before any server ran
     metrics = free_port()
     served = Served(["--config", str(EXAMPLE), "--state-dir", str(tmp_path / "state"),

@@ -1,8 +1,9 @@
 """The README's commands, run in order as a new user would, in a fresh directory with a
-fresh HOME (so a fresh default --state-dir) (issue 15, "Must show"). Each command is
-run as written, except: the fixed port 8086 becomes a free one (tests run side by side),
-and the commands that need what a test cannot have (docker, a cluster, the whole check)
-are listed in SKIPPED with the reason."""
+fresh HOME (so a fresh default --state-dir) (issue 15, "Must show"), then those of the
+docs pages the README's other sections moved to (issue 30): PAGES, in the order a reader
+follows the README's links. Each command is run as written, except: the fixed port 8086
+becomes a free one (tests run side by side), and the commands that need what a test
+cannot have (docker, a cluster, the whole check) are listed in SKIPPED with the reason."""
 
 from __future__ import annotations
 
@@ -29,12 +30,19 @@ SKIPPED = {
 # tests/sim runs simulate on small traces, through the same code.
 SLOW = (".venv/bin/allset simulate",)
 RUN_SLOW = os.environ.get("ALLSET_README_ALL") == "1"
+# The README, then the pages that hold the commands of its former sections.
+PAGES = ("README.md", "docs/planning.md", "docs/crash-safety.md", "docs/simulation.md")
 
 
 def readme_commands() -> list[str]:
-    """Every command of the README's sh blocks, continuation lines joined, in order.
+    """Every command of PAGES' sh blocks, continuation lines joined, in order."""
+    return [command for page in PAGES for command in page_commands(page)]
+
+
+def page_commands(page: str) -> list[str]:
+    """Every command of one page's sh blocks, continuation lines joined, in order.
     Lines of a block that follow a command and do not look like one are its output."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / page).read_text(encoding="utf-8")
     commands: list[str] = []
     for block in re.findall(r"```sh\n(.*?)```", text, flags=re.DOTALL):
         pending = ""
@@ -162,3 +170,20 @@ def _six_nodes(walk: Walk, command: str) -> None:
 @pytest.mark.parametrize("prefix", sorted(SKIPPED))
 def test_every_skip_still_names_a_readme_command(prefix: str) -> None:
     assert any(c.startswith(prefix) for c in readme_commands()), prefix
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_still_holds_commands(page: str) -> None:
+    """A page whose commands moved again must leave PAGES (or the walk would silently lose
+    them), and each docs page of PAGES is one the README links to."""
+    assert page_commands(page), f"{page} holds no command"
+    if page != "README.md":
+        readme = (ROOT / "README.md").read_text(encoding="utf-8")
+        assert f"]({page})" in readme, f"the README does not link {page}"
+
+
+def test_the_readme_starts_with_the_first_command() -> None:
+    """What "Run it" asks first is the README's first command, not a docs page's."""
+    first = page_commands("README.md")[0]
+    assert first.startswith("python3 -m venv .venv && "), first
+    assert first.endswith(" serve --insecure"), first
