@@ -1,4 +1,4 @@
-"""Our fake API server (tests/fakekube) stays only as long as it answers like the real one
+"""Our fake API server (tests/fakes/kube) stays only as long as it answers like the real one
 on what allset relies on. Each probe runs against both and the answers must match; a
 difference found by the suite is a probe here (docs/e2e.md lists them)."""
 
