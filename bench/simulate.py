@@ -29,7 +29,7 @@ one seed unless --seeds says more.
 Printed per trace: every figure as its median over seeds and (min-max), then each
 strategy's ratio to allset, seed by seed; with --runtimes-only also the on-demand spend's
 change seed by seed, its mean and standard error, and a sign test (whether the change is
-beyond the spread between seeds). `--markdown` writes the README's tables from the
+beyond the spread between seeds). `--markdown` writes docs/simulation.md's tables from the
 same runs; `--json` saves the runs so that `--from-json` can render them again."""
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="only these rows (labels as printed)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="save the runs here")
     parser.add_argument("--markdown", type=Path, metavar="FILE",
-                        help="write the README's tables here")
+                        help="write docs/simulation.md's tables here")
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
                         help="plot the first trace's runs with the first seed")
     args = parser.parse_args(argv)

@@ -7,7 +7,7 @@
 One page for what every cloud shares and one per cloud (the simulated cloud, AWS, GCP),
 each a table per section of the file: key, type, default, what it means. Types,
 defaults, limits and descriptions all come from the pydantic models, so the pages
-cannot drift from what the loader accepts; tests/test_config_docs.py runs --check.
+cannot drift from what the loader accepts; tests/repo/test_config_docs.py runs --check.
 """
 
 from __future__ import annotations

@@ -8,4 +8,4 @@ strategy (allset, per_pod, ca_atomic, pinned, karpenter; baseline holds what the
 share: node groups, expander, backoff, scale-down cooldown; scaleup their ordinary per-pod
 scale-up) -> accounting (GPU-hours, money) -> run (figures) -> report (text, JSON) and
 plot (PNG); spread sums up many runs (medians and ranges over seeds, ratios to allset, the
-README's markdown) for bench/simulate."""
+docs/simulation.md's markdown) for bench/simulate."""

@@ -1,5 +1,5 @@
 """Many runs summed up: each strategy over several traces and seeds, as the median and the
-range over seeds, each strategy's ratio to allset (paired by seed), and the README's
+range over seeds, each strategy's ratio to allset (paired by seed), and docs/simulation.md's
 markdown table. The runs themselves are made by bench/simulate.py; this is arithmetic and
 formatting only, so that a saved set of runs (JSON) can be rendered again without a rerun."""
 
@@ -181,7 +181,7 @@ def _columns(rows: list[list[str]]) -> list[str]:
             for row in rows]
 
 
-# --- markdown: the README's table -----------------------------------------------------------
+# --- markdown: docs/simulation.md's tables ------------------------------------------------------
 
 # (column header, figure key, format, divisor)
 MARKDOWN_COLUMNS: tuple[tuple[str, str, str, float], ...] = (
@@ -199,9 +199,9 @@ MARKDOWN_COLUMNS: tuple[tuple[str, str, str, float], ...] = (
 
 def markdown(table: Table, titles: Mapping[str, str], extras: Mapping[str, str] | None = None,
              columns: Sequence[tuple[str, str, str, float]] = MARKDOWN_COLUMNS) -> str:
-    """The README's tables: first each strategy's total cost per GPU-hour of work done against
-    allset's on every trace, then one table per trace with every column. Rows are the fair
-    set-up's labels; a label in ``extras`` (e.g. a naive set-up) comes last, marked with
+    """docs/simulation.md's tables: first each strategy's total cost per GPU-hour of work done
+    against allset's on every trace, then one table per trace with every column. Rows are the
+    fair set-up's labels; a label in ``extras`` (e.g. a naive set-up) comes last, marked with
     what it is. Cells: median over seeds (min-max)."""
     extras = extras or {}
     seeds = ", ".join(str(s) for s in table.seeds)
