@@ -12,10 +12,11 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from provider.attempts.executor import Executor as AttemptExecutor
 from provider.attempts.executor import Journal, MemoryJournal, Observer, PartRunner, ThreadRunner
 from provider.attempts.gangs import GangAttempts
+from provider.attempts.ids import attempt_id
 from provider.attempts.metrics import Metrics
 from provider.attempts.recent import RecentOutcomes
 from provider.attempts.reconcile import Reconciler, UnknownGroups
-from provider.attempts.scaleups import ScaleUps, new_attempt_id
+from provider.attempts.scaleups import ScaleUps
 from provider.base.clock import Clock, SystemClock
 from provider.capacity.ledger import Ledger
 from provider.capacity.unavailable import UnavailableOfferings
@@ -131,7 +132,7 @@ class Provider:
     def new_attempt_id(self, kind: str) -> str:
         """``a`` (CA scale-up) or ``r`` (request), the lease epoch it runs under, a random
         part: the cloud's tags then tell which leadership launched what."""
-        return f"{kind}{self.leadership.epoch}-{new_attempt_id()[2:14]}"
+        return attempt_id(kind, self.leadership.epoch)
 
     def acting(self) -> bool:
         """May this process act on the cluster: it leads, and its fleet is read from a

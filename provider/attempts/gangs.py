@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from provider.attempts.executor import AttemptSpec, Executor, Outcome
+from provider.attempts.ids import epoch_of, later_epoch
 from provider.base.clock import Clock
 from provider.capacity.ledger import CapacityView, Ledger
 from provider.domain.cloud import CloudInstance, InstanceState
@@ -80,6 +81,19 @@ def owned(fleet: Fleet, uid: str) -> tuple[list[CloudInstance], list[CloudInstan
         if inst.tags.request_uid == uid:
             (going if _leaving(inst) else live).append(inst)
     return live, going
+
+
+def _later_committed(live: Sequence[CloudInstance], recorded: str | None) -> str | None:
+    """The one attempt among the live committed instances whose lease epoch is later than
+    the recorded attempt's (None: there is none, or more than one of that epoch)."""
+    if recorded is None or epoch_of(recorded) is None:
+        return None
+    later = {i.tags.attempt for i in live if later_epoch(i.tags.attempt, recorded)}
+    if not later:
+        return None
+    top = max(epoch_of(a) or 0 for a in later)
+    newest = {a for a in later if epoch_of(a) == top}
+    return newest.pop() if len(newest) == 1 else None
 
 
 def _leaving(inst: CloudInstance) -> bool:
@@ -158,6 +172,14 @@ class GangAttempts:
         are strays (an earlier gang whose termination failed) and are terminated, never
         counted."""
         live, going = owned(self._fleet, uid)
+        later = _later_committed(live, attempt)
+        if later is not None:
+            # The record is older than a gang that committed: a deposed leader's late write
+            # named its own attempt over its successor's. The later gang is the request's;
+            # its count is read from its tags and recorded again.
+            log.warning("%s: the request records attempt %s, but attempt %s of a later "
+                        "lease epoch committed; keeping that one", key, attempt, later)
+            attempt, count = later, None
         if attempt is None:
             attempts = {i.tags.attempt for i in live}
             if len(attempts) != 1:

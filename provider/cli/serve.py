@@ -210,6 +210,7 @@ def kube_client(path: Path | None, *, connections: int, component: str) -> Any:
     from kubernetes import config as kubeconfig
 
     from provider import __version__
+    from provider.controller.kube import unsent_only
 
     configuration = client.Configuration()
     if path is not None:
@@ -218,6 +219,7 @@ def kube_client(path: Path | None, *, connections: int, component: str) -> Any:
         kubeconfig.load_incluster_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = max(connections,
                                                 configuration.connection_pool_maxsize)
+    configuration.retries = unsent_only()
     api = client.ApiClient(configuration)
     replica = os.environ.get("POD_NAME") or socket.gethostname()
     api.user_agent = f"allset/{__version__} ({replica}) {component}"
@@ -241,7 +243,7 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
     from provider.controller.controller import Controller
     from provider.controller.gang_api import GangApi
     from provider.controller.gang_bridge import GangBridge
-    from provider.controller.kube import KubeApi
+    from provider.controller.kube import READ_TIMEOUT, KubeApi, write_timeout_for
     from provider.controller.requests import Backoff
     from provider.controller.startup import RetryingStart, StartFailed, explain
     from provider.domain.gangs.sources import SOURCES
@@ -256,8 +258,13 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
         # make calls of their own.
         api = kube_client(args.kubeconfig, connections=settings.workers + 8,
                           component="controller")
-        kube = KubeApi(api)
-        bridge = GangBridge(GangApi(api), [SOURCES[s] for s in gangs.sources], provider.clock,
+        election = provider.config.schema.leader_election
+        writes = write_timeout_for(duration_seconds(election.lease_duration),
+                                   duration_seconds(election.renew_deadline),
+                                   duration_seconds(election.retry_period))
+        kube = KubeApi(api, write_timeout=writes, read_timeout=READ_TIMEOUT)
+        bridge = GangBridge(GangApi(api, write_timeout=writes),
+                            [SOURCES[s] for s in gangs.sources], provider.clock,
                             resync_seconds=duration_seconds(gangs.resync),
                             sweep_seconds=300.0) \
             if gangs.sources else None

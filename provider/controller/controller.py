@@ -21,9 +21,10 @@ from provider.controller.kube import KubeApi, resumable
 from provider.controller.nodes import Node, NodeCache, provider_id
 from provider.controller.pod_cache import PodCache
 from provider.controller.queue import WorkQueue
-from provider.controller.requests import Backoff, RequestHandler, ours
+from provider.controller.requests import NOT_READY_DELAY, Backoff, RequestHandler, ours
 from provider.controller.writes import key_of, uid_of
 from provider.domain.cloud import CloudInstance
+from provider.leadership.elector import NotLeader
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,9 @@ class Controller:
         self.gangs = gangs
         self._p = provider
         self._kube = kube
+        # Every write that steers the cloud asks again, right before each try: a worker
+        # that checked at the top of its pass may have been deposed since.
+        kube.fence_with(self._fence)
         self._workers = workers
         self._resync = resync_seconds
         self._watch_seconds = watch_seconds
@@ -54,6 +58,7 @@ class Controller:
             gangs.use_pods(self.pods)
             # Only the acting leader bridges gangs; one that starts acting passes at once.
             gangs.act_while(provider.acting)
+            gangs.fence_with(self._fence)
             provider.watch_serving(lambda acting: gangs.wake() if acting else None)
         self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes,
                                       self.pods)
@@ -65,6 +70,11 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self._states = Gauge("allset_provisioning_requests", "ProvisioningRequests of our "
                              "class by state.", ["state"], registry=provider.metrics.registry)
+
+    def _fence(self) -> None:
+        if not self._p.acting():
+            raise NotLeader("this allset replica no longer acts (not the leader, or not "
+                            "settled): the write is not sent")
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -291,6 +301,11 @@ class Controller:
             if fresh is not None and _newer(fresh, obj):
                 obj = fresh
             delay = self.handler.handle(obj)
+        except NotLeader as err:
+            # Deposed in the middle of a pass: nothing more was written. The new leader
+            # handles the request; here it waits its turn as a standby's does.
+            log.info("handling ProvisioningRequest %s stopped: %s", key, err)
+            delay = NOT_READY_DELAY
         except ApiException as err:
             # The API refusing or failing a call (a 403 while a restarted API server's
             # authorizer warms up, a 5xx) is an outage, not a bug: one line, then retry.

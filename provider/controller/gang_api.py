@@ -11,22 +11,33 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from provider.controller.kube import GROUP, PLURAL, Gone, call
+from provider.controller.kube import GROUP, PLURAL, Gone, call, unfenced
 from provider.domain.gangs.sources import GangSource
 
 _SERVED_TTL = 300.0  # how long the list of served group versions is believed
 
 
 class GangApi:
+    """Writes that steer the cloud (a request created or deleted, a gang's state) pass the
+    fence before each try and are bounded by ``write_timeout``, as KubeApi's are; marking
+    a pod with the request it will consume does not steer, and a standby does it too."""
+
     def __init__(self, api: client.ApiClient, version: str = "v1", *,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 write_timeout: float | None = None) -> None:
         self.version = version  # of ProvisioningRequests
+        self._write_timeout = write_timeout
+        self._fence: Callable[[], None] = unfenced
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
         self._apis = client.ApisApi(api)
         self._monotonic = monotonic
         self._served: frozenset[str] = frozenset()  # group versions, as "group/version"
         self._listed_at = float("-inf")
+
+    def fence_with(self, check: Callable[[], None]) -> None:
+        """``check`` raises (NotLeader) when this process may not act."""
+        self._fence = check
 
     def served(self, source: GangSource) -> bool:
         """Is the source's API served? CRD-based ones exist only where installed, the native
@@ -70,8 +81,10 @@ class GangApi:
 
     def annotate_gang(self, source: GangSource, namespace: str, name: str,
                       annotations: Mapping[str, str | None]) -> None:
+        self._fence()
         call(self._custom.patch_namespaced_custom_object, source.group, source.version,
-              namespace, source.plural, name, {"metadata": {"annotations": dict(annotations)}})
+             namespace, source.plural, name, {"metadata": {"annotations": dict(annotations)}},
+             _request_timeout=self._write_timeout)
 
     def request(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -88,21 +101,27 @@ class GangApi:
         return list(body.get("items", []))
 
     def create_request(self, namespace: str, body: Mapping[str, Any]) -> None:
+        self._fence()
         call(self._custom.create_namespaced_custom_object, GROUP, self.version, namespace,
-              PLURAL, dict(body))
+             PLURAL, dict(body), _request_timeout=self._write_timeout)
 
     def delete_request(self, namespace: str, name: str) -> None:
+        self._fence()
         with contextlib.suppress(Gone):  # gone already
             call(self._custom.delete_namespaced_custom_object, GROUP, self.version,
-                 namespace, PLURAL, name)
+                 namespace, PLURAL, name, _request_timeout=self._write_timeout)
 
     def create_pod_template(self, namespace: str, body: Mapping[str, Any]) -> None:
-        call(self._core.create_namespaced_pod_template, namespace, dict(body))
+        self._fence()
+        call(self._core.create_namespaced_pod_template, namespace, dict(body),
+             _request_timeout=self._write_timeout)
 
     def annotate_pod(self, namespace: str, name: str,
                      annotations: Mapping[str, str | None]) -> None:
         call(self._core.patch_namespaced_pod, name, namespace,
-              {"metadata": {"annotations": dict(annotations)}})
+             {"metadata": {"annotations": dict(annotations)}},
+             _request_timeout=self._write_timeout)
 
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
-        call(self._core.create_namespaced_event, namespace, dict(event))
+        call(self._core.create_namespaced_event, namespace, dict(event),
+             _request_timeout=self._write_timeout)

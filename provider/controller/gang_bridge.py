@@ -186,6 +186,10 @@ class GangBridge:
         reports nothing, and finds nothing to do in a quiet cluster."""
         self._acting = acting
 
+    def fence_with(self, check: Callable[[], None]) -> None:
+        """Asked before each write that steers (``act_while`` is asked once a pass)."""
+        self._api.fence_with(check)
+
     def use_version(self, version: str) -> None:
         """The ProvisioningRequest version the cluster serves (the controller found it)."""
         self._api.version = version

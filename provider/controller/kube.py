@@ -10,13 +10,14 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
+from urllib3.util.retry import Retry
 
 GROUP = "autoscaling.x-k8s.io"
 VERSIONS = ("v1", "v1beta1")
@@ -82,11 +83,48 @@ class Gone(Exception):
     """The object no longer exists (HTTP 404)."""
 
 
-class KubeApi:
-    """A thin wrapper over the official client; one method per call in CALLS."""
+# A read that takes longer than this has failed (the next pass reads again). Writes are
+# bounded more tightly, by write_timeout_for.
+READ_TIMEOUT = 60.0
 
-    def __init__(self, api: client.ApiClient, version: str = "v1") -> None:
+
+def write_timeout_for(lease: float, renew: float, retry: float) -> float:
+    """How long a write that steers the cloud may take: under the gap between the renew
+    deadline (when a cut-off leader stops acting) and the lease duration (when another
+    may start), so a write this process gave up on is over before a successor acts, and
+    never longer than a retry period."""
+    return max(1.0, min(retry, lease - renew))
+
+
+def unsent_only() -> Retry:
+    """The client's retries: a request that never reached the API server (a refused
+    connection) is tried again; one that may have been sent is not. urllib3's default
+    (Retry(3)) sends a PUT again after a read timeout, with no fence between the tries:
+    a write this process gave up on could land later still, under another's lease."""
+    return Retry(total=3, connect=3, read=0, redirect=0, status=0, other=0)
+
+
+def unfenced() -> None:
+    """The fence of a KubeApi no one fenced: one process, nothing to stand aside for."""
+
+
+class KubeApi:
+    """A thin wrapper over the official client; one method per call in CALLS.
+
+    Writes that steer the cloud (a request's finalizers and status, a Node's booking)
+    pass the fence (``fence_with``: it raises when this process may no longer act)
+    immediately before each try and are bounded by ``write_timeout``, so a deposed
+    leader's write is refused here or, when it was already on its way, expires before a
+    successor may act; resourceVersion preconditions refuse the rest at the server.
+    Events are not fenced: they record, they do not steer."""
+
+    def __init__(self, api: client.ApiClient, version: str = "v1", *,
+                 write_timeout: float | None = None, read_timeout: float | None = None
+                 ) -> None:
         self.version = version
+        self._write_timeout = write_timeout
+        self._read_timeout = read_timeout
+        self._fence: Callable[[], None] = unfenced
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
         self._watches: list[Any] = []  # open watch responses, closed by stop_watching
@@ -94,17 +132,23 @@ class KubeApi:
         self._stopped = False  # by stop_watching: a watch opened after it ends at once
         self._workloads_forbidden = False  # warned once
 
+    def fence_with(self, check: Callable[[], None]) -> None:
+        """``check`` raises (NotLeader) when this process may not act: asked before every
+        steering write."""
+        self._fence = check
+
     # --- ProvisioningRequests --------------------------------------------------------------
 
     def list_requests(self) -> tuple[list[dict[str, Any]], str]:
-        body: dict[str, Any] = self._custom.list_cluster_custom_object(GROUP, self.version,
-                                                                       PLURAL)
+        body: dict[str, Any] = self._custom.list_cluster_custom_object(
+            GROUP, self.version, PLURAL, _request_timeout=self._read_timeout)
         return list(body.get("items", [])), str(body["metadata"]["resourceVersion"])
 
     def probe_requests(self) -> None:
         """Raises ApiException (404) when this version of the API is not served. Asks for
         one item: at startup the whole list is read once, by the watch."""
-        self._custom.list_cluster_custom_object(GROUP, self.version, PLURAL, limit=1)
+        self._custom.list_cluster_custom_object(GROUP, self.version, PLURAL, limit=1,
+                                                _request_timeout=self._read_timeout)
 
     def watch_requests(self, resource_version: str, timeout_seconds: int
                        ) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -163,7 +207,8 @@ class KubeApi:
 
     def get_request(self, namespace: str, name: str) -> dict[str, Any]:
         found: dict[str, Any] = call(self._custom.get_namespaced_custom_object, GROUP,
-                                      self.version, namespace, PLURAL, name)
+                                      self.version, namespace, PLURAL, name,
+                                      _request_timeout=self._read_timeout)
         return found
 
     def set_finalizers(self, request: Mapping[str, Any], finalizers: list[str]
@@ -175,25 +220,29 @@ class KubeApi:
         meta = request["metadata"]
         patch = {"metadata": {"finalizers": finalizers,
                               "resourceVersion": meta["resourceVersion"]}}
+        self._fence()
         patched: dict[str, Any] = call(self._custom.patch_namespaced_custom_object, GROUP,
                                         self.version, meta["namespace"], PLURAL, meta["name"],
-                                        patch)
+                                        patch, _request_timeout=self._write_timeout)
         return patched
 
     def replace_status(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Write ``request['status']``; the object's resourceVersion guards against lost
         updates (Conflict when someone wrote in between)."""
         meta = request["metadata"]
+        self._fence()
         written: dict[str, Any] = call(self._custom.replace_namespaced_custom_object_status,
                                         GROUP, self.version, meta["namespace"], PLURAL,
-                                        meta["name"], request)
+                                        meta["name"], request,
+                                        _request_timeout=self._write_timeout)
         return written
 
     # --- the rest --------------------------------------------------------------------------
 
     def get_pod_template(self, namespace: str, name: str) -> dict[str, Any]:
         template: dict[str, Any] = call(self._core.read_namespaced_pod_template, name,
-                                         namespace, _preload_content=False)
+                                         namespace, _preload_content=False,
+                                         _request_timeout=self._read_timeout)
         return template
 
     def get_dra_object(self, plural: str, namespace: str | None, name: str
@@ -202,10 +251,10 @@ class KubeApi:
         found: dict[str, Any]
         if namespace is None:
             found = call(self._custom.get_cluster_custom_object, DRA_GROUP, DRA_VERSION,
-                          plural, name)
+                          plural, name, _request_timeout=self._read_timeout)
         else:
             found = call(self._custom.get_namespaced_custom_object, DRA_GROUP, DRA_VERSION,
-                          namespace, plural, name)
+                          namespace, plural, name, _request_timeout=self._read_timeout)
         return found
 
     def get_workload(self, api_version: str, namespace: str, name: str
@@ -216,7 +265,8 @@ class KubeApi:
         group, _, version = api_version.partition("/")
         try:
             found: dict[str, Any] = call(self._custom.get_namespaced_custom_object, group,
-                                          version, namespace, WORKLOADS, name)
+                                          version, namespace, WORKLOADS, name,
+                                          _request_timeout=self._read_timeout)
         except Gone:
             return None
         except ApiException as err:
@@ -232,7 +282,8 @@ class KubeApi:
 
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
         """Every Node and the resourceVersion to watch from (the node cache's list)."""
-        body: dict[str, Any] = call(self._core.list_node, _preload_content=False)
+        body: dict[str, Any] = call(self._core.list_node, _preload_content=False,
+                                    _request_timeout=self._read_timeout)
         return list(body.get("items", [])), str(body["metadata"]["resourceVersion"])
 
     def watch_nodes(self, resource_version: str, timeout_seconds: int
@@ -244,17 +295,23 @@ class KubeApi:
     def patch_node(self, name: str, labels: Mapping[str, str | None],
                    annotations: Mapping[str, str | None]) -> dict[str, Any]:
         """Set (or, with None, remove) labels and annotations on a node; returns the Node
-        as written (plain JSON: the client's models cost more than the Node is worth)."""
+        as written (plain JSON: the client's models cost more than the Node is worth).
+
+        Fenced and bounded, without a resourceVersion precondition: the kubelet writes
+        its Node often, so one would conflict on most tries, and a label a late write
+        took away is put back by the acting leader's next pass over its bookings."""
+        self._fence()
         written: dict[str, Any] = call(
             self._core.patch_node, name,
             {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}},
-            _preload_content=False)
+            _preload_content=False, _request_timeout=self._write_timeout)
         return written
 
     def list_all_pods(self) -> tuple[list[dict[str, Any]], str]:
         """Every Pod and the resourceVersion to watch from (the pod cache's list)."""
         body: dict[str, Any] = call(self._core.list_pod_for_all_namespaces,
-                                    _preload_content=False)
+                                    _preload_content=False,
+                                    _request_timeout=self._read_timeout)
         return list(body.get("items", [])), str(body["metadata"]["resourceVersion"])
 
     def watch_all_pods(self, resource_version: str, timeout_seconds: int
@@ -264,7 +321,8 @@ class KubeApi:
                                 timeout_seconds=timeout_seconds)
 
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
-        call(self._core.create_namespaced_event, namespace, dict(event))
+        call(self._core.create_namespaced_event, namespace, dict(event),
+             _request_timeout=self._write_timeout)
 
 
 def call(fn: Any, *args: Any, **kwargs: Any) -> Any:

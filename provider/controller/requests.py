@@ -243,7 +243,8 @@ class RequestHandler:
             # Its event (reason WaitingForNodes) says what launched.
             self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_NODES,
                                   _waiting_text(n, outcome.attempt))],
-                           details={PLANNED_DETAIL: str(n)})
+                           # With its attempt: a count never pairs with another's record.
+                           details={ATTEMPT_DETAIL: outcome.attempt, PLANNED_DETAIL: str(n)})
             return 0.0
         if outcome.result is Result.CANCELLED:
             return None

@@ -1,7 +1,9 @@
 """What the controller writes to a ProvisioningRequest: conditions and class details on its
 status, its finalizer, and events. Every write is guarded by the resourceVersion it was
 read at; on a Conflict the request is read again and the change re-applied, but never to
-another request that took the same name (a different UID)."""
+another request that took the same name (a different UID), never by a process that no
+longer acts (the KubeApi's fence, asked before each try), and never so that the record of
+an attempt of an older lease epoch replaces a newer one (a deposed leader's late write)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from provider.attempts.ids import later_epoch
 from provider.base.clock import Clock, rfc3339
 from provider.controller import conditions as c
+from provider.controller.gang import ATTEMPT_DETAIL
 from provider.controller.kube import Conflict, Gone, KubeApi
 
 log = logging.getLogger(__name__)
@@ -111,6 +115,8 @@ class Writer:
                     merged[k] = v
             if not changed and merged == before:
                 return current
+            if not _may_record(key_of(current), before, details):
+                return None
             status["conditions"] = [x.as_dict() for x in conds.values()]
             if merged:
                 status["provisioningClassDetails"] = merged
@@ -155,3 +161,18 @@ class Writer:
             })
         except Exception as err:  # events are best effort; the status is the record
             log.warning("event for %s not recorded: %s", key_of(obj), err)
+
+
+def _may_record(key: str, stored: Mapping[str, str],
+                wanted: Mapping[str, str | None] | None) -> bool:
+    """May a write of ``wanted`` class details go over the ``stored`` ones? Not when it
+    names an attempt of an older lease epoch than the one recorded: a successor recorded
+    its own attempt since this write was prepared (the successor's gang would otherwise be
+    taken for an earlier attempt's strays)."""
+    want = (wanted or {}).get(ATTEMPT_DETAIL)
+    have = stored.get(ATTEMPT_DETAIL)
+    if want and have and later_epoch(have, want):
+        log.warning("%s: not recording attempt %s over %s, of a later lease epoch", key,
+                    want, have)
+        return False
+    return True

@@ -96,7 +96,7 @@ def test_without_rbac_for_workloads_the_limit_is_skipped_with_one_warning(
     class Refusing:
         calls = 0
 
-        def get_namespaced_custom_object(self, *args: object) -> object:
+        def get_namespaced_custom_object(self, *args: object, **kwargs: object) -> object:
             Refusing.calls += 1
             raise ApiException(status=403, reason="Forbidden")
 

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from tests.fakes.kube import errors, resources
-from tests.fakes.kube.server import Context, Server, serve
+from tests.fakes.kube.server import Context, Hold, Server, serve
 from tests.fakes.kube.store import Clock, Json, Store
 
 
@@ -67,6 +67,10 @@ class FakeKube:
         if self._server is None:
             return
         self.store.stop()
+        with self._ctx.lock:  # a request held now is never applied: the server is gone
+            for hold in self._ctx.holds:
+                hold.drop()
+            self._ctx.holds.clear()
         self._server.shutdown()
         with self._ctx.lock:
             open_connections = list(self._ctx.connections)
@@ -179,6 +183,16 @@ class FakeKube:
             self.store.modify(res, namespace, name, change)
 
         self.store.race(res, namespace, name, write)
+
+    def hold(self, verb: str, counted: str, name: str = "") -> Hold:
+        """Hold the next API request of ``verb`` on ``counted`` (``"update"``,
+        ``"provisioningrequests/status"``; ``name``: only for that object) at the server
+        until ``release()``: its client waits or times out meanwhile, and the request is
+        applied when released, whatever happened since (a write that lands late)."""
+        hold = Hold(verb, counted, name)
+        with self._ctx.lock:
+            self._ctx.holds.append(hold)
+        return hold
 
     def bookmark(self) -> None:
         """Every open watch that allows bookmarks receives one at the current version."""

@@ -23,6 +23,8 @@ from tests.fakes.kube.store import Store, render
 Json = dict[str, Any]
 
 # Query parameters whose meaning the fake does not implement: refused, never ignored.
+HOLD_LIMIT = 60.0  # a held request is applied after this long even if never released
+
 UNMODELLED = ("dryRun", "resourceVersionMatch", "sendInitialEvents", "continue")
 
 
@@ -114,6 +116,34 @@ def handle(store: Store, name: str, route: Route, query: dict[str, str], raw: by
 
 
 @dataclass
+class Hold:
+    """One API request held at the server before it is applied: the request has arrived
+    (and its client waits, or times out), and it is applied only once released, as a
+    write stuck in a partition or a slow proxy lands late. One-shot: the first request
+    that matches is held, later ones pass."""
+
+    verb: str  # as RBAC names it: "update", "patch", "create", ...
+    counted: str  # "provisioningrequests/status", "nodes", ...
+    name: str = ""  # only a request for this object ("" for any)
+    arrived: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+    answered: threading.Event = field(default_factory=threading.Event)
+    code: int | None = None  # what the server answered once released
+    dropped: bool = False  # the server stopped while holding it: never applied
+
+    def release(self) -> None:
+        self.released.set()
+
+    def drop(self) -> None:
+        self.dropped = True
+        self.released.set()
+
+    def matches(self, verb: str, route: Route) -> bool:
+        return (verb, route.counted) == (self.verb, self.counted) and \
+            (not self.name or self.name == route.name)
+
+
+@dataclass
 class Context:
     """What the handlers of one server share with the FakeKube that runs it."""
 
@@ -127,7 +157,16 @@ class Context:
     watchers: Counter[str] = field(default_factory=Counter)  # open watches by resource
     agents: Counter[str] = field(default_factory=Counter)  # requests by User-Agent
     connections: set[socket.socket] = field(default_factory=set)
+    holds: list[Hold] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def held(self, verb: str, route: Route) -> Hold | None:
+        with self.lock:
+            for hold in self.holds:
+                if not hold.arrived.is_set() and hold.matches(verb, route):
+                    hold.arrived.set()
+                    return hold
+        return None
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -155,6 +194,7 @@ class Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         with self.ctx.lock:
             self.ctx.agents[self.headers.get("User-Agent") or ""] += 1
+        hold: Hold | None = None
         try:
             parts = [p for p in url.path.split("/") if p]
             if parts == ["apis"] and self.command == "GET":
@@ -175,6 +215,12 @@ class Handler(BaseHTTPRequestHandler):
             if name == "watch":
                 self._watch(route, query)
                 return
+            hold = self.ctx.held(name, route)
+            if hold is not None:
+                hold.released.wait(HOLD_LIMIT)
+                if hold.dropped:  # the server went away with it: the client sees a reset
+                    self.close_connection = True
+                    return
             code, body = handle(self.ctx.store, name, route, query, raw,
                                 self.headers.get("Content-Type") or "")
         except ApiError as err:
@@ -183,6 +229,9 @@ class Handler(BaseHTTPRequestHandler):
             traceback.print_exc()
             code, body = 500, ApiError(500, "InternalError", f"fakekube bug: {err!r}").status()
         self._reply(code, body)
+        if hold is not None:
+            hold.code = code
+            hold.answered.set()
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
