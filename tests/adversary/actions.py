@@ -1,7 +1,9 @@
 """The adversary's moves. Each step is one of: let a background task run to its next
 yield point, or act as the outside world does — CA over gRPC, people and Kueue on the
 Kubernetes API, kubelets joining and nodes vanishing, the cloud failing, time passing,
-the process dying."""
+the process dying. With replicas also: a replica cut off from the API server or the
+cloud and healed (its held requests landing late or dropped), its wall clock stepped,
+killed and restarted, a rolling update."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
 from adapters.fake import Stockout
 from provider.domain.cloud import (
@@ -22,20 +26,27 @@ from provider.domain.cloud import (
 )
 from provider.wire import externalgrpc_pb2 as pb
 from tests.adversary.endpoint import TIMEOUT
-from tests.adversary.world import ALL_GROUPS, NAMESPACE, World
+from tests.adversary.fixes import MONOTONIC_FENCE, forced
+from tests.adversary.world import ALL_GROUPS, NAMESPACE, Incarnation, Replica, World
 from tests.fakes.kube import objects
 
 REQUEST_NAMES = ("job-1", "job-2")
 MAX_CRASHES = 3
+MAX_KILLS = 4  # replicas: kills and retirements
+MAX_ROLLOUTS = 2
 REMOVABLE_GROUP = "gpu-b"
+STEP_SECONDS = (5, 15, 30, 45, 60)  # wall-clock steps, up to a lease duration
 
 
 class Adversary:
     def __init__(self, world: World) -> None:
         self.w = world
         self.counts: Counter[str] = Counter()
+        self.coverage: Counter[str] = Counter()  # what the replica moves reached
         self.crashes = 0
         self.killed = 0  # tasks a crash stopped mid-way
+        self.rollouts = 0
+        self.retiring: Replica | None = None  # the old pod a rolling update replaces
         self._moves: dict[str, tuple[float, Callable[[], str]]] = {
             "ca.increase": (6, self.ca_increase),
             "ca.delete": (5, self.ca_delete),
@@ -50,8 +61,20 @@ class Adversary:
             "clock": (5, self.clock),
             "refresh": (4, self.refresh),
             "controller": (6, self.controller),
-            "crash": (1.2, self.crash),
         }
+        if world.solo:
+            self._moves["crash"] = (1.2, self.crash)
+        else:
+            self._moves.update({
+                "kill": (1.0, self.kill),
+                "restart": (2.0, self.restart),
+                "rollout": (0.6, self.rollout),
+                "partition.kube": (2.0, self.partition_kube),
+                "partition.cloud": (1.2, self.partition_cloud),
+                "heal": (3.0, self.heal),
+            })
+            if MONOTONIC_FENCE.present() or "clock.step" in forced():
+                self._moves["clock.step"] = (2.0, self.clock_step)
 
     # --- one step -----------------------------------------------------------------------
 
@@ -231,28 +254,43 @@ class Adversary:
 
     def clock(self) -> str:
         seconds = self.w.rng.choice((1, 5, 15, 30, 70, 200))
-        self.w.clock.advance(seconds)
-        return f"+{seconds}s"
+        switches = self.w.advance(seconds)
+        return f"+{seconds}s" + (f" ({switches} election switches)" if switches else "")
 
     # --- allset's own loops ---------------------------------------------------------------
 
-    def refresh(self) -> str:
-        inc = self.w.current
-        if not inc.started:
+    def _someone(self) -> Incarnation | None:
+        """A live process to run a loop of: with replicas, any one (a standby's pass acts
+        on nothing, which is what it must do)."""
+        alive = [i for i in self.w.alive() if not i.stopping]
+        return self.w.rng.choice(alive) if alive else None
+
+    def refresh(self, inc: Incarnation | None = None) -> str:
+        inc = inc or self._someone()
+        if inc is None or not inc.started:
             return "not started"
-        task = self.w.sched.spawn(f"i{inc.number}.refresh{self.w.step_no}",
+        task = self.w.sched.spawn(f"{inc.tag}.refresh{self.w.step_no}",
                                   inc.provider.refresh_now, inc.owner)
         return task.name
 
-    def controller(self) -> str:
-        inc = self.w.current
-        if not inc.started:
+    def controller(self, inc: Incarnation | None = None) -> str:
+        inc = inc or self._someone()
+        if inc is None or not inc.started:
             return "not started"
         ready = getattr(inc.provider, "ready", None)
         if ready is not None and not ready.is_set():
             return "not ready (no complete listing yet)"  # the start-up gate holds it
-        task = self.w.sched.spawn(f"i{inc.number}.ctl{self.w.step_no}",
-                                  inc.controller.sync_once, inc.owner)
+        controller = inc.controller
+
+        def one_pass() -> None:
+            # The controller's own loops survive an API server that fails or cannot be
+            # reached (they log and go round again): so does a pass here.
+            try:
+                controller.sync_once()
+            except (HTTPError, ApiException):
+                self.coverage["controller passes cut short by the API server"] += 1
+
+        task = self.w.sched.spawn(f"{inc.tag}.ctl{self.w.step_no}", one_pass, inc.owner)
         return task.name
 
     def crash(self) -> str:
@@ -260,12 +298,133 @@ class Adversary:
         if self.crashes >= MAX_CRASHES:
             return "no more crashes"
         self.crashes += 1
-        killed = w.crash()
+        inc = w.current
+        killed = w.kill(inc)
         self.killed += killed
         state: Path | None = w.workdir / "state" if w.rng.random() < 0.5 else None
         groups = w.groups
         if REMOVABLE_GROUP in groups and w.rng.random() < 0.25:
             groups = tuple(g for g in groups if g != REMOVABLE_GROUP)
-        inc = w.boot(groups, state)
-        return (f"SIGKILL ({killed} tasks); incarnation {inc.number} "
+        new = w.boot(inc.replica, groups, state)
+        return (f"SIGKILL ({killed} tasks); incarnation {new.number} "
                 f"{'with' if state else 'without'} state dir, groups {list(groups)}")
+
+    # --- replicas -------------------------------------------------------------------------
+
+    def _replica(self, alive: bool = True) -> Replica | None:
+        picks = [r for r in self.w.standing() if (r.current is not None and
+                                                  r.current.alive) == alive]
+        return self.w.rng.choice(picks) if picks else None
+
+    def kill(self) -> str:
+        """SIGKILL one replica's process (the OOM killer, a node lost): the leader or the
+        standby."""
+        w = self.w
+        if self.crashes >= MAX_KILLS:
+            return "no more kills"
+        replica = self._replica()
+        if replica is None or replica.current is None:
+            return "nobody alive"
+        inc = replica.current
+        self.crashes += 1
+        leader = inc.leading()
+        killed = w.kill(inc)
+        self.killed += killed
+        self.coverage["leaders killed" if leader else "standbys killed"] += 1
+        return f"SIGKILL {inc.tag} ({'leader' if leader else 'standby'}, {killed} tasks)"
+
+    def restart(self) -> str:
+        """The kubelet starts a dead replica's container again (its emptyDir kept)."""
+        replica = self._replica(alive=False)
+        if replica is None:
+            return "nobody to restart"
+        inc = self.w.boot(replica)
+        return (f"restart {replica.name}: incarnation {inc.tag} "
+                f"{'with' if inc.state_dir else 'without'} state dir")
+
+    def rollout(self) -> str:
+        """A rolling update (maxSurge 1): a new pod starts; once it runs, an old one goes,
+        by SIGTERM (drained and handing the lease over, or not drained) or killed at the
+        end of its grace period."""
+        w = self.w
+        old = self.retiring
+        if old is not None:
+            new = w.replicas[-1]
+            if new.current is None or not new.current.started:
+                return f"rollout: {new.name} not started yet"
+            self.retiring = None
+            old.retired = True
+            inc = old.current
+            if inc is None or not inc.alive:
+                return f"rollout: {old.name} retired (it was dead)"
+            if w.rng.random() < 0.75:
+                w.shut_down(inc, grace=w.rng.choice((0.0, 5.0, 30.0)))
+                self.coverage["rolling updates (SIGTERM)"] += 1
+                return f"rollout: SIGTERM {inc.tag}"
+            self.killed += w.kill(inc)
+            self.coverage["rolling updates (SIGKILL)"] += 1
+            return f"rollout: {inc.tag} killed after its grace period"
+        if self.rollouts >= MAX_ROLLOUTS or len(w.standing()) > 2:
+            return "no more rollouts"
+        self.rollouts += 1
+        replica = w.add_replica(state=w.rng.random() < 0.5)
+        inc = w.boot(replica)
+        self.retiring = w.rng.choice([r for r in w.standing() if r is not replica])
+        return f"rollout: new pod {replica.name} ({inc.tag}); {self.retiring.name} goes next"
+
+    def partition_kube(self) -> str:
+        return self._cut("API server", 0.7)
+
+    def partition_cloud(self) -> str:
+        return self._cut("cloud", 0.6)
+
+    def _cut(self, what: str, hang: float) -> str:
+        """Cut one replica off from the API server or the cloud: its calls hang (held,
+        each until its own timeout) or are refused at once."""
+        replica = self._replica()
+        link = None if replica is None else \
+            replica.kube if what == "API server" else replica.cloud
+        if replica is None or link is None or link.partition is not None:
+            return "nothing to cut"
+        kind = "hang" if self.w.rng.random() < hang else "refuse"
+        link.partition = kind
+        self.coverage[f"{'API' if what == 'API server' else what} partitions ({kind})"] += 1
+        return f"{replica.name} cut off from the {what} ({kind})"
+
+    def heal(self, everything: bool = False) -> str:
+        """A partition ends. Requests held from the API server land now (after their
+        caller gave up, or while it still waits) or are dropped."""
+        w = self.w
+        cut = [(r, "kube") for r in w.replicas if r.kube.partition is not None] + \
+              [(r, "cloud") for r in w.replicas if r.cloud.partition is not None]
+        if not cut:
+            return "nothing to heal"
+        done = []
+        for replica, what in (cut if everything else [w.rng.choice(cut)]):
+            if what == "cloud":
+                replica.cloud.partition = None
+                done.append(f"{replica.name}-cloud")
+                continue
+            land = w.rng.random() < 0.6
+            held, late = replica.kube.heal(land)
+            if held:
+                self.coverage["API partitions healed, held requests " +
+                              ("landing late" if land else "dropped")] += 1
+            done.append(f"{replica.name}-API ({held} held {'land' if land else 'dropped'}, "
+                        f"{late} after their caller gave up)")
+        return "healed " + ", ".join(done)
+
+    def clock_step(self) -> str:
+        """One replica's wall clock is stepped (an NTP step, a VM resumed) by up to a
+        lease duration, either way; its monotonic clock does not move."""
+        w = self.w
+        replica = self._replica()
+        if replica is None:
+            return "nobody alive"
+        lease = w.timing[0]
+        seconds = float(w.rng.choice(STEP_SECONDS)) * w.rng.choice((1, -1))
+        if abs(replica.clock.offset + seconds) > lease:
+            seconds = -seconds
+        replica.clock.step_wall(seconds)
+        self.coverage["wall-clock steps " + ("forward" if seconds > 0 else "back")] += 1
+        return f"{replica.name}'s wall clock {seconds:+.0f}s (offset {replica.clock.offset:+.0f}s)"

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from adapters.fake import FakeCloud
 from provider.domain.cloud import (
@@ -26,7 +27,9 @@ from provider.domain.cloud import (
     CloudSnapshot,
     InstanceState,
     LaunchRequest,
+    OutcomeUnknown,
     Shape,
+    TransientError,
 )
 from tests.adversary.sched import Crashed, current, yield_point
 
@@ -69,6 +72,8 @@ class LaggingCloud:
     terminate_called: set[str] = field(default_factory=set)
     # Committed instances allset terminated, and the task that did it.
     killed_committed: list[tuple[CloudInstance, str]] = field(default_factory=list)
+    # Instance -> the owner (incarnation) of the task whose call ended it.
+    ended_by: dict[str, object] = field(default_factory=dict)
     _seen: dict[str, _Seen] = field(default_factory=dict)
 
     # --- the real calls, recorded -----------------------------------------------------
@@ -130,6 +135,7 @@ class LaggingCloud:
             now_alive = {i.id for i in self.fake.live_instances()}
             task = current()
             for iid in live.keys() - now_alive:
+                self.ended_by[iid] = task.owner if task else None
                 if iid in self._seen:
                     self._seen[iid].terminated = self._mark()
                 if live[iid].tags.committed:
@@ -146,6 +152,13 @@ class LaggingCloud:
 
     def describe_shapes(self, instance_types: Sequence[str]) -> dict[str, Shape]:
         return self.fake.describe_shapes(instance_types)
+
+    def __getattr__(self, name: str) -> Any:
+        # Calls of the adapter contract this layer does not model (a deleting tag, say):
+        # the fake's own, unchanged.
+        if name == "fake":
+            raise AttributeError(name)
+        return getattr(self.fake, name)
 
     # --- the world's own moves ----------------------------------------------------------
 
@@ -183,14 +196,51 @@ class LaggingCloud:
         return hashlib.sha256(instance_id.encode()).digest()[0] % 2
 
 
+# How long a cloud call may hang in a partition before its SDK gives up: within the
+# listing settle (reconcile.listingSettle in world.py), the bound allset assumes for a
+# call to show, so a call that lands late still lands within what a successor waits out.
+CLOUD_TIMEOUT = 15.0
+
+
+class CloudLink:
+    """One replica's network path to the cloud: ``refuse`` fails each call at once,
+    ``hang`` holds it until the partition heals (then it goes through) or its timeout
+    passes (then it fails, not performed)."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+        self.partition: str | None = None
+
+    def cross(self, op: str) -> None:
+        kind = self.partition
+        if kind is None:
+            return
+        task = current()
+        mutating = op in ("launch", "terminate", "commit") or op not in _READS
+        if kind == "hang" and task is not None:
+            deadline = self._now() + CLOUD_TIMEOUT
+            task.wait_until(lambda: self.partition is None or self._now() >= deadline,
+                            f"cloud.{op} held")
+            if self.partition is None:
+                return
+        if mutating:
+            raise OutcomeUnknown(f"{op}: no answer (partitioned from the cloud)")
+        raise TransientError(f"{op}: connection failed (partitioned from the cloud)")
+
+
+_READS = frozenset({"snapshot", "describe_shapes"})
+
+
 class GatedCloud:
     """One incarnation's adapter (implements provider.domain.cloud.CloudAdapter)."""
 
     name = "fake"
 
-    def __init__(self, cloud: LaggingCloud, alive: Callable[[], bool]) -> None:
+    def __init__(self, cloud: LaggingCloud, alive: Callable[[], bool],
+                 link: CloudLink | None = None) -> None:
         self._cloud = cloud
         self._alive = alive
+        self._link = link
 
     def _enter(self, op: str) -> None:
         if not self._alive():
@@ -198,6 +248,10 @@ class GatedCloud:
         yield_point(f"cloud.{op}")
         if not self._alive():
             raise Crashed
+        if self._link is not None:
+            self._link.cross(op)
+            if not self._alive():
+                raise Crashed
 
     def _leave(self, op: str) -> None:
         # The call happened; a crash here loses its answer.
@@ -238,3 +292,19 @@ class GatedCloud:
 
     def close(self) -> None:
         pass
+
+    def __getattr__(self, name: str) -> Any:
+        """A call of the contract added since this was written (a deleting tag on an
+        instance, say): gated like the others."""
+        value = getattr(self._cloud.fake, name)
+        if not callable(value) or name.startswith("_"):
+            return value
+
+        def gated(*args: Any, **kwargs: Any) -> Any:
+            self._enter(name)
+            try:
+                return getattr(self._cloud, name)(*args, **kwargs)
+            finally:
+                self._leave(name)
+
+        return gated

@@ -1,13 +1,19 @@
 """CA's side of the wire: one real gRPC server on 127.0.0.1 per process, serving
-whichever provider incarnation is up, and a stub that calls it as CA does.
+whichever provider incarnation CA's Service routes to now, and a stub that calls it as CA
+does.
 
-The server outlives incarnations (starting one per seed would dominate a seed's cost);
-between a crash and the end of the new incarnation's start-up it answers UNAVAILABLE,
-as CA sees a restarting allset (connection refused, then the start-up gate)."""
+The server outlives incarnations (starting one per seed would dominate a seed's cost).
+Each call asks the world where it goes (``route``): with replicas, the one whose address
+the leader EndpointSlice holds at the fake API server, as CA's Service without a selector
+reaches it; alone, the one process. Where that is nobody, or a process that is dead or
+still starting, it answers UNAVAILABLE, as CA sees a restarting allset (connection
+refused, then the start-up gate)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,13 +26,18 @@ from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 TIMEOUT = 30.0  # a call the harness makes must never hang a run
 
 
+def _nowhere() -> CloudProviderServicer | None:
+    return None
+
+
 class Forwarder(pb_grpc.CloudProviderServicer):
-    target: CloudProviderServicer | None = None
+    route: Callable[[], CloudProviderServicer | None] = staticmethod(_nowhere)
+    forced: CloudProviderServicer | None = None  # the observer reads this one directly
 
 
 def _forward(name: str) -> Any:
     def method(self: Forwarder, request: Any, context: grpc.ServicerContext) -> Any:
-        target = self.target
+        target = self.forced or self.route()
         if target is None:
             context.abort(grpc.StatusCode.UNAVAILABLE, "allset is not serving")
         return getattr(target, name)(request, context)
@@ -60,5 +71,16 @@ class Endpoint:
                 cls._shared = Endpoint()
             return cls._shared
 
-    def serve(self, servicer: CloudProviderServicer | None) -> None:
-        self.forwarder.target = servicer
+    def serve(self, route: Callable[[], CloudProviderServicer | None]) -> None:
+        self.forwarder.route = route
+        self.forwarder.forced = None
+
+    @contextlib.contextmanager
+    def direct(self, servicer: CloudProviderServicer | None) -> Iterator[None]:
+        """Calls reach ``servicer`` whatever the route says (what the observer reads of
+        the acting replica, the route being checked on its own)."""
+        self.forwarder.forced = servicer
+        try:
+            yield
+        finally:
+            self.forwarder.forced = None

@@ -1,6 +1,8 @@
-"""The invariants of docs (design.md, I1-I7), each a pure function of a State returning
-what broke (empty: it holds). ``final`` marks quiescence, where the slow ones (reconcile,
-terminations, bookings) must have caught up."""
+"""The invariants of design.md (I1-I10), and what the replicas add (G1, L1, R1), each a
+pure function of a State returning what broke (empty: it holds). ``final`` marks
+quiescence, where the slow ones (reconcile, terminations, bookings, elections, routing)
+must have caught up. An invariant that names a fix (tests/adversary/fixes.py) reports
+what it finds as known, not as a failure, while that fix is not in the tree."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from provider.attempts.ids import later_epoch
 from provider.domain.cloud import CloudInstance
+from tests.adversary.fixes import DEBT_ON_INSTANCE, ROUTE_REASSERTED, Fix
 from tests.adversary.state import (
     DELETING,
     PLACEHOLDER_PREFIX,
@@ -23,6 +27,12 @@ class Invariant:
     name: str
     explanation: str
     check: Callable[[State, bool], list[str]]
+    fix: Fix | None = None  # what it finds is known until this fix is in the tree
+
+    @property
+    def known(self) -> str | None:
+        """Why a break of it is expected here (its fix is absent), or None."""
+        return self.fix.reason if self.fix is not None and not self.fix.present() else None
 
 
 def _plan_of(inst: CloudInstance) -> str:
@@ -153,6 +163,17 @@ def i6_deleted_ends_dead(s: State, final: bool) -> list[str]:
             for iid in sorted(s.must_end & live)]
 
 
+def i6_owed_anywhere(s: State, final: bool) -> list[str]:
+    """I6 across processes: what any process marked for deletion (and told CA so) ends
+    terminated, though that process died or was deposed, or its successor never read its
+    state dir: the debt lives on the instance (issue 31, finding 3)."""
+    if not final:
+        return []
+    live = {i.id for i in s.live()}
+    return [f"{iid} was marked for deletion by an earlier or deposed process and still runs"
+            for iid in sorted((s.must_end_anywhere - s.must_end) & live)]
+
+
 def i7_target_size(s: State, final: bool) -> list[str]:
     out = list(s.misread)
     for g in s.ca:
@@ -181,6 +202,54 @@ def e1_no_task_error(s: State, final: bool) -> list[str]:
     return list(s.task_errors)
 
 
+def i9_one_passes_the_fence(s: State, final: bool) -> list[str]:
+    if len(s.fence_passers) <= 1:
+        return []
+    return [f"{len(s.fence_passers)} processes pass the fence at once: "
+            f"{', '.join(s.fence_passers)}"]
+
+
+def i10_no_deposed_record(s: State, final: bool) -> list[str]:
+    """A deposed leader's write changed an attempt record that a later leader had
+    written (the precondition it carried should have refused it), or named an attempt
+    of an older lease epoch than the one recorded. A late write landing on a record no
+    later leader had touched since its sender read it is the same change its sender
+    could have made just before it was deposed: counted (observe.reached), not a break."""
+    out = []
+    for x in s.record_writes:
+        if not x.deposed:
+            continue
+        older = x.before is not None and x.after is not None and \
+            later_epoch(x.before[1], x.after[1])
+        if x.later_written or older:
+            out.append(f"{x.key}: attempt record {x.before[1:] if x.before else None} -> "
+                       f"{x.after[1:] if x.after else None} written by {x.sender} "
+                       f"({x.identity}, epoch {x.epoch}{', landing late' if x.late else ''}) "
+                       f"while the Lease said {x.lease[0]} epoch {x.lease[1]}"
+                       + (" over a later leader's write" if x.later_written else ""))
+    return out
+
+
+def g1_provisioned_gang_kept(s: State, final: bool) -> list[str]:
+    return list(s.gang_kills)
+
+
+def l1_someone_acts(s: State, final: bool) -> list[str]:
+    if not final or not s.replicas or len(s.acting) == 1:
+        return []
+    return [f"at quiescence {len(s.acting)} processes act: {[a for a, _ in s.acting]}"]
+
+
+def r1_route_names_the_leader(s: State, final: bool) -> list[str]:
+    if not final or not s.replicas or len(s.acting) != 1:
+        return []
+    tag, replica = s.acting[0]
+    if s.acting_for < s.retry_period or s.routed == replica:
+        return []
+    return [f"{tag} (replica {replica}) has acted for {s.acting_for:.0f}s but CA's "
+            f"EndpointSlice names {s.routed or 'no replica'}"]
+
+
 INVARIANTS: tuple[Invariant, ...] = (
     Invariant("I1", "at quiescence no uncommitted instance is live and every live instance "
               "is owned by a configured group or reported", i1_no_leak),
@@ -195,6 +264,16 @@ INVARIANTS: tuple[Invariant, ...] = (
     Invariant("I8", "allset terminates a committed node only when asked (CA's DeleteNodes, "
               "a surplus, its request withdrawn)", i8_no_unasked_kill),
     Invariant("E1", "no background task dies of an unexpected exception", e1_no_task_error),
+    Invariant("I6.anywhere", "every instance any process marked for deletion ends "
+              "terminated, whoever acts after it", i6_owed_anywhere, DEBT_ON_INSTANCE),
+    Invariant("I9", "at most one process passes the fence at any moment", i9_one_passes_the_fence),
+    Invariant("I10", "no Kubernetes write of a deposed leader changes an attempt record "
+              "written since under a later lease epoch", i10_no_deposed_record),
+    Invariant("G1", "a Provisioned gang is never terminated while its request stands "
+              "(unless CA asks)", g1_provisioned_gang_kept),
+    Invariant("L1", "at quiescence exactly one replica acts", l1_someone_acts),
+    Invariant("R1", "at quiescence CA's EndpointSlice names the acting replica (within one "
+              "retry period of it acting)", r1_route_names_the_leader, ROUTE_REASSERTED),
 )
 
 

@@ -1,15 +1,23 @@
-"""Take a State of the world: the cloud's truth, the live incarnation's beliefs, what CA
+"""Take a State of the world: the cloud's truth, the live processes' beliefs, what CA
 reads over gRPC and what the Kubernetes API holds. The Observer also remembers what
 outlives one moment: which attempt served which request, which requests were already
-seen Provisioned, and which deletions were promised durably."""
+seen Provisioned, which deletions were promised (by which process, durably or not), and
+which attempt-record writes it has already judged.
+
+allset's beliefs are read from the acting process (``World.current``) where one process's
+view is meant (its ledger, what it shows CA, its metrics); from every live process where
+any of them may act on it (what each means to terminate)."""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 
+from provider.attempts.ids import epoch_of
 from provider.controller import conditions as c
 from provider.domain.fleet import NodeState
 from provider.domain.model import ScaleUpMode
@@ -37,11 +45,15 @@ class Observer:
     world: World
     attempt_uid: dict[str, str] = field(default_factory=dict)
     provisioned_seen: set[str] = field(default_factory=set)
-    durable_marks: set[str] = field(default_factory=set)
+    # Marks of runs with a state dir, by that dir: what a later run on it still owes.
+    durable_marks: dict[Path, set[str]] = field(default_factory=dict)
+    owed_by: dict[str, Incarnation] = field(default_factory=dict)  # first process to mark
     launch_count: int = 0
     kill_count: int = 0
+    write_count: int = 0
     _requests_at: tuple[int, list[RequestSeen]] = (-1, [])  # by the API's resourceVersion
     asked: set[str] = field(default_factory=set)  # ever DELETING in a fleet or owed
+    coverage: Counter[str] = field(default_factory=Counter)
 
     def request_uids(self) -> dict[str, str]:
         return {r.key: r.uid for r in self._requests()}
@@ -49,6 +61,7 @@ class Observer:
     def state(self, final: bool = False) -> State:
         w = self.world
         inc = w.current
+        alive = w.alive()
         launches = list(w.cloud.launches.values())
         new = launches[self.launch_count:]
         self.launch_count = len(launches)
@@ -60,21 +73,29 @@ class Observer:
             if uid is not None:
                 self.attempt_uid[rec.attempt] = uid
         launched_groups = frozenset(r.group for r in new)
-        marked = self._marks(inc)
-        if inc.state_dir is not None:
-            self.durable_marks |= marked
-        else:  # started without the state dir: what earlier runs owed is forgotten
-            self.durable_marks.clear()
-        must_end = frozenset(self.durable_marks | (marked if final else set()))
+        marks = {i: self._marks(i) for i in alive}
+        marked: set[str] = set().union(*marks.values()) if marks else set()
+        for who, ids in marks.items():
+            for iid in ids:
+                self.owed_by.setdefault(iid, who)
+            if who.state_dir is not None:
+                self.durable_marks.setdefault(who.state_dir, set()).update(ids)
+        # What the process that acts at the end can still know it owes: its own marks,
+        # and those of every run before it on its state dir.
+        durable = self.durable_marks.get(inc.state_dir, set()) if inc.state_dir else set()
+        must_end = frozenset(durable | (marks.get(inc, set()) if final else set()))
         requests = self._requests()
-        killed_unasked = self._unasked_kills(inc, requests)
+        killed_unasked, gang_kills = self._kills(alive, requests)
         fresh = {r.uid for r in requests if r.provisioned and r.uid not in self.provisioned_seen}
         self.provisioned_seen |= fresh
         ledger_free: dict[str, int] = {}
-        if inc.started and inc.provider.acting():  # what it would plan with
+        if inc.started and inc.acting():  # what it would plan with
             ledger_free = {r.id: r.free for r in inc.provider.ledger.view().reservations}
         fake_cfg = inc.config.schema.cloud.fake
         totals = {r.id: r.count for r in fake_cfg.reservations} if fake_cfg else {}
+        writes = w.ledger.writes[self.write_count:]
+        self.write_count = len(w.ledger.writes)
+        acting = w.acting()
         return State(
             instances=tuple(w.fake.all_instances()),
             launches=tuple(launches),
@@ -82,9 +103,11 @@ class Observer:
             max_size={g.id: g.max_size for g in inc.config.groups},
             partial_groups=frozenset(g.id for g in inc.config.groups
                                      if g.scale_up is ScaleUpMode.PARTIAL),
-            marked=frozenset(marked),
-            terminate_called=frozenset(w.cloud.terminate_called),
+            marked=frozenset(marks.get(inc, set())),
+            # Doomed for I3: asked of the cloud by any process, or meant by a live one.
+            terminate_called=frozenset(w.cloud.terminate_called | marked),
             must_end=must_end,
+            must_end_anywhere=frozenset(self.owed_by),
             launched_groups=launched_groups,
             ledger_free=ledger_free,
             reservation_total=totals,
@@ -95,36 +118,55 @@ class Observer:
             nodes=tuple(self._nodes()) if final or fresh else (),
             reported_unknown=self._reported(inc) if final else 0,
             killed_unasked=killed_unasked,
-            attempt_notes=self._notes(inc),
+            attempt_notes=self._notes(),
             misread=tuple(w.misread),
             task_errors=tuple(f"task {t.name} raised {t.error!r}\n{t.error_trace}"
                               for t in w.sched.failed),
+            fence_passers=tuple(i.tag for i in w.alive() if i.leading()),
+            record_writes=tuple(writes),
+            gang_kills=gang_kills,
+            replicas=not w.solo,
+            acting=tuple((i.tag, i.replica.name) for i in acting) if final else (),
+            routed=(r.name if (r := w.routed()) is not None else None) if final else None,
+            acting_for=(w.now() - (acting[0].acting_since or w.now())) if final and acting
+            else 0.0,
+            retry_period=w.timing[2],
         )
 
     # --- pieces ---------------------------------------------------------------------------
 
-    def _unasked_kills(self, inc: Incarnation, requests: list[RequestSeen]
-                       ) -> tuple[str, ...]:
-        """Committed instances terminated since the last step although allset had never
-        marked them for deletion (CA's DeleteNodes: DELETING in a fleet; a retried
-        termination: in the backlog; both sampled after every step), the task that ran
-        their attempt did not do it (its rollback, or a surplus CA no longer wanted) and
-        their request was not withdrawn. Read right after the call."""
+    def _kills(self, alive: list[Incarnation], requests: list[RequestSeen]
+               ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Committed instances allset terminated since the last step. Unasked (I8):
+        although no process had marked them for deletion (CA's DeleteNodes: DELETING in a
+        fleet; a retried termination: in the backlog; both sampled after every step), the
+        task that ran their attempt did not do it (its rollback, or a surplus CA no longer
+        wanted) and their request was not withdrawn. Of a Provisioned gang whose request
+        stands, unless CA asked for them (G1). Read right after the call."""
         w = self.world
+        for inc in alive:
+            self.asked |= set(inc.provider.executor.terminator.backlog)
+            self.asked |= self._fleet_deleting(inc)
         new = w.cloud.killed_committed[self.kill_count:]
         self.kill_count += len(new)
         if not new:
-            self.asked |= set(inc.provider.executor.terminator.backlog)
-            self.asked |= self._fleet_deleting(inc)
-            return ()
-        self.asked |= set(inc.provider.executor.terminator.backlog) | self._fleet_deleting(inc)
-        allowed = self.asked
+            return (), ()
         standing = {r.key for r in requests if not r.ended}
-        return tuple(
+        standing_uids = {r.uid for r in requests if not r.ended}
+        unasked = tuple(
             f"{i.id} ({i.tags.node_group}, attempt {i.tags.attempt}, by task {by})"
             for i, by in new
-            if i.id not in allowed and by != w.cloud.launched_by.get(i.tags.attempt)
+            if i.id not in self.asked and by != w.cloud.launched_by.get(i.tags.attempt)
             and (i.tags.request is None or i.tags.request in standing))
+        gang = []
+        for i, by in new:
+            uid = getattr(i.tags, "request_uid", None) or self.attempt_uid.get(i.tags.attempt)
+            if i.tags.request is None or uid is None or i.id in self.asked:
+                continue
+            if uid in self.provisioned_seen and uid in standing_uids:
+                gang.append(f"{i.id} of {i.tags.request}'s Provisioned gang (attempt "
+                            f"{i.tags.attempt}) terminated by task {by}")
+        return unasked, tuple(gang)
 
     @staticmethod
     def _fleet_deleting(inc: Incarnation) -> set[str]:
@@ -135,14 +177,17 @@ class Observer:
                     out.add(node.instance.id)
         return out
 
-    def _notes(self, inc: Incarnation) -> dict[str, str]:
-        """Which task launched each attempt, and whether it still runs, for reports."""
-        running = set(inc.provider.executor.in_flight)
+    def _notes(self) -> dict[str, str]:
+        """Which task launched each attempt, and whether its process still runs it."""
+        w = self.world
+        by_tag = {i.tag: i for i in w.incarnations}
         out = {}
-        for attempt, task in self.world.cloud.launched_by.items():
-            dead = not task.startswith(f"i{inc.number}.")
-            out[attempt] = f"{task}, " + ("its process died" if dead else
-                                          "running" if attempt in running else "ended")
+        for attempt, task in w.cloud.launched_by.items():
+            inc = by_tag.get(task.split(".", 1)[0])
+            running = inc is not None and inc.alive and \
+                attempt in inc.provider.executor.in_flight
+            out[attempt] = f"{task}, " + ("its process died" if inc is None or not inc.alive
+                                          else "running" if running else "ended")
         return out
 
     @staticmethod
@@ -181,20 +226,25 @@ class Observer:
         return out
 
     def _ca(self, inc: Incarnation) -> tuple[GroupSeen, ...]:
-        stub = self.world.endpoint.stub
+        """CA's reads, of the process that acts (the route is checked on its own)."""
+        w = self.world
+        stub = w.endpoint.stub
         out = []
         try:
-            groups = stub.NodeGroups(pb.NodeGroupsRequest(), timeout=30).nodeGroups
-            for g in groups:
-                target = stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=g.id),
-                                                  timeout=30).targetSize
-                nodes = stub.NodeGroupNodes(pb.NodeGroupNodesRequest(id=g.id),
-                                            timeout=30).instances
-                seen = tuple((n.id, _STATUS.get(n.status.instanceState, "?")) for n in nodes)
-                owners = tuple((n.id, ca_group_of(self.world, n.id)) for n in nodes)
-                out.append(GroupSeen(g.id, target, seen, owners))
+            with w.endpoint.direct(inc.servicer if inc.alive else None):
+                groups = stub.NodeGroups(pb.NodeGroupsRequest(), timeout=30).nodeGroups
+                for g in groups:
+                    target = stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=g.id),
+                                                      timeout=30).targetSize
+                    nodes = stub.NodeGroupNodes(pb.NodeGroupNodesRequest(id=g.id),
+                                                timeout=30).instances
+                    seen = tuple((n.id, _STATUS.get(n.status.instanceState, "?"))
+                                 for n in nodes)
+                    owners = tuple((n.id, ca_group_of(w, n.id)) for n in nodes)
+                    out.append(GroupSeen(g.id, target, seen, owners))
         except grpc.RpcError as err:
-            raise AssertionError(f"CA cannot read allset at quiescence: {err}") from err
+            raise AssertionError(f"CA cannot read allset ({inc.tag}) at quiescence: "
+                                 f"{err}") from err
         return tuple(out)
 
     @staticmethod
@@ -204,6 +254,33 @@ class Observer:
             if _REPORTING.search(metric.name):
                 total += sum(s.value for s in metric.samples)
         return int(total)
+
+    # --- coverage ---------------------------------------------------------------------------
+
+    def reached(self) -> Counter[str]:
+        """What the seed got to, beyond what one process does: failovers, who committed
+        gangs, who finished the terminations others owed, what happened to late writes."""
+        w = self.world
+        out: Counter[str] = Counter()
+        if w.solo:
+            return out
+        out["failovers"] = sum(i.election.elector.failovers for i in w.incarnations
+                               if i.election is not None)
+        gangs = {i.tags.attempt for i in w.fake.all_instances()
+                 if i.tags.committed and i.tags.request is not None}
+        for attempt in gangs:
+            e = epoch_of(attempt)
+            if e is not None:
+                out[f"gangs committed in lease epoch {min(e, 3)}{'+' if e >= 3 else ''}"] += 1
+        out["terminations finished by a process other than the one that owed them"] = sum(
+            1 for iid, who in self.owed_by.items()
+            if iid in w.cloud.ended_by and w.cloud.ended_by[iid] not in (None, who.owner))
+        out["late writes refused at the fence"] = w.fence_refusals
+        for k, v in w.ledger.counts.items():
+            out[k] = v
+        deposed = [x for x in w.ledger.writes if x.deposed]
+        out["attempt records changed by a deposed leader's late write"] = len(deposed)
+        return out
 
 
 def ca_group_of(world: World, provider_id: str) -> str:

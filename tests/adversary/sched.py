@@ -266,6 +266,34 @@ class CoopRunner:
         return [results[i] for i in range(len(items))]
 
 
+class CoopEvent:
+    """A threading.Event for tasks: ``wait(timeout)`` yields until it is set or ``timeout``
+    seconds of the world's clock have passed (the election's loop waits on these). Outside
+    a task it never blocks."""
+
+    def __init__(self, now: Callable[[], float], label: str = "event.wait") -> None:
+        self._now = now
+        self._label = label
+        self._flag = False
+
+    def set(self) -> None:
+        self._flag = True
+
+    def clear(self) -> None:
+        self._flag = False
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def wait(self, timeout: float | None = None) -> bool:
+        task = current()
+        if self._flag or task is None:
+            return self._flag
+        deadline = float("inf") if timeout is None else self._now() + timeout
+        task.wait_until(lambda: self._flag or self._now() >= deadline, self._label)
+        return self._flag
+
+
 class CoopLock:
     """A lock held across yield points (e.g. the refresh lock around a cloud listing):
     waiting for it yields instead of blocking the baton."""

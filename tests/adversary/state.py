@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from provider.domain.cloud import CloudInstance, InstanceState
 from tests.adversary.cloud import LaunchRecord
+from tests.adversary.kube import RecordWrite
 
 RUNNING, CREATING, DELETING = "running", "creating", "deleting"
 PLACEHOLDER_PREFIX = "allset-placeholder://"
@@ -64,6 +65,16 @@ class State:
     killed_unasked: tuple[str, ...] = ()  # committed instances allset killed unasked
     misread: tuple[str, ...] = ()  # CA's reads that contradicted each other
     attempt_notes: dict[str, str] = field(default_factory=dict)  # for reports: who, state
+    # --- replicas -----------------------------------------------------------------------
+    must_end_anywhere: frozenset[str] = frozenset()  # marked for deletion by any process
+    fence_passers: tuple[str, ...] = ()  # live processes that pass the fence now (I9)
+    record_writes: tuple[RecordWrite, ...] = ()  # attempt-record changes since last step
+    gang_kills: tuple[str, ...] = ()  # a Provisioned gang's nodes allset ended unasked
+    replicas: bool = False  # a world of replicas (not one process)
+    acting: tuple[tuple[str, str], ...] = ()  # at quiescence: (process, its replica) acting
+    routed: str | None = None  # at quiescence: the replica CA's EndpointSlice names
+    acting_for: float = 0.0  # at quiescence: how long the acting one has acted
+    retry_period: float = 0.0
 
 
     def live(self) -> list[CloudInstance]:

@@ -1,15 +1,27 @@
 """The world one seed runs in: the simulated cloud, a fake Kubernetes API server, CA's
-gRPC endpoint, a manual clock, a cooperative scheduler, and the provider incarnations
-(Provider + ProvisioningRequest controller) that come and go with crashes."""
+gRPC endpoint, a manual clock, a cooperative scheduler, and allset's replicas.
+
+Two kinds of world. *Solo*: one allset process (no election, the state-dir lock's
+deployment) that crashes and restarts, as the adversary has always run. *Replicas*: as
+deploy/ runs allset, two (a rolling update adds a third, then retires one) replicas, each
+a full Provider + Controller + the real Election and LeaderElector on a Lease at the fake
+API server, and the leader's EndpointSlice routing CA's Service to it; each replica has
+its own wall clock (steppable, the monotonic reading unaffected), its own network paths
+to the API server and the cloud (each can be cut: see kube.KubeLink and cloud.CloudLink),
+and its own state directory (an emptyDir: kept across a container restart, not by a new
+pod). A replica is a pod; its incarnations are the processes its container ran."""
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+import inspect
 import random
 import shutil
+import string
 import tempfile
 import textwrap
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,18 +32,33 @@ from provider.app import Provider
 from provider.attempts.journal import SqliteJournal
 from provider.base.clock import ManualClock
 from provider.config import LoadedConfig, load_config_text
+from provider.config.units import duration_seconds
+from provider.controller import kube as kube_api
 from provider.controller.controller import Controller
-from provider.controller.kube import KubeApi
 from provider.controller.requests import Backoff
+from provider.leadership.election import Election
+from provider.leadership.elector import NotLeader
+from provider.leadership.endpoint import LeaderEndpoint
+from provider.leadership.kube import _record as lease_record
 from provider.service.servicer import CloudProviderServicer
-from tests.adversary.cloud import GatedCloud, LaggingCloud
+from tests.adversary.cloud import CloudLink, GatedCloud, LaggingCloud
 from tests.adversary.endpoint import Endpoint
-from tests.adversary.kube import GatedKube
-from tests.adversary.sched import CoopLock, CoopPool, CoopRunner, Scheduler, Task
+from tests.adversary.kube import KubeLink, Ledger
+from tests.adversary.sched import (
+    CoopEvent,
+    CoopLock,
+    CoopPool,
+    CoopRunner,
+    Scheduler,
+    Task,
+    current,
+)
 from tests.fakes.kube import FakeKube, objects
 
 NAMESPACE = "ml"
 GPU_TYPE = "nvidia-h100-80gb"
+SYSTEM = "allset-system"  # the replicas' namespace: their Lease and EndpointSlice
+GRPC_PORT = 8086
 
 _GROUPS = {
     "gpu-a": """\
@@ -68,21 +95,23 @@ _GROUPS = {
 """,
 }
 
-_HEAD = """\
+_HEAD = f"""\
 cluster: adv
 gpuLabel: example.com/gpu
-attempts: {maxPlans: 3, deadline: 10m}
+attempts: {{maxPlans: 3, deadline: 10m}}
 # The lagging cloud (cloud.py) shows every change within this long: a fake cloud's
 # default (0) would say its listings are consistent.
-reconcile: {listingSettle: 20s}
+reconcile: {{listingSettle: 20s}}
+# deploy/'s timing (the defaults): 60s lease, 40s renew deadline, 8s retry period.
+leaderElection: {{mode: "on", namespace: {SYSTEM}}}
 cloud:
   provider: fake
   fake:
     reservations:
-      - {id: r-a, zone: z-a, instanceType: gpu8, fabric: fab-a, count: 3}
-      - {id: r-c, zone: z-a, instanceType: cpu2, count: 2}
+      - {{id: r-a, zone: z-a, instanceType: gpu8, fabric: fab-a, count: 3}}
+      - {{id: r-c, zone: z-a, instanceType: cpu2, count: 2}}
     quotas:
-      - {name: od-gpu8, unit: instances, limit: 7, instanceTypes: [gpu8]}
+      - {{name: od-gpu8, unit: instances, limit: 7, instanceTypes: [gpu8]}}
 nodeGroups:
 """
 
@@ -101,20 +130,83 @@ def config_for(groups: tuple[str, ...]) -> LoadedConfig:
     return load_config_text(textwrap.dedent(text), "adversary.yaml")
 
 
+class ReplicaClock:
+    """One replica's clock: the world's, plus a wall-clock offset of its own that a move
+    steps (an NTP step, a VM resumed). The monotonic reading is the world's, unstepped
+    (before the Clock had one, the world's wall clock, which is never stepped)."""
+
+    def __init__(self, world: ManualClock) -> None:
+        self._world = world
+        self.offset = 0.0
+
+    def now(self) -> float:
+        return self._world.now() + self.offset
+
+    def monotonic(self) -> float:
+        reading = getattr(self._world, "monotonic", None)
+        return float(reading()) if reading is not None else self._world.now()
+
+    def sleep(self, seconds: float) -> None:
+        self._world.sleep(seconds)
+
+    def step_wall(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+@dataclass(eq=False)
+class Replica:
+    """One pod: its name and address, clock, network paths, state dir, processes."""
+
+    name: str
+    ip: str
+    clock: ReplicaClock
+    kube: KubeLink
+    cloud: CloudLink
+    state_dir: Path | None
+    incarnations: list[Incarnation] = field(default_factory=list)
+    retired: bool = False  # deleted by a rolling update: never restarted
+
+    @property
+    def current(self) -> Incarnation | None:
+        return self.incarnations[-1] if self.incarnations else None
+
+
 @dataclass(eq=False)
 class Incarnation:
-    """One allset process: its provider, controller, and whether it is still alive."""
+    """One allset process: its provider, controller, election, and whether it lives."""
 
     number: int
+    replica: Replica
     provider: Provider
     controller: Controller
     config: LoadedConfig
     state_dir: Path | None
+    election: Election | None = None
+    api: Any = None
     alive: bool = True
     started: bool = False
     journal: SqliteJournal | None = None
     start_task: Task | None = None
+    servicer: CloudProviderServicer | None = None
     owner: object = field(default_factory=object)  # its tasks are killed together
+    acting_since: float | None = None  # world time it last started acting
+    stopping: bool = False  # a graceful shutdown is under way
+
+    @property
+    def tag(self) -> str:
+        return f"{self.replica.name}{self.number}"
+
+    def identity(self) -> str:
+        return self.election.elector.identity if self.election is not None else "solo"
+
+    def epoch(self) -> int:
+        return int(self.provider.leadership.epoch)
+
+    def leading(self) -> bool:
+        return bool(self.provider.leadership.is_leader())
+
+    def acting(self) -> bool:
+        return self.alive and self.started and self.provider.acting()
 
 
 @dataclass(eq=False)
@@ -126,33 +218,105 @@ class World:
     fake: FakeCloud
     cloud: LaggingCloud
     kube: FakeKube
-    api: Any
     endpoint: Endpoint
     workdir: Path
+    solo: bool
+    ledger: Ledger = field(init=False)
     step_no: int = 0
     groups: tuple[str, ...] = ALL_GROUPS
+    replicas: list[Replica] = field(default_factory=list)
     incarnations: list[Incarnation] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
-    ids: int = 0
     misread: list[str] = field(default_factory=list)  # CA reads that contradict each other
+    fence_refusals: int = 0  # steering writes a deposed process's fence kept from going
+    apis: list[Any] = field(default_factory=list)  # clients to close with the world
 
-    @property
-    def current(self) -> Incarnation:
-        return self.incarnations[-1]
+    def __post_init__(self) -> None:
+        self.ledger = Ledger(self.kube, self.lease, lambda: self.step_no)
+        self.endpoint.serve(self.route)
 
     def log(self, text: str) -> None:
         self.trace.append(f"{self.step_no:4d} {text}")
 
-    def next_id(self, prefix: str) -> str:
-        self.ids += 1
-        return f"{prefix}{self.seed}x{self.ids}"
+    def now(self) -> float:
+        """The world's time (its wall clock, never stepped: replicas' steps are theirs)."""
+        return self.clock.now()
 
-    # --- incarnations -------------------------------------------------------------------
+    # --- who is who -----------------------------------------------------------------------
 
-    def boot(self, groups: tuple[str, ...], state_dir: Path | None) -> Incarnation:
-        """Start a new allset process on the same cloud (and, if given, state dir)."""
-        cfg = config_for(groups)
-        self.groups = groups
+    def alive(self) -> list[Incarnation]:
+        return [i for i in self.incarnations if i.alive]
+
+    def acting(self) -> list[Incarnation]:
+        return [i for i in self.alive() if i.acting()]
+
+    @property
+    def current(self) -> Incarnation:
+        """The incarnation the observer reads allset's beliefs from: the acting one, else
+        the latest that lives, else the latest."""
+        acting = self.acting()
+        if acting:
+            return acting[0]
+        alive = self.alive()
+        return alive[-1] if alive else self.incarnations[-1]
+
+    def standing(self) -> list[Replica]:
+        return [r for r in self.replicas if not r.retired]
+
+    @property
+    def timing(self) -> tuple[float, float, float]:
+        """(lease duration, renew deadline, retry period) as configured."""
+        s = config_for(ALL_GROUPS).schema.leader_election
+        return (duration_seconds(s.lease_duration), duration_seconds(s.renew_deadline),
+                duration_seconds(s.retry_period))
+
+    def lease(self) -> tuple[str | None, int]:
+        """(holder, transitions) of the Lease as the API server holds it now."""
+        if self.solo:
+            return ("solo", 0)
+        s = config_for(ALL_GROUPS).schema.leader_election
+        obj = self.kube.get("leases", s.name, SYSTEM)
+        if obj is None:
+            return (None, -1)
+        spec = obj.get("spec") or {}
+        return (spec.get("holderIdentity") or None, int(spec.get("leaseTransitions") or 0))
+
+    def routed(self) -> Replica | None:
+        """The replica CA's Service reaches: the address the leader EndpointSlice holds."""
+        if self.solo:
+            return self.replicas[0]
+        s = config_for(ALL_GROUPS).schema.leader_election
+        obj = self.kube.get("endpointslices", f"{s.service}-leader", SYSTEM)
+        addresses = {a for e in (obj or {}).get("endpoints") or []
+                     for a in e.get("addresses") or []}
+        return next((r for r in self.replicas if r.ip in addresses), None)
+
+    def route(self) -> CloudProviderServicer | None:
+        replica = self.routed()
+        inc = replica.current if replica is not None else None
+        if inc is None or not inc.alive or not inc.started:
+            return None  # connection refused, or the start-up gate
+        return inc.servicer
+
+    # --- replicas and their processes -----------------------------------------------------
+
+    def add_replica(self, state: bool) -> Replica:
+        name = string.ascii_lowercase[len(self.replicas)]
+        clock = ReplicaClock(self.clock)
+        replica = Replica(name, f"10.0.0.{len(self.replicas) + 1}", clock,
+                          KubeLink(self.ledger, self.now), CloudLink(self.now),
+                          self.workdir / f"state-{name}" if state else None)
+        self.replicas.append(replica)
+        return replica
+
+    def boot(self, replica: Replica, groups: tuple[str, ...] | None = None,
+             state_dir: Path | bool | None = True) -> Incarnation:
+        """Start a new allset process in ``replica`` (its container starts again) on the
+        same cloud; ``state_dir`` True: the replica's own."""
+        if groups is not None:
+            self.groups = groups
+        cfg = config_for(self.groups)
+        directory = replica.state_dir if state_dir is True else state_dir or None
         number = len(self.incarnations) + 1
         holder: dict[str, Incarnation] = {}
 
@@ -160,52 +324,201 @@ class World:
             inc = holder.get("inc")
             return inc is not None and inc.alive
 
-        journal = SqliteJournal(state_dir / "attempts.db") if state_dir is not None else None
+        journal = SqliteJournal(directory / "attempts.db") if directory is not None else None
         owner = object()
+        tag = f"{replica.name}{number}"
+        api = _client(self.kube)
+        self.apis.append(api)
+        election = None if self.solo else self._election(cfg, api, replica, owner, tag)
         provider = Provider(
-            cfg, GatedCloud(self.cloud, alive), self.clock,
-            pool=CoopPool(self.sched, owner, f"i{number}.w"),
+            cfg, GatedCloud(self.cloud, alive, replica.cloud), replica.clock,
+            pool=CoopPool(self.sched, owner, f"{tag}.w"),
             runner=CoopRunner(self.sched, owner),
             journal=journal,
-            ids=lambda: self.next_id("a-"),
+            leadership=election.elector if election is not None else None,
         )
-        _cooperative(provider)
-        controller = Controller(provider, GatedKube(KubeApi(self.api), alive),  # type: ignore[arg-type]
-                                workers=1, backoff=Backoff(60, 600))
-        inc = Incarnation(number, provider, controller, cfg, state_dir, journal=journal,
-                          owner=owner)
+        loop = _cooperative(provider, self.now)
+        controller = Controller(provider, _kube_api(api, cfg), workers=1,
+                                backoff=Backoff(60, 600))
+        inc = Incarnation(number, replica, provider, controller, cfg, directory,
+                          election=election, api=api, journal=journal, owner=owner)
         holder["inc"] = inc
+        replica.kube.install(api, inc)
+        self._count_fence(controller)
         self.incarnations.append(inc)
-        self.endpoint.serve(None)
+        replica.incarnations.append(inc)
+
+        def acting(now_acting: bool) -> None:
+            inc.acting_since = self.now() if now_acting else None
+
+        provider.watch_serving(acting)
+        if election is not None:
+            election.bind(provider)
+            self.sched.spawn(f"{tag}.elect", election._run, owner)
+            self.sched.spawn(f"{tag}.watch", election._follow, owner)
 
         def start() -> None:
             provider.start()
             inc.started = True
-            self.endpoint.serve(CloudProviderServicer(provider))
+            inc.servicer = CloudProviderServicer(provider)
+            if loop is not None:  # its refresh loop: a thread of its own in allset
+                self.sched.spawn(f"{tag}.loop", loop, owner)
 
-        inc.start_task = self.sched.spawn(f"i{number}.start", start, owner)
+        inc.start_task = self.sched.spawn(f"{tag}.start", start, owner)
         return inc
 
-    def crash(self) -> int:
-        """SIGKILL: the process and every thread of it stop where they are."""
-        inc = self.current
+    def _election(self, cfg: LoadedConfig, api: Any, replica: Replica, owner: object,
+                  tag: str) -> Election:
+        """The real Election, made cooperative: its waits yield, its routing writes are
+        tasks, and its Lease watch reads the fake server's Lease as it changes (through
+        the replica's link for the first read; silent while the link is cut)."""
+        settings = cfg.schema.leader_election
+        endpoint = LeaderEndpoint(api, SYSTEM, settings.service, f"allset-{replica.name}",
+                                  replica.ip, {"grpc": GRPC_PORT},
+                                  timeout=duration_seconds(settings.retry_period))
+        election = Election(cfg, api, replica.clock, endpoint)
+        election.elector.identity = f"allset-{replica.name}_{tag}"
+        election._routing.shutdown(wait=False)
+        election._routing = CoopPool(self.sched, owner, f"{tag}.route")  # type: ignore[assignment]
+        election._stop = CoopEvent(self.now, "election.stop")  # type: ignore[assignment]
+        election._wake = CoopEvent(self.now, "election.wait")  # type: ignore[assignment]
+        store = election.store
+        interrupted = [False]
+        kube, link = self.kube, replica.kube
+
+        def version() -> str:
+            obj = kube.get("leases", store.name, SYSTEM)
+            return str(obj["metadata"]["resourceVersion"]) if obj is not None else ""
+
+        def follow(timeout_seconds: int = 300) -> Iterator[Any]:
+            yield store.get()  # the list that starts a watch: a real request
+            seen = version()
+            while True:
+                task = current()
+                assert task is not None
+                task.wait_until(functools.partial(_lease_moved, interrupted, link, version,
+                                                  seen), "watch.lease")
+                if interrupted[0]:
+                    interrupted[0] = False
+                    raise ConnectionError("the watch was interrupted")
+                seen = version()
+                obj = kube.get("leases", store.name, SYSTEM)
+                yield lease_record(obj) if obj is not None else None
+
+        def interrupt() -> None:
+            interrupted[0] = True
+
+        store.follow = follow  # type: ignore[method-assign]
+        store.interrupt = interrupt  # type: ignore[method-assign]
+        return election
+
+    def _count_fence(self, controller: Controller) -> None:
+        """Count the steering writes the controller's fence refuses (the code before
+        issue 31's finding 1 had no such fence: nothing to count)."""
+        kube = controller._kube
+        fence: Callable[[], None] | None = getattr(kube, "_fence", None)
+        if fence is None:
+            return
+
+        def counted() -> None:
+            try:
+                fence()
+            except NotLeader:
+                self.fence_refusals += 1
+                raise
+
+        kube._fence = counted
+
+    def kill(self, inc: Incarnation) -> int:
+        """SIGKILL: the process and every thread of it stop where they are. Requests it
+        had sent that a partition holds are in the network still: they may land."""
         inc.alive = False
-        self.endpoint.serve(None)
         killed = self.sched.kill(inc.owner)
         if inc.journal is not None:
             inc.journal.close()  # the process's file handles go with it
         return killed
+
+    def shut_down(self, inc: Incarnation, grace: float = 30.0) -> Task:
+        """SIGTERM, as `allset serve` handles it (cli/serve.py): refuse new work, let the
+        work in flight finish within the grace period, stop routing CA here, hand the
+        lease over only if everything drained, exit. Cooperative: each wait yields."""
+        inc.stopping = True
+        owner = inc.owner
+        sched = self.sched
+
+        def busy() -> bool:
+            return any(t.owner is owner and not t.done and not _daemon(t) and
+                       t.name != f"{inc.tag}.stop" for t in sched.tasks)
+
+        def stop() -> None:
+            provider, election = inc.provider, inc.election
+            provider.scaleups.refusing = True
+            quiet = inc.controller.stop(0)
+            deadline = self.now() + grace
+            task = current()
+            assert task is not None
+            task.wait_until(lambda: not busy() or self.now() >= deadline, "shutdown.drain")
+            drained = provider.stop(timeout=5.0) and quiet and not busy()
+            if election is not None:
+                election._stop.set()
+                election._wake.set()
+                endpoint = election._endpoint
+                withdrawn = election._routing.submit(endpoint.withdraw) \
+                    if endpoint is not None else None
+                election._routing.shutdown(wait=False)
+                if withdrawn is not None:
+                    until = self.now() + 10.0
+                    task.wait_until(lambda: withdrawn.done() or self.now() >= until,
+                                    "shutdown.withdraw")
+                if drained:
+                    election.elector.release()
+            how = "drained, lease handed over" if drained else "not drained: the lease runs out"
+            self.log(f"{inc.tag} exits ({how})")
+            inc.alive = False
+
+        return sched.spawn(f"{inc.tag}.stop", stop, owner)
 
     def close(self) -> None:
         for inc in self.incarnations:
             inc.alive = False
         for inc in self.incarnations:
             self.sched.kill(inc.owner)
-        self.endpoint.serve(None)
+        self.endpoint.serve(lambda: None)
         for inc in self.incarnations:
             if inc.journal is not None:
                 inc.journal.close()
+        for api in self.apis:
+            api.rest_client.pool_manager.clear()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # --- time -----------------------------------------------------------------------------
+
+    def advance(self, seconds: float, stalled: frozenset[Incarnation] = frozenset()) -> int:
+        """Time passes, and with it each replica's election loop turns on schedule (it is a
+        thread of its own in allset: a clock move must not stand for a frozen process),
+        a retry period at a time. Returns the switches that took."""
+        retry = self.timing[2]
+        switches = 0
+        left = seconds
+        while left > 0:
+            chunk = min(left, retry)
+            self.clock.advance(chunk)
+            left -= chunk
+            switches += self.run_daemons(stalled)
+        return switches
+
+    def run_daemons(self, stalled: frozenset[Incarnation] = frozenset(), limit: int = 400
+                    ) -> int:
+        """Run the election loops, Lease watches and routing writes that can run now."""
+        owners = {i.owner for i in stalled}
+        n = 0
+        while n < limit:
+            ready = [t for t in self.sched.runnable() if _daemon(t) and t.owner not in owners]
+            if not ready:
+                break
+            self.sched.step(self.rng.choice(ready))
+            n += 1
+        return n
 
     # --- the cluster around allset --------------------------------------------------------
 
@@ -218,18 +531,63 @@ class World:
         self.kube.create(gpu)
 
 
-def _cooperative(provider: Provider) -> None:
-    """Make the provider's own background machinery schedulable: its refresh loop thread
-    is replaced by the adversary's refresh actions, and the lock held across a cloud
-    listing becomes one that yields while it waits."""
-    if hasattr(provider, "_refresh_loop"):
+def _lease_moved(interrupted: list[bool], link: KubeLink, version: Callable[[], str],
+                 seen: str) -> bool:
+    """Has the watch something to deliver: interrupted, or the Lease changed (a cut link
+    delivers nothing)."""
+    return interrupted[0] or (link.partition is None and version() != seen)
+
+
+def _daemon(task: Task) -> bool:
+    """An election's own threads: its loop, its Lease watch, its routing writes."""
+    rest = task.name.split(".", 1)[-1]
+    return rest in ("elect", "watch") or rest.startswith("route")
+
+
+def _client(kube: FakeKube) -> Any:
+    """A process's API client, configured as `allset serve`'s (cli/serve.py kube_client):
+    urllib3 retries only requests that were never sent."""
+    from kubernetes import client
+
+    configuration = client.Configuration(host=kube.url)
+    if hasattr(kube_api, "unsent_only"):
+        configuration.retries = kube_api.unsent_only()
+    return client.ApiClient(configuration)
+
+
+def _kube_api(api: Any, cfg: LoadedConfig) -> kube_api.KubeApi:
+    """The controller's KubeApi as `allset serve` builds it: writes bounded below the
+    renew deadline, reads by READ_TIMEOUT (older code took neither)."""
+    params = inspect.signature(kube_api.KubeApi).parameters
+    if "write_timeout" not in params:
+        return kube_api.KubeApi(api)
+    s = cfg.schema.leader_election
+    writes = kube_api.write_timeout_for(duration_seconds(s.lease_duration),
+                                        duration_seconds(s.renew_deadline),
+                                        duration_seconds(s.retry_period))
+    return kube_api.KubeApi(api, write_timeout=writes, read_timeout=kube_api.READ_TIMEOUT)
+
+
+def _cooperative(provider: Provider, now: Callable[[], float]) -> Callable[[], None] | None:
+    """Make the provider's own background machinery schedulable: its refresh loop runs as
+    a task (returned, for start-up to spawn) instead of a thread, waiting on the world's
+    clock, and the lock held across a cloud listing becomes one that yields while it
+    waits. The adversary's refresh moves come on top (CA's Refresh, a wake-up)."""
+    loop: Callable[[], None] | None = getattr(provider, "_refresh_loop", None)
+    if loop is not None:
         provider._refresh_loop = lambda: None  # type: ignore[method-assign]
+        provider._wake = CoopEvent(now, "refresh.wait")  # type: ignore[assignment]
+        provider._stopping = CoopEvent(now, "refresh.stopping")  # type: ignore[assignment]
     if hasattr(provider, "_refresh_lock"):
         provider._refresh_lock = CoopLock()  # type: ignore[assignment]
+    return loop
 
 
-def make_world(seed: int) -> World:
+def make_world(seed: int, solo: bool | None = None) -> World:
+    """A seed's world; ``solo`` None: the seed picks (a quarter of seeds run solo)."""
     rng = random.Random(seed)
+    if solo is None:
+        solo = rng.random() < 0.25
     clock = ManualClock()
     cfg = config_for(ALL_GROUPS)
     fake = create_adapter(cfg, clock)
@@ -242,24 +600,24 @@ def make_world(seed: int) -> World:
     def now() -> dt.datetime:
         return dt.datetime.fromtimestamp(clock.now(), dt.UTC)
 
-    kube, api = _shared_kube()
+    kube = _shared_kube()
     kube.reset(now)
     sched = Scheduler(rng, lambda: clock.advance(SWITCH_SECONDS))
-    world = World(seed, rng, sched, clock, fake, cloud, kube, api, Endpoint.shared(), workdir)
+    world = World(seed, rng, sched, clock, fake, cloud, kube, Endpoint.shared(), workdir,
+                  solo)
     holder["w"] = world
     world.create_templates()
     return world
 
 
-_KUBE: list[tuple[FakeKube, Any]] = []
+_KUBE: list[FakeKube] = []
 
 
-def _shared_kube() -> tuple[FakeKube, Any]:
-    """One fake API server and client per process, emptied for each seed (starting a
-    server per seed would cost more than the seed)."""
+def _shared_kube() -> FakeKube:
+    """One fake API server per process, emptied for each seed (starting a server per seed
+    would cost more than the seed)."""
     if not _KUBE:
-        kube = FakeKube().start()
-        _KUBE.append((kube, kube.client()))
+        _KUBE.append(FakeKube().start())
     return _KUBE[0]
 
 

@@ -1,0 +1,55 @@
+"""Which of issue 31's fixes the code under test has, found by what each one adds (the
+adversary runs on main while they land one by one, and on older code to see what it
+rediscovers). A check whose fix is absent still runs: what it finds is reported as a known
+break, named after its finding, and does not fail the seed. A move that only exercises an
+absent fix (a wall-clock step before the fence reads a monotonic clock) is left out unless
+asked for (``ALLSET_ADVERSARY_FORCE``, ``bench.adversary --force``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from adapters.fake import FakeCloud
+from provider.base.clock import ManualClock
+from provider.leadership import election, endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class Fix:
+    finding: int
+    what: str
+
+    def present(self) -> bool:
+        return _PRESENT[self.finding]()
+
+    @property
+    def reason(self) -> str:
+        return f"issue 31 finding {self.finding} ({self.what}) is not in this tree"
+
+
+def _monotonic() -> bool:
+    return hasattr(ManualClock, "step_wall")
+
+
+def _debt() -> bool:
+    return hasattr(FakeCloud, "mark_deleting")
+
+
+def _route() -> bool:
+    # The re-assertion of CA's route on renewal: any of the names its branch may give it.
+    names = ("reassert", "assert_route", "reassert_route", "route_points_here")
+    return any(hasattr(cls, n) for cls in (election.Election, endpoint.LeaderEndpoint)
+               for n in names)
+
+
+_PRESENT = {2: _monotonic, 3: _debt, 4: _route}
+
+MONOTONIC_FENCE = Fix(2, "the fence reads a monotonic clock")
+DEBT_ON_INSTANCE = Fix(3, "a termination owed is tagged on the instance")
+ROUTE_REASSERTED = Fix(4, "the leader re-asserts CA's EndpointSlice")
+
+
+def forced() -> frozenset[str]:
+    """Moves asked for although their fix is absent (comma-separated move names)."""
+    return frozenset(x for x in os.environ.get("ALLSET_ADVERSARY_FORCE", "").split(",") if x)
