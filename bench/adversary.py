@@ -176,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         first = sorted(s.seed for s in totals.known_seeds)[:5]
         print(f"known breaks:     {len(totals.known_seeds)} seeds ({known}): their fix is "
               f"not in this tree; e.g. seeds {', '.join(map(str, first))}")
-    for s in totals.failing[:args.show]:
+    shown = totals.failing or (sorted(totals.known_seeds, key=lambda s: s.seed)
+                               if args.verbose else [])
+    for s in shown[:args.show]:
         if args.verbose:
             print()
             print(s.report)

@@ -203,6 +203,7 @@ class Adversary:
             return "no node"
         name = w.rng.choice(nodes)
         w.kube.delete("nodes", name)
+        w.lost[name] = w.now()
         if w.rng.random() < 0.5:
             w.cloud.reclaim(name)  # the instance goes too (spot reclaim, a person)
             return f"node {name} and its instance gone"

@@ -50,6 +50,18 @@ DEBT_ON_INSTANCE = Fix(3, "a termination owed is tagged on the instance")
 ROUTE_REASSERTED = Fix(4, "the leader re-asserts CA's EndpointSlice")
 
 
+try:
+    from provider.attempts.ids import epoch_of as epoch_of
+    from provider.attempts.ids import later_epoch as later_epoch
+except ImportError:  # attempt ids without the lease epoch: before issue 31's finding 1
+
+    def epoch_of(attempt: str | None) -> int | None:
+        return None
+
+    def later_epoch(attempt: str | None, than: str | None) -> bool:
+        return False
+
+
 def forced() -> frozenset[str]:
     """Moves asked for although their fix is absent (comma-separated move names)."""
     return frozenset(x for x in os.environ.get("ALLSET_ADVERSARY_FORCE", "").split(",") if x)

@@ -77,6 +77,7 @@ class Held:
     send: Callable[[], Any]
     epoch: int
     leading: bool
+    born: float  # when the task that sent it began: what it wrote, it had read since
     state: str = "held"  # held | landed | dropped
     abandoned: bool = False  # its caller timed out
     response: Any = None
@@ -94,6 +95,8 @@ class Ledger:
     counts: Counter[str] = field(default_factory=Counter)
     # request uid -> the latest lease epoch under which allset wrote it
     written_in: dict[str, int] = field(default_factory=dict)
+    # request key -> when the task behind the last write of it began (its reads are since)
+    prepared: dict[str, float] = field(default_factory=dict)
 
     def records(self) -> dict[str, Record]:
         out = {}
@@ -157,13 +160,14 @@ class KubeLink:
         if not sender.alive:
             raise Crashed
         task = current()
+        born = task.born if task is not None else self._now()
         if self.partition is None:
             return self._apply(sender, method, path, send, sender.epoch(), sender.leading(),
-                               late=False)
+                               born, late=False)
         if self.partition == "refuse" or task is None:
             raise MaxRetryError(None, url, NewConnectionError(  # type: ignore[arg-type]
                 None, "connection refused (partitioned from the API server)"))  # type: ignore[arg-type]
-        h = Held(sender, method, path, send, sender.epoch(), sender.leading())
+        h = Held(sender, method, path, send, sender.epoch(), sender.leading(), born)
         self.held.append(h)
         limit = _seconds(timeout)
         deadline = self._now() + limit if limit is not None else float("inf")
@@ -182,13 +186,13 @@ class KubeLink:
     def _land(self, h: Held) -> None:
         try:
             h.response = self._apply(h.sender, h.method, h.path, h.send, h.epoch, h.leading,
-                                     late=h.abandoned)
+                                     h.born, late=h.abandoned)
         except Exception as err:  # the fake refused it at the transport: the caller hears
             h.error = err
         h.state = "landed"
 
     def _apply(self, sender: Sender, method: str, path: str, send: Callable[[], Any],
-               epoch: int, leading: bool, *, late: bool) -> Any:
+               epoch: int, leading: bool, born: float, *, late: bool) -> Any:
         """Send the request to the fake server now; for a write of a request, record what
         it changed of the attempt records and under which lease it landed."""
         ledger = self.ledger
@@ -208,6 +212,7 @@ class KubeLink:
             return response
         after = ledger.records()
         key = _request_key(path)
+        ledger.prepared[key] = born
         old, new = before.get(key), after.get(key)
         uid = (new or old or ("", None, None))[0]
         if old is not None and new is not None and old[0] == new[0] and old != new:

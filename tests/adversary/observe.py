@@ -17,11 +17,11 @@ from pathlib import Path
 
 import grpc
 
-from provider.attempts.ids import epoch_of
 from provider.controller import conditions as c
 from provider.domain.fleet import NodeState
 from provider.domain.model import ScaleUpMode
 from provider.wire import externalgrpc_pb2 as pb
+from tests.adversary.fixes import epoch_of
 from tests.adversary.state import (
     CREATING,
     DELETING,
@@ -88,6 +88,10 @@ class Observer:
         killed_unasked, gang_kills = self._kills(alive, requests)
         fresh = {r.uid for r in requests if r.provisioned and r.uid not in self.provisioned_seen}
         self.provisioned_seen |= fresh
+        lost_meanwhile = frozenset(
+            iid for r in requests if r.uid in fresh
+            for iid, when in w.lost.items()
+            if when >= w.ledger.prepared.get(r.key, float("inf")))
         ledger_free: dict[str, int] = {}
         if inc.started and inc.acting():  # what it would plan with
             ledger_free = {r.id: r.free for r in inc.provider.ledger.view().reservations}
@@ -115,6 +119,7 @@ class Observer:
             ca=self._ca(inc) if final else (),
             requests=tuple(requests),
             check_requests=frozenset(fresh),
+            lost_meanwhile=lost_meanwhile,
             nodes=tuple(self._nodes()) if final or fresh else (),
             reported_unknown=self._reported(inc) if final else 0,
             killed_unasked=killed_unasked,
@@ -122,7 +127,7 @@ class Observer:
             misread=tuple(w.misread),
             task_errors=tuple(f"task {t.name} raised {t.error!r}\n{t.error_trace}"
                               for t in w.sched.failed),
-            fence_passers=tuple(i.tag for i in w.alive() if i.leading()),
+            fence_passers=self._fence_passers(),
             record_writes=tuple(writes),
             gang_kills=gang_kills,
             replicas=not w.solo,
@@ -134,6 +139,15 @@ class Observer:
         )
 
     # --- pieces ---------------------------------------------------------------------------
+
+    def _fence_passers(self) -> tuple[str, ...]:
+        """Who passes the fence now, or at the moment since the last look when more than
+        one did."""
+        w = self.world
+        w.watch_fence()
+        if w.overlap:
+            return w.overlap
+        return tuple(i.tag for i in w.alive() if i.leading())
 
     def _kills(self, alive: list[Incarnation], requests: list[RequestSeen]
                ) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -147,16 +147,18 @@ def _run(world: World, steps: int, result: SeedResult, ignore: frozenset[str]) -
             inc = world.boot(world.add_replica(state=world.rng.random() < 0.5), ALL_GROUPS)
             world.log(f"boot replica {inc.replica.name} ({inc.tag}) "
                       f"{'with' if inc.state_dir else 'without'} state dir")
+    def checked() -> bool:
+        return _checked(world, observer, result, False, ignore)
+
+    world.after_switch = checked
     for _ in range(steps):
         adversary.step()
-        if _checked(world, observer, result, False, ignore):
+        if result.failures or checked():
             break
     result.steps = world.step_no
     result.actions = adversary.counts
     if result.failures:
         return
-    def checked() -> bool:
-        return _checked(world, observer, result, False, ignore)
 
     if not _quiesce(world, adversary, checked):
         _checked(world, observer, result, True, ignore)

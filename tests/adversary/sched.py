@@ -59,6 +59,8 @@ class Task:
         self.name = name
         self.owner = owner  # the incarnation it belongs to (None: the world's own)
         self.at = "start"
+        self.since = sched.now()  # when it last stopped (or was spawned)
+        self.born = self.since  # when it was spawned: what it decides, it read since
         self.done = False
         self.started = False
         self.killed = False
@@ -94,6 +96,7 @@ class Task:
         if self.killed:
             raise Crashed
         self.at = label
+        self.since = self.sched.now()
         self.sched._back.release()
         self._go.acquire()
         if self.killed:
@@ -150,9 +153,11 @@ _idle: list[_Worker] = []
 
 
 class Scheduler:
-    def __init__(self, rng: random.Random, tick: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, rng: random.Random, tick: Callable[[], None] = lambda: None,
+                 now: Callable[[], float] = lambda: 0.0) -> None:
         self.rng = rng
         self._tick = tick  # time passes as work runs (a call is never instantaneous)
+        self.now = now  # the world's clock: how long a task has waited
         self.tasks: list[Task] = []
         self._back = threading.Semaphore(0)
         self.switches = 0

@@ -59,6 +59,9 @@ class State:
     ca: tuple[GroupSeen, ...] = ()
     requests: tuple[RequestSeen, ...] = ()
     check_requests: frozenset[str] = frozenset()  # uids whose Provisioned must hold now
+    # Instances whose Node (or they) went after the write that made their request
+    # Provisioned was prepared: its pass could not have seen that (checked at quiescence).
+    lost_meanwhile: frozenset[str] = frozenset()
     nodes: tuple[NodeSeen, ...] = ()
     reported_unknown: int = 0  # live instances of unconfigured groups allset reports
     task_errors: tuple[str, ...] = ()

@@ -120,6 +120,12 @@ ALL_GROUPS = tuple(_GROUPS)
 # an instant, and the service may rely on that (a listing started before a launch settled
 # reads an earlier time).
 SWITCH_SECONDS = 0.001
+# No thread that can run waits longer than this while time passes: as time moves on, each
+# runnable task is stepped at least once per this much simulated time. Without a bound a
+# clock move would stand for a process frozen between its fence check and the call it
+# guards for minutes (a pause no lease can fence: the margin between the renew deadline and
+# the lease duration, 20s at deploy/'s timing, is what it may take, calls included).
+STARVE_SECONDS = 4.0
 
 
 @functools.lru_cache(maxsize=8)
@@ -230,6 +236,11 @@ class World:
     misread: list[str] = field(default_factory=list)  # CA reads that contradict each other
     fence_refusals: int = 0  # steering writes a deposed process's fence kept from going
     apis: list[Any] = field(default_factory=list)  # clients to close with the world
+    overlap: tuple[str, ...] = ()  # processes seen passing the fence at once (I9)
+    lost: dict[str, float] = field(default_factory=dict)  # instance -> when its Node went
+    # Called after each switch a clock move makes (the invariants are checked after every
+    # switch, as in a drain); True: one broke, stop.
+    after_switch: Callable[[], bool] = lambda: False
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.kube, self.lease, lambda: self.step_no)
@@ -493,31 +504,68 @@ class World:
 
     # --- time -----------------------------------------------------------------------------
 
-    def advance(self, seconds: float, stalled: frozenset[Incarnation] = frozenset()) -> int:
-        """Time passes, and with it each replica's election loop turns on schedule (it is a
-        thread of its own in allset: a clock move must not stand for a frozen process),
-        a retry period at a time. Returns the switches that took."""
-        retry = self.timing[2]
+    def advance(self, seconds: float) -> int:
+        """Time passes, and every thread goes on meanwhile: each replica's election loop
+        turns on schedule, and no task that can run waits longer than STARVE_SECONDS
+        (a clock move must not stand for a frozen process). Returns the switches."""
         switches = 0
         left = seconds
         while left > 0:
-            chunk = min(left, retry)
+            chunk = min(left, STARVE_SECONDS)
             self.clock.advance(chunk)
             left -= chunk
-            switches += self.run_daemons(stalled)
+            self.watch_fence()
+            for step in (self.run_daemons, self._unstarve):
+                n = step()
+                switches += abs(n)
+                if n < 0:
+                    return switches  # an invariant broke
         return switches
 
-    def run_daemons(self, stalled: frozenset[Incarnation] = frozenset(), limit: int = 400
-                    ) -> int:
-        """Run the election loops, Lease watches and routing writes that can run now."""
-        owners = {i.owner for i in stalled}
+    def _unstarve(self, limit: int = 400) -> int:
+        """Step each task that can run and has waited STARVE_SECONDS; the switches made
+        (negative: an invariant broke after the last)."""
         n = 0
         while n < limit:
-            ready = [t for t in self.sched.runnable() if _daemon(t) and t.owner not in owners]
+            now = self.now()
+            due = [t for t in self.sched.runnable()
+                   if not _daemon(t) and now - t.since >= STARVE_SECONDS]
+            if not due:
+                break
+            for task in due:
+                if task.runnable:
+                    self.sched.step(task)
+                    self.log(f"  run {task.name} -> {'end' if task.done else task.at}")
+                    n += 1
+                    if self._switched():
+                        return -n
+        return n
+
+    def _switched(self) -> bool:
+        self.watch_fence()
+        return self.after_switch()
+
+    def watch_fence(self) -> None:
+        """I9 between the observer's looks (a clock move runs many switches): remember the
+        first moment more than one process passed the fence."""
+        if self.overlap:
+            return
+        passing = tuple(i.tag for i in self.alive() if i.leading())
+        if len(passing) > 1:
+            self.overlap = passing
+
+    def run_daemons(self, limit: int = 400) -> int:
+        """Run the election loops, Lease watches and routing writes that can run now; the
+        switches made (negative: an invariant broke after the last)."""
+        n = 0
+        while n < limit:
+            ready = [t for t in self.sched.runnable() if _daemon(t)]
             if not ready:
                 break
             self.sched.step(self.rng.choice(ready))
             n += 1
+            if self._switched():
+                return -n
         return n
 
     # --- the cluster around allset --------------------------------------------------------
@@ -602,7 +650,7 @@ def make_world(seed: int, solo: bool | None = None) -> World:
 
     kube = _shared_kube()
     kube.reset(now)
-    sched = Scheduler(rng, lambda: clock.advance(SWITCH_SECONDS))
+    sched = Scheduler(rng, lambda: clock.advance(SWITCH_SECONDS), clock.now)
     world = World(seed, rng, sched, clock, fake, cloud, kube, Endpoint.shared(), workdir,
                   solo)
     holder["w"] = world
