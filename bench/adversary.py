@@ -81,6 +81,7 @@ COVERAGE = (
     "API partitions healed, held requests landing late",
     "API partitions healed, held requests dropped",
     "held requests landed after the caller gave up",
+    "request writes of a deposed leader held to the heal",
     "cloud partitions (hang)",
     "wall-clock steps forward",
     "wall-clock steps back",

@@ -27,6 +27,7 @@ from provider.domain.cloud import (
 from provider.wire import externalgrpc_pb2 as pb
 from tests.adversary.endpoint import TIMEOUT
 from tests.adversary.fixes import MONOTONIC_FENCE, forced
+from tests.adversary.sched import Task
 from tests.adversary.world import ALL_GROUPS, NAMESPACE, Incarnation, Replica, World
 from tests.fakes.kube import objects
 
@@ -70,8 +71,9 @@ class Adversary:
                 "restart": (2.0, self.restart),
                 "rollout": (0.6, self.rollout),
                 "partition.kube": (2.0, self.partition_kube),
+                "ambush": (1.0, self.ambush),
                 "partition.cloud": (1.2, self.partition_cloud),
-                "heal": (3.0, self.heal),
+                "heal": (1.0, self.heal),
             })
             if MONOTONIC_FENCE.present() or "clock.step" in forced():
                 self._moves["clock.step"] = (2.0, self.clock_step)
@@ -312,6 +314,23 @@ class Adversary:
 
     # --- replicas -------------------------------------------------------------------------
 
+    def _target(self, about_to: Callable[[Task], bool]) -> Replica | None:
+        """A live replica for a cut or a clock step: half the time one with a task about
+        to do what ``about_to`` names, else one that leads, else any."""
+        w = self.w
+        alive = [r for r in w.standing() if r.current is not None and r.current.alive]
+        if not alive:
+            return None
+        if w.rng.random() < 0.5:
+            owners = {t.owner for t in w.sched.tasks if t.started and about_to(t)}
+            busy = [r for r in alive if r.current is not None and r.current.owner in owners]
+            if busy:
+                return w.rng.choice(busy)
+        leaders = [r for r in alive if r.current is not None and r.current.leading()]
+        if leaders and w.rng.random() < 0.5:
+            return w.rng.choice(leaders)
+        return w.rng.choice(alive)
+
     def _replica(self, alive: bool = True) -> Replica | None:
         picks = [r for r in self.w.standing() if (r.current is not None and
                                                   r.current.alive) == alive]
@@ -376,13 +395,34 @@ class Adversary:
     def partition_kube(self) -> str:
         return self._cut("API server", 0.7)
 
+    def ambush(self) -> str:
+        """Arm a cut of the leader from the API server that starts as its next status
+        write of a ProvisioningRequest goes out: that write is held (finding 1's)."""
+        leaders = [r for r in self.w.standing() if r.current is not None
+                   and r.current.alive and r.current.leading()]
+        if not leaders or leaders[0].kube.partition is not None or leaders[0].kube.armed:
+            return "no leader to ambush"
+        leaders[0].kube.armed = True
+        return f"{leaders[0].name}'s next request status write will be cut off"
+
     def partition_cloud(self) -> str:
         return self._cut("cloud", 0.6)
 
     def _cut(self, what: str, hang: float) -> str:
         """Cut one replica off from the API server or the cloud: its calls hang (held,
-        each until its own timeout) or are refused at once."""
-        replica = self._replica()
+        each until its own timeout) or are refused at once. Half the time the cut comes
+        where it hurts: at a replica one of whose tasks is about to send a write there
+        (else at the leader, else anyone)."""
+        if what == "API server":
+            # A request's status or finalizer write above all: a deposed leader's record
+            # of its attempt landing late is what broke a Provisioned gang (finding 1).
+            def steering(t: Task) -> bool:
+                return t.at.startswith(("kube.PUT", "kube.PATCH")) and \
+                    ("provisioningrequests" in t.at or self.w.rng.random() < 0.3)
+        else:
+            def steering(t: Task) -> bool:
+                return t.at.startswith(("cloud.launch", "cloud.commit", "cloud.terminate"))
+        replica = self._target(steering)
         link = None if replica is None else \
             replica.kube if what == "API server" else replica.cloud
         if replica is None or link is None or link.partition is not None:
@@ -396,7 +436,8 @@ class Adversary:
         """A partition ends. Requests held from the API server land now (after their
         caller gave up, or while it still waits) or are dropped."""
         w = self.w
-        cut = [(r, "kube") for r in w.replicas if r.kube.partition is not None] + \
+        cut = [(r, "kube") for r in w.replicas if r.kube.partition is not None or
+               (everything and r.kube.armed)] + \
               [(r, "cloud") for r in w.replicas if r.cloud.partition is not None]
         if not cut:
             return "nothing to heal"
@@ -419,7 +460,7 @@ class Adversary:
         """One replica's wall clock is stepped (an NTP step, a VM resumed) by up to a
         lease duration, either way; its monotonic clock does not move."""
         w = self.w
-        replica = self._replica()
+        replica = self._target(lambda t: t.at.startswith(("kube.", "cloud.")))
         if replica is None:
             return "nobody alive"
         lease = w.timing[0]

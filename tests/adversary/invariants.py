@@ -82,18 +82,20 @@ def _request_whole(s: State, r: RequestSeen, nodes: dict[str, NodeSeen],
     if not committed:
         return [f"{r.key} is Provisioned but no attempt of it ever committed"]
     attempt = committed[-1]
+    also = f"; it has committed attempts {committed}" if len(committed) > 1 else ""
     mine = [i for i in s.instances if i.tags.attempt == attempt and i.tags.committed]
     plans = {_plan_of(i) for i in mine}
     planned = _planned(s, attempt, plans)
     # As it turned Provisioned: a node lost since its pass read the cluster is not held
     # against it (its next pass revokes the request; quiescence checks that).
     excused = frozenset() if final else s.lost_meanwhile
-    live = [i for i in s.instances if i.tags.attempt == attempt and
-            (i.state is not InstanceState.TERMINATED or i.id in excused)]
+    # Its committed nodes: an uncommitted leftover of an earlier plan of the same attempt
+    # (a launch whose answer was lost) is reconcile's to roll back, not the gang's.
+    live = [i for i in mine if i.state is not InstanceState.TERMINATED or i.id in excused]
     out = []
     if len(live) < planned:
         out.append(f"{r.key} is Provisioned with {len(live)} of {planned} nodes "
-                   f"(attempt {attempt})")
+                   f"(attempt {attempt}{also})")
     for inst in live:
         if inst.id in excused:
             continue
@@ -104,7 +106,7 @@ def _request_whole(s: State, r: RequestSeen, nodes: dict[str, NodeSeen],
             out.append(f"{r.key} is Provisioned but Node of {inst.id} is not Ready")
         elif node.booking != r.booking:
             out.append(f"{r.key} is Provisioned but Node of {inst.id} lacks booking "
-                       f"{r.booking} (has {node.booking})")
+                       f"{r.booking} (has {node.booking}; attempt {attempt}{also})")
     return out
 
 

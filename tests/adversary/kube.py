@@ -91,6 +91,7 @@ class Ledger:
     kube: FakeKube
     lease: Callable[[], tuple[str | None, int]]
     step: Callable[[], int]
+    log: Callable[[str], None] = lambda text: None
     writes: list[RecordWrite] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     # request uid -> the latest lease epoch under which allset wrote it
@@ -113,6 +114,10 @@ class KubeLink:
         self.ledger = ledger
         self._now = now
         self.partition: str | None = None  # None, "refuse" or "hang"
+        # A cut that starts as the next status write of a ProvisioningRequest goes out (an
+        # ambush: a partition can begin at any moment, and this one is the one that hurts:
+        # the status carries the attempt record).
+        self.armed = False
         self.held: list[Held] = []
 
     # --- installing on a client -----------------------------------------------------------
@@ -137,8 +142,15 @@ class KubeLink:
         """The partition ends: every held request lands (``land``) or is dropped. Returns
         (held requests, of which their caller had already given up)."""
         self.partition = None
+        self.armed = False
         held, self.held = self.held, []
+        lease = self.ledger.lease()
         for h in held:
+            if h.method in WRITES and "/provisioningrequests" in h.path and h.leading and \
+                    lease != (h.sender.identity(), h.epoch):
+                # What broke a Provisioned gang (finding 1): a leader's request write held
+                # past its deposition.
+                self.ledger.counts["request writes of a deposed leader held to the heal"] += 1
             if land:
                 self._land(h)
             else:
@@ -161,6 +173,13 @@ class KubeLink:
             raise Crashed
         task = current()
         born = task.born if task is not None else self._now()
+        if self.armed and method == "PUT" and "/provisioningrequests/" in path and \
+                path.endswith("/status"):
+            self.armed = False
+            self.partition = "hang"
+            self.ledger.counts["ambushes sprung (a request write held)"] += 1
+            self.ledger.log(f"  {sender.tag} cut off from the API server as it sends "
+                            f"{method} {_short(path)} (ambush)")
         if self.partition is None:
             return self._apply(sender, method, path, send, sender.epoch(), sender.leading(),
                                born, late=False)

@@ -30,6 +30,7 @@ QUIET_SECONDS = (1.0, 180.0, 180.0)
 # (attempts.deadline, 10 minutes): its successor leaves their instances alone until then,
 # so one round waits that out (and a wall clock stepped back by a lease duration).
 QUIET_SECONDS_REPLICAS = (1.0, 90.0, 180.0, 600.0 + 120.0, 180.0)
+CUT_ROUND_SECONDS = 120.0  # a lease and a settle, and then some
 DRAIN_LIMIT = 20_000
 
 
@@ -213,6 +214,12 @@ def _quiesce(world: World, adversary: Adversary, checked: Callable[[], bool]) ->
     for zone in ("z-a", "z-b"):
         world.fake.set_stockout(Stockout(zone, "gpu8", CapacityType.ON_DEMAND), False)
     if not world.solo:
+        if any(r.kube.partition for r in world.replicas) and world.rng.random() < 0.5:
+            # Half the time a cut replica stays cut while the others go on (the standby
+            # takes over and acts), and its held requests land or drop only after that.
+            world.log("a cut replica stays cut for a round")
+            if _round(world, adversary, checked, CUT_ROUND_SECONDS):
+                return True
         world.log(f"heal: {adversary.heal(everything=True)}")
         for replica in world.standing():
             inc = replica.current
@@ -221,17 +228,24 @@ def _quiesce(world: World, adversary: Adversary, checked: Callable[[], bool]) ->
     if drain(world, checked):
         return True
     for seconds in (QUIET_SECONDS if world.solo else QUIET_SECONDS_REPLICAS):
-        world.advance(seconds)
-        world.log(f"+{seconds:.0f}s; kubelet.join: {adversary.kubelet_join(everyone=True)}")
-        for inc in world.alive():
-            world.log(f"refresh: {adversary.refresh(inc)}")
-        if drain(world, checked):
-            return True
-        for inc in world.alive():
-            world.log(f"controller: {adversary.controller(inc)}")
-        if drain(world, checked):
+        if _round(world, adversary, checked, seconds):
             return True
     world.log(f"kubelet.join: {adversary.kubelet_join(everyone=True)}")
+    for inc in world.alive():
+        world.log(f"controller: {adversary.controller(inc)}")
+    return drain(world, checked)
+
+
+def _round(world: World, adversary: Adversary, checked: Callable[[], bool],
+           seconds: float) -> bool:
+    """Time passes, kubelets join, then a refresh and a controller pass in every process
+    (each drained). True if an invariant broke."""
+    world.advance(seconds)
+    world.log(f"+{seconds:.0f}s; kubelet.join: {adversary.kubelet_join(everyone=True)}")
+    for inc in world.alive():
+        world.log(f"refresh: {adversary.refresh(inc)}")
+    if drain(world, checked):
+        return True
     for inc in world.alive():
         world.log(f"controller: {adversary.controller(inc)}")
     return drain(world, checked)

@@ -243,7 +243,7 @@ class World:
     after_switch: Callable[[], bool] = lambda: False
 
     def __post_init__(self) -> None:
-        self.ledger = Ledger(self.kube, self.lease, lambda: self.step_no)
+        self.ledger = Ledger(self.kube, self.lease, lambda: self.step_no, self.log)
         self.endpoint.serve(self.route)
 
     def log(self, text: str) -> None:
@@ -274,7 +274,7 @@ class World:
     def standing(self) -> list[Replica]:
         return [r for r in self.replicas if not r.retired]
 
-    @property
+    @functools.cached_property
     def timing(self) -> tuple[float, float, float]:
         """(lease duration, renew deadline, retry period) as configured."""
         s = config_for(ALL_GROUPS).schema.leader_election
@@ -397,9 +397,14 @@ class World:
         interrupted = [False]
         kube, link = self.kube, replica.kube
 
+        cache = [-1, ""]  # (the API's resourceVersion, the Lease's) when last read
+
         def version() -> str:
-            obj = kube.get("leases", store.name, SYSTEM)
-            return str(obj["metadata"]["resourceVersion"]) if obj is not None else ""
+            if cache[0] != kube.resource_version:  # nothing was written since: no copy
+                obj = kube.get("leases", store.name, SYSTEM)
+                cache[:] = [kube.resource_version,
+                            str(obj["metadata"]["resourceVersion"]) if obj is not None else ""]
+            return str(cache[1])
 
         def follow(timeout_seconds: int = 300) -> Iterator[Any]:
             yield store.get()  # the list that starts a watch: a real request
