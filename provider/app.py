@@ -21,7 +21,7 @@ from provider.base.clock import Clock, SystemClock
 from provider.capacity.ledger import Ledger
 from provider.capacity.unavailable import UnavailableOfferings
 from provider.config import LoadedConfig
-from provider.domain.cloud import CapacityType, CloudAdapter
+from provider.domain.cloud import CapacityType, CloudAdapter, CloudError
 from provider.domain.errors import Unavailable
 from provider.domain.fleet import Fleet
 from provider.domain.model import NodeGroup, Resources, ScaleUpMode
@@ -29,6 +29,9 @@ from provider.leadership.elector import AlwaysLeader, Leadership
 from provider.planner.matching import Matcher
 
 log = logging.getLogger(__name__)
+
+# DeleteNodes writes its deletion marks inside CA's gRPC deadline (grpc_timeout, 5s).
+MARK_SECONDS = 3.0
 
 
 class Provider:
@@ -90,6 +93,7 @@ class Provider:
         self._booked: dict[str, set[str]] = {}  # request -> provider ids it holds
         self._booker: dict[str, str] = {}  # provider id -> the request that books it
         self._booked_lock = threading.Lock()
+        self._delete_lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         # Guards only who watches and what they last heard; never held across I/O, so the
         # elector's thread is not kept from renewing the lease by a slow cloud listing.
@@ -295,17 +299,35 @@ class Provider:
 
     def delete_nodes(self, group_id: str, provider_ids: Sequence[str]) -> None:
         """Lower the target now; terminate in the background (retried until done).
-        Refused with nothing changed once a shutdown began: the workers that terminate
-        are draining, and CA asks again (the next leader, or this process restarted)."""
+
+        The debt is written on the instances (the cloud's deletion mark) before CA hears
+        "done", so a failover cannot lose it: every leader's reconcile terminates marked
+        instances. When the mark cannot be written the call is refused with UNAVAILABLE
+        and nothing changes (CA asks again). Refused too, with nothing changed, once a
+        shutdown began: the workers that terminate are draining, and CA asks again (the
+        next leader, or this process restarted)."""
         if self.scaleups.refusing or self.scaleups.draining:
             raise Unavailable("allset is shutting down; node deletions are not accepted")
-        doomed = self.fleet.delete_nodes(group_id, provider_ids, protected=self.bookings())
-        if doomed:
-            ids = [i.id for i in doomed]
-            # Owed before CA hears "done": if the worker never runs (a crash, a full pool),
-            # the next start's backlog still terminates them.
-            self.executor.terminator.owe(ids)
-            self.workers.submit(self.executor.terminator.terminate, ids, self.executor.retrying())
+        terminator = self.executor.terminator
+        # One deletion at a time between its check and its apply: a second one cannot
+        # take the group under minSize, nor name the same nodes, in between.
+        with self._delete_lock:
+            deletion = self.fleet.deletion(group_id, provider_ids, protected=self.bookings())
+            marked = [i.id for i in deletion.instances]
+            try:
+                terminator.owe(marked, self.executor.retrying(MARK_SECONDS))
+            except (CloudError, Unavailable) as err:
+                raise Unavailable(
+                    f"could not mark {len(marked)} nodes of group {group_id} for deletion in "
+                    f"the cloud ({err}); nothing was deleted, retry shortly") from err
+            doomed = self.fleet.apply_deletion(deletion)
+        ids = [i.id for i in doomed]
+        # A placeholder that filled since the check: owed as well (its mark comes before
+        # its terminate call, and its uncommitted instance is rolled back in any case).
+        late = [i for i in ids if i not in set(marked)]
+        terminator.owe(late, self.executor.retrying(MARK_SECONDS), must_mark=False)
+        if ids:
+            self.workers.submit(terminator.terminate, ids, self.executor.retrying())
 
     def next_node_price(self, group: NodeGroup) -> float:
         """Per-hour price of the source the next node of this group would come from."""

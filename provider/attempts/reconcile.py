@@ -41,6 +41,9 @@ class Classified:
     orphans: tuple[CloudInstance, ...]  # uncommitted and no longer expected to commit
     in_flight: tuple[CloudInstance, ...]
     unknown_group: tuple[CloudInstance, ...] = ()  # committed, of a group not configured
+    # Carrying the deletion mark: a termination owed (by this process or any before it),
+    # whatever their commit says. In none of the other sets: never a member again.
+    deleting: tuple[CloudInstance, ...] = ()
 
 
 def commit_unit(inst: CloudInstance, partial_groups: Collection[str]) -> str:
@@ -76,11 +79,14 @@ def classify(
     to_commit: list[CloudInstance] = []
     orphans: list[CloudInstance] = []
     flying: list[CloudInstance] = []
+    deleting: list[CloudInstance] = []
     for attempt, instances in by_attempt.items():
         done = finished.get(attempt)
         units = {commit_unit(i, partial_groups) for i in instances if i.tags.committed}
         for i in instances:
-            if i.tags.committed:
+            if i.marked_deleting:
+                deleting.append(i)
+            elif i.tags.committed:
                 committed.append(i)
             elif commit_unit(i, partial_groups) in units or \
                     (done is not None and i.id in done.committed):
@@ -93,7 +99,7 @@ def classify(
     if groups is not None:
         unknown = tuple(i for i in (*committed, *to_commit) if i.tags.node_group not in groups)
     return Classified(tuple(committed), tuple(to_commit), tuple(orphans), tuple(flying),
-                      unknown)
+                      unknown, tuple(deleting))
 
 
 class Reconciler:
@@ -170,8 +176,11 @@ class Reconciler:
         acting = self._leadership is None or self._leadership.is_leader()
         if found.to_commit and acting:
             self._finish_commits(found.to_commit)
-        adopted = [*found.committed, *(i.with_commit() for i in found.to_commit)]
-        owed = self._executor.terminator.owing()
+        # Marked instances that were CA's stay in view, as deleting, until they are gone.
+        adopted = [*found.committed, *(i.with_commit() for i in found.to_commit),
+                   *(i for i in found.deleting if i.tags.committed)]
+        terminator = self._executor.terminator
+        owed = terminator.owing() | {i.id for i in found.deleting}
         self._fleet.sync(adopted, taken_at, self._grace, taken_at - self._failed_ttl,
                          doomed=owed)
         if not acting:
@@ -189,15 +198,17 @@ class Reconciler:
         doomed += self._unknown_group(found.unknown_group)
         if doomed:
             failpoints.hit("reconcile.rolling-back")
-            released = self._executor.terminator.terminate([i.id for i in doomed],
-                                                           self._executor.retrying())
+            released = terminator.terminate([i.id for i in doomed], self._executor.retrying())
             if released:
                 # The listing still counts them in their reservations' use; list again so
                 # the next plan sees what the cloud has freed by now (and no more).
                 with contextlib.suppress(CloudError):
                     taken_at = self._clock.now()
                     self._ledger.apply(self._snapshot(), taken_at)
-        left = self._executor.terminator.retry_backlog(self._executor.retrying())
+        # Every debt the cloud carries is this leader's to pay, a predecessor's too: with
+        # the backlog's own backoff, as any termination that failed here.
+        terminator.listed(found.deleting)
+        left = terminator.retry_backlog(self._executor.retrying())
         if self._metrics is not None:
             self._metrics.observe_snapshot(snapshot, len(found.orphans), left)
             self._metrics.unknown_group.set(len(found.unknown_group))

@@ -2,9 +2,9 @@
 injected faults) behind two thin layers.
 
 * :class:`LaggingCloud` adds eventual consistency to listings, which the fake's listing
-  does not model: a launched instance, a commit tag and a termination reach
-  ``snapshot`` only some steps later, each instance on its own schedule, and reservation
-  free counts are computed from what the listing shows. AWS documents this for the EC2
+  does not model: a launched instance, a commit tag, a deletion mark and a termination
+  reach ``snapshot`` only some steps later, each instance on its own schedule, and
+  reservation free counts are computed from what the listing shows. AWS documents this for the EC2
   API ("Eventual consistency in the Amazon EC2 API", EC2 API Reference: results of
   RunInstances, CreateTags and TerminateInstances may not be visible to Describe* calls
   at once) and the adapter contract says so (provider/domain/cloud.py, "Eventual consistency").
@@ -51,6 +51,7 @@ class _Seen:
     launched: Mark
     committed: Mark | None = None
     terminated: Mark | None = None
+    marked: Mark | None = None  # the deletion mark (CreateTags too: it lags the same way)
 
 
 @dataclass(slots=True)
@@ -97,6 +98,10 @@ class LaggingCloud:
                     self._hidden(seen.committed, now, lag):
                 view = dataclasses.replace(view, tags=dataclasses.replace(view.tags,
                                                                           committed=False))
+            if view.marked_deleting and seen.marked is not None and \
+                    self._hidden(seen.marked, now, lag):
+                view = dataclasses.replace(view, tags=dataclasses.replace(
+                    view.tags, deleting_since=None))
             shown.append(view)
         reservations = [
             dataclasses.replace(r, free=max(0, r.total - sum(
@@ -143,6 +148,15 @@ class LaggingCloud:
             for inst in self.fake.all_instances():
                 if inst.tags.committed and inst.id not in before and inst.id in self._seen:
                     self._seen[inst.id].committed = self._mark()
+
+    def mark_deleting(self, instance_ids: Sequence[str], at: float) -> None:
+        before = {i.id for i in self.fake.all_instances() if i.marked_deleting}
+        try:
+            self.fake.mark_deleting(instance_ids, at)
+        finally:
+            for inst in self.fake.all_instances():
+                if inst.marked_deleting and inst.id not in before and inst.id in self._seen:
+                    self._seen[inst.id].marked = self._mark()
 
     def describe_shapes(self, instance_types: Sequence[str]) -> dict[str, Shape]:
         return self.fake.describe_shapes(instance_types)
@@ -232,6 +246,13 @@ class GatedCloud:
             self._cloud.commit(instance_ids, attempt)
         finally:
             self._leave("commit")
+
+    def mark_deleting(self, instance_ids: Sequence[str], at: float) -> None:
+        self._enter("mark_deleting")
+        try:
+            self._cloud.mark_deleting(instance_ids, at)
+        finally:
+            self._leave("mark_deleting")
 
     def describe_shapes(self, instance_types: Sequence[str]) -> dict[str, Shape]:
         return self._cloud.describe_shapes(instance_types)

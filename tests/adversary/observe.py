@@ -60,12 +60,15 @@ class Observer:
             if uid is not None:
                 self.attempt_uid[rec.attempt] = uid
         launched_groups = frozenset(r.group for r in new)
-        marked = self._marks(inc)
+        instances = tuple(w.fake.all_instances())
+        # A debt written on the instance (the deletion mark) outlives every process.
+        in_cloud = {i.id for i in instances if i.marked_deleting}
+        marked = self._marks(inc) | in_cloud
         if inc.state_dir is not None:
             self.durable_marks |= marked
-        else:  # started without the state dir: what earlier runs owed is forgotten
+        else:  # started without the state dir: what earlier runs owed here is forgotten
             self.durable_marks.clear()
-        must_end = frozenset(self.durable_marks | (marked if final else set()))
+        must_end = frozenset(self.durable_marks | in_cloud | (marked if final else set()))
         requests = self._requests()
         killed_unasked = self._unasked_kills(inc, requests)
         fresh = {r.uid for r in requests if r.provisioned and r.uid not in self.provisioned_seen}
@@ -76,7 +79,7 @@ class Observer:
         fake_cfg = inc.config.schema.cloud.fake
         totals = {r.id: r.count for r in fake_cfg.reservations} if fake_cfg else {}
         return State(
-            instances=tuple(w.fake.all_instances()),
+            instances=instances,
             launches=tuple(launches),
             attempt_uid=dict(self.attempt_uid),
             max_size={g.id: g.max_size for g in inc.config.groups},
