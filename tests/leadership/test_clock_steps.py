@@ -105,8 +105,8 @@ def test_a_wall_clock_step_beside_a_cut_off_leader_never_makes_two_leaders(
 def test_a_leader_whose_wall_clock_steps_keeps_its_lease(pair: Pair, step: float) -> None:
     """A connected leader whose wall clock steps, by up to a lease duration either way,
     renews on time and passes the fence throughout; the standby never takes over. On the
-    wall clock, a step forward past the renew deadline fenced it at once (and its next
-    renewal found it no longer leading: a spurious loss of its term)."""
+    wall clock, a step forward of more than the renew deadline less the retry period
+    fenced it until its next renewal: seconds of refusing to act, for nothing."""
     a, b = pair.a, pair.b
     epoch = a.elector.epoch
     pair.run(3)
