@@ -12,9 +12,10 @@ has stopped before anyone else can start.
 Every one of those comparisons is made on the monotonic clock (Clock.monotonic), never
 on the wall clock: the wall clock steps (an NTP step, a VM resumed), and a leader whose
 wall clock stepped back 30 s would act 30 s past its fence while a standby takes over
-on time. client-go's stamps carry Go's monotonic reading for the same reason. The wall
-clock is only written into the Lease (acquireTime, renewTime), for people and for other
-tools; no candidate reads the holder's timestamps to judge expiry."""
+on time. client-go's comparisons are monotonic too (Go's time.Now() carries a monotonic
+reading, and After and Sub use it). The wall clock is only written into the Lease
+(acquireTime, renewTime), for people and for other tools; no candidate reads the
+holder's timestamps to judge expiry."""
 
 from __future__ import annotations
 
@@ -240,9 +241,10 @@ class LeaderElector:
 
     @property
     def predecessor_stopped_by(self) -> float | None:
-        """The latest time (our monotonic clock) the lease's previous holder can have acted: a
-        lease it released, when we saw the release; one that expired, its last renewal we
-        saw plus its renew deadline (it fences itself then). None: no other holder."""
+        """The latest time (our monotonic clock) the lease's previous holder can have
+        acted: a lease it released, when we saw the release; one that expired, its last
+        renewal we saw plus its renew deadline (it fences itself then). None: no other
+        holder."""
         return self._predecessor_stopped_by
 
     def seconds_without_leader(self) -> float:
@@ -263,13 +265,12 @@ class LeaderElector:
         rather than at its next turn.
 
         Only ever later, never earlier: a record seen is stamped with our monotonic clock
-        when it
-        changed, as a read's is, so an event that arrives late (or an older one after a
-        read) can only postpone when this process would deem the holder gone. A deleted
-        Lease is not free: its holder may still act until its lease would have run out
-        (creating it again at once could make two leaders), so it changes nothing here. A
-        leader, or a process whose last record is its own write, ignores what the watch
-        shows: its own writes keep what it observed."""
+        when it changed, as a read's is, so an event that arrives late (or an older one
+        after a read) can only postpone when this process would deem the holder gone. A
+        deleted Lease is not free: its holder may still act until its lease would have
+        run out (creating it again at once could make two leaders), so it changes nothing
+        here. A leader, or a process whose last record is its own write, ignores what the
+        watch shows: its own writes keep what it observed."""
         if record is None:
             return False
         with self._lock:
