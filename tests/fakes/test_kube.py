@@ -689,7 +689,13 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
                                                 "count": 1}]}})
     assert [r["metadata"]["name"] for r in g.gang_requests("allset.dev/gang=true")] == \
         ["gang"]
-    g.delete_request(NS, "gang")
+    read = g.gang_requests("allset.dev/gang=true")[0]["metadata"]
+    # A delete prepared from an older read (another request took the name, or it changed
+    # since) is refused by the API server and leaves the request.
+    g.delete_request(NS, "gang", "another-uid", read["resourceVersion"])
+    g.delete_request(NS, "gang", read["uid"], str(int(read["resourceVersion"]) - 1))
+    assert g.request(NS, "gang") is not None
+    g.delete_request(NS, "gang", read["uid"], read["resourceVersion"])
     g.delete_request(NS, "gang")  # gone already: nothing to do
     assert g.request(NS, "gang") is None
     assert all(g.served(source) for source in SOURCES.values())
@@ -698,9 +704,14 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     for source in SOURCES.values():
         kube.create({"apiVersion": source.api_version, "kind": "PodGroup",
                      "metadata": {"namespace": NS, "name": "gang"}, "spec": {}})
-        g.annotate_gang(source, NS, "gang", {"allset.dev/provisioning": "x"})
+        written = g.annotate_gang(source, NS, "gang", {"allset.dev/provisioning": "x"})
         found = g.gang(source, NS, "gang")
         assert found is not None and found["metadata"]["annotations"] == {
+            "allset.dev/provisioning": "x"} == written["metadata"]["annotations"]
+        stale = str(int(found["metadata"]["resourceVersion"]) - 1)
+        with pytest.raises(Conflict):  # onto the gang as read only
+            g.annotate_gang(source, NS, "gang", {"allset.dev/provisioning": "y"}, stale)
+        assert (g.gang(source, NS, "gang") or {})["metadata"]["annotations"] == {
             "allset.dev/provisioning": "x"}
     g.create_event(NS, objects.event(NS, request, "Accepted", "gang"))
     k.create_event(NS, objects.event(NS, request, "Accepted", "planning"))

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from adapters.registry import create_adapter
 from provider.app import Provider
@@ -58,9 +57,7 @@ def start(kube: FakeKube) -> Iterator[Callable[..., Replica]]:
     def replica(pod: str, ip: str, *, timeout: float = 2.0, leads: bool = True) -> Replica:
         # Retried only when never sent, as `allset serve`'s client (urllib3's default
         # would send a timed-out write again).
-        settings = client.Configuration(host=kube.url)
-        settings.retries = unsent_only()
-        api = client.ApiClient(settings)
+        api = kube.client(unsent_only())
         clients.append(api)
         endpoint = LeaderEndpoint(api, NS, "allset", pod, ip, {"grpc": 8086},
                                   timeout=timeout)

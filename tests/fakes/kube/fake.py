@@ -95,11 +95,15 @@ class FakeKube:
             raise RuntimeError("FakeKube is not started")
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def client(self) -> Any:
-        """A ``kubernetes.client.ApiClient`` for this server; close it (or use ``with``)."""
+    def client(self, retries: Any = None) -> Any:
+        """A ``kubernetes.client.ApiClient`` for this server; close it (or use ``with``).
+        ``retries``: the urllib3 Retry its connection pool uses (``allset serve``'s own)."""
         from kubernetes import client
 
-        return client.ApiClient(client.Configuration(host=self.url))
+        configuration = client.Configuration(host=self.url)
+        if retries is not None:
+            configuration.retries = retries
+        return client.ApiClient(configuration)
 
     # --- state -----------------------------------------------------------------------------------
 

@@ -22,9 +22,9 @@ from tests.fakes.kube.store import Store, render
 
 Json = dict[str, Any]
 
-# Query parameters whose meaning the fake does not implement: refused, never ignored.
 HOLD_LIMIT = 60.0  # a held request is applied after this long even if never released
 
+# Query parameters whose meaning the fake does not implement: refused, never ignored.
 UNMODELLED = ("dryRun", "resourceVersionMatch", "sendInitialEvents", "continue")
 
 
