@@ -377,6 +377,24 @@ def test_injected_conflicts_answer_the_next_writes_then_stop(kube: FakeKube, api
     assert KubeApi(api).get_request(NS, "r1")["metadata"]["name"] == "r1"
 
 
+def test_injected_failures_answer_the_next_requests_with_their_code_and_change_nothing(
+        kube: FakeKube, api: Any) -> None:
+    kube.fail("create", "provisioningrequests", code=503)
+    kube.fail("get", "provisioningrequests", "r1", code=500, times=2)
+    with pytest.raises(ApiException) as refused:
+        create_request(api, "r1")
+    assert refused.value.status == 503 and status_of(refused.value)["reason"] == \
+        "ServiceUnavailable"
+    assert kube.get("provisioningrequests", "r1", NS) is None  # nothing was applied
+    create_request(api, "r1")  # once only
+    for _ in range(2):
+        with pytest.raises(ApiException) as failed:
+            KubeApi(api).get_request(NS, "r1")
+        assert failed.value.status == 500
+    assert KubeApi(api).get_request(NS, "r1")["metadata"]["name"] == "r1"
+    assert kube.count("create", "provisioningrequests") == 2  # a refused one still counts
+
+
 def test_writing_the_same_status_again_changes_nothing(kube: FakeKube, api: Any) -> None:
     created = create_request(api, "r1")
     created["status"] = {"conditions": [condition("Accepted", "True", "Accepted")]}
