@@ -103,8 +103,9 @@ class Provider:
         self._drained = threading.Event()  # stop() saw every worker finish
         self._loop: threading.Thread | None = None
         self._last_refresh = float("-inf")
+        # Monotonic, as the leadership's times they are compared with (settled_from).
         self._listed_at = float("-inf")  # when the last complete listing was taken
-        self._started_at = self.clock.now()
+        self._started_at = self.clock.monotonic()
         # Read once: acting() runs on every CA call.
         self._settle = config.listing_settle_seconds
         self._watchers: list[Callable[[bool], None]] = []
@@ -119,7 +120,7 @@ class Provider:
         ready: CA's calls are refused and the controller waits (the loop keeps trying).
         Attempts a previous run left open are over: reconcile commits or rolls back their
         instances by their tags."""
-        self._started_at = self.clock.now()
+        self._started_at = self.clock.monotonic()
         interrupted = self.journal.open_attempts()
         if interrupted:
             log.warning("previous run stopped during %d attempts: %s", len(interrupted),
@@ -148,7 +149,9 @@ class Provider:
         """Listings lag launches (reconcile.listingSettle): one taken sooner after this
         process started, or after the lease's last holder could still act, may miss that
         process's last instances, and would show their reservation slots and maxSize room
-        free. Its journal, if any, knows only this host's attempts."""
+        free. Its journal, if any, knows only this host's attempts. A monotonic reading,
+        as the leadership's times are: a step of the wall clock must not let a listing
+        taken before the predecessor stopped count as one taken after."""
         settle = self._settle
         # A listing from before this process led was read as a standby: nothing in it was
         # acted on (its predecessor's half gangs were never recorded as suspects).
@@ -176,7 +179,7 @@ class Provider:
             return (f"this allset replica is the standby; the leader is "
                     f"{self.leadership.holder or 'being elected'} (retry shortly)")
         if self.ready.is_set():
-            wait = max(0.0, self.settled_from() - self.clock.now())
+            wait = max(0.0, self.settled_from() - self.clock.monotonic())
             return (f"allset waits {wait:.0f}s more for a cloud listing that shows what "
                     f"the previous allset process launched (reconcile.listingSettle "
                     f"{self._settle:.0f}s); retry shortly")
@@ -230,7 +233,7 @@ class Provider:
 
     def refresh_now(self) -> bool:
         with self._refresh_lock:
-            taken = self.clock.now()
+            taken = self.clock.monotonic()
             found = self.reconciler.run_once()
             if found is not None:
                 self._listed_at = taken

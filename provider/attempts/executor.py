@@ -496,14 +496,15 @@ class Executor:
         on_launched: Callable[[Sequence[CloudInstance]], None] | None,
         cancelled: Callable[[], bool],
     ) -> Outcome:
-        deadline = self._clock.now() + self._deadline
+        # Monotonic, as a new leader's wait for this attempt to end (reconcile) is.
+        deadline = self._clock.monotonic() + self._deadline
         kept: list[tuple[Part, list[CloudInstance]]] = []
         failures: list[PartFailure] = []
         rolled_back = 0
         infeasible: Infeasible | None = None
         complete = False  # a plan launched whole (after any earlier partial rounds)
         plans = 0
-        while plans < self._max_plans and self._clock.now() < deadline:
+        while plans < self._max_plans and self._clock.monotonic() < deadline:
             if cancelled():
                 launched = [i for _, insts in kept for i in insts]
                 self._rollback(spec, [insts for _, insts in kept])

@@ -159,7 +159,7 @@ class Reconciler:
         # Attempts known before the listing starts, and again after it returns: one that
         # starts, commits and ends while the listing is out is in the second reading.
         flying_before, _ = self._executor.known()
-        taken_at = self._clock.now()
+        taken_at, taken_mono = self._clock.now(), self._clock.monotonic()
         try:
             snapshot = self._snapshot()
         except CloudError as err:
@@ -189,7 +189,7 @@ class Reconciler:
             if self._metrics is not None:
                 self._metrics.observe_snapshot(snapshot, len(found.orphans), len(owed))
             return found
-        settled = self._settled(found.orphans, taken_at)
+        settled = self._settled(found.orphans, taken_mono)
         # A previous leader's uncommitted instances are suspects too, for as long as they
         # are left alone: a request of theirs waits rather than pay for a second gang.
         doomed = self._due_orphans(settled, taken_at,
@@ -225,15 +225,20 @@ class Reconciler:
                 counts[inst.tags.node_group] += 1
         self._fleet.hold_uncommitted(counts)
 
-    def _settled(self, orphans: tuple[CloudInstance, ...], taken_at: float
+    def _settled(self, orphans: tuple[CloudInstance, ...], taken_mono: float
                  ) -> tuple[CloudInstance, ...]:
         """Orphans, less those a previous leader may still be committing: after a
         takeover, its attempts run on until their deadline (it stopped acting before its
-        lease ran out, but a cloud call it had begun may still land)."""
-        took_over = self._leadership.took_over_at if self._leadership is not None else None
-        if took_over is None or taken_at >= took_over + self._deadline:
+        lease ran out, but a cloud call it had begun may still land). The deadline is
+        counted on the monotonic clock; a launch time is the cloud's wall clock, so it is
+        held against the wall clock's reading at the takeover."""
+        leadership = self._leadership
+        took_over = leadership.took_over_at if leadership is not None else None
+        took_over_wall = leadership.took_over_wall if leadership is not None else None
+        if took_over is None or took_over_wall is None or \
+                taken_mono >= took_over + self._deadline:
             return orphans
-        return tuple(i for i in orphans if i.launched_at >= took_over)
+        return tuple(i for i in orphans if i.launched_at >= took_over_wall)
 
     def _due_orphans(self, orphans: tuple[CloudInstance, ...], taken_at: float,
                      predecessors: Collection[CloudInstance] = ()) -> list[CloudInstance]:
