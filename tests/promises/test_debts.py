@@ -23,6 +23,7 @@ from provider.domain.cloud import (
     TransientError,
 )
 from provider.domain.fleet import NodeState
+from provider.leadership.elector import AlwaysLeader, NotLeader
 from provider.service.server import Server
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
@@ -74,6 +75,19 @@ def successor(h: Harness) -> tuple[Provider, ManualPool]:
     provider = Provider(h.provider.config, h.cloud, h.clock, pool=pool, runner=inline_runner)
     provider.refresh_now()
     return provider, pool
+
+
+class Switchable(AlwaysLeader):
+    """A replica's leadership that the test hands over."""
+
+    leading = False
+
+    def is_leader(self) -> bool:
+        return self.leading
+
+    def check(self) -> None:
+        if not self.leading:
+            raise NotLeader("standby")
 
 
 def live_ids(h: Harness) -> set[str]:
@@ -187,3 +201,22 @@ def test_every_termination_marks_its_instances_first() -> None:
     (gone,) = [i for i in h.cloud.all_instances() if i.id == victim.id]
     assert gone.state is InstanceState.TERMINATED and gone.marked_deleting
     assert terminator.owing() == set()
+
+
+def test_a_standby_shows_a_debt_and_pays_it_only_once_it_leads() -> None:
+    h = harness()
+    doomed, kept = two_nodes(h)
+    victim = next(i for i in h.live("cpu") if i.provider_id == doomed)
+    h.cloud.mark_deleting([victim.id], h.clock.now())  # the leader marked it, then died
+    leadership = Switchable(h.clock)
+    b = Provider(h.provider.config, h.cloud, h.clock, pool=ManualPool(), runner=inline_runner,
+                 leadership=leadership)
+    b.refresh_now()
+    assert not b.acting()
+    assert {(n.provider_id, n.state) for n in b.fleet.view("cpu").nodes} == {
+        (doomed, NodeState.DELETING), (kept, NodeState.RUNNING)}
+    assert h.cloud.calls["terminate"] == 0 and b.executor.terminator.owing() == set()
+    leadership.leading = True
+    b.leadership_changed()
+    b.refresh_now()
+    assert live_ids(h) == {kept}
