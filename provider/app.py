@@ -93,7 +93,6 @@ class Provider:
         self._booked: dict[str, set[str]] = {}  # request -> provider ids it holds
         self._booker: dict[str, str] = {}  # provider id -> the request that books it
         self._booked_lock = threading.Lock()
-        self._delete_lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         # Guards only who watches and what they last heard; never held across I/O, so the
         # elector's thread is not kept from renewing the lease by a slow cloud listing.
@@ -312,18 +311,21 @@ class Provider:
         if self.scaleups.refusing or self.scaleups.draining:
             raise Unavailable("allset is shutting down; node deletions are not accepted")
         terminator = self.executor.terminator
-        # One deletion at a time between its check and its apply: a second one cannot
-        # take the group under minSize, nor name the same nodes, in between.
-        with self._delete_lock:
-            deletion = self.fleet.deletion(group_id, provider_ids, protected=self.bookings())
-            marked = [i.id for i in deletion.instances]
-            try:
-                terminator.owe(marked, self.executor.retrying(MARK_SECONDS))
-            except (CloudError, Unavailable) as err:
-                raise Unavailable(
-                    f"could not mark {len(marked)} nodes of group {group_id} for deletion in "
-                    f"the cloud ({err}); nothing was deleted, retry shortly") from err
-            doomed = self.fleet.apply_deletion(deletion)
+        # Until it is applied or cancelled, the checked deletion holds its nodes against
+        # the group's minSize: a deletion checked meanwhile counts them gone.
+        deletion = self.fleet.deletion(group_id, provider_ids, protected=self.bookings())
+        marked = [i.id for i in deletion.instances]
+        try:
+            terminator.owe(marked, self.executor.retrying(MARK_SECONDS))
+        except (CloudError, Unavailable) as err:
+            self.fleet.cancel_deletion(deletion)
+            raise Unavailable(
+                f"could not mark {len(marked)} nodes of group {group_id} for deletion in "
+                f"the cloud ({err}); nothing was deleted, retry shortly") from err
+        except BaseException:
+            self.fleet.cancel_deletion(deletion)
+            raise
+        doomed = self.fleet.apply_deletion(deletion)
         ids = [i.id for i in doomed]
         # A placeholder that filled since the check: owed as well (its mark comes before
         # its terminate call, and its uncommitted instance is rolled back in any case).

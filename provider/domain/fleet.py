@@ -49,6 +49,7 @@ class Deletion:
     group: str
     provider_ids: tuple[str, ...]
     instances: tuple[CloudInstance, ...]
+    token: int = 0  # its hold on the group's minSize until it is applied or cancelled
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +91,9 @@ class _GroupState:
     uncommitted: int = 0
     # The attempts with a scale-up or a claim here, as Fleet._recount last saw them.
     holders: frozenset[str] = frozenset()
+    # Deletions checked and not yet applied (token -> ids of the members they take
+    # away): the minSize check of another deletion counts those gone already.
+    pending: dict[int, frozenset[str]] = field(default_factory=dict)
 
 
 class Fleet:
@@ -251,10 +255,17 @@ class Fleet:
     def deletion(self, group_id: str, provider_ids: Sequence[str],
                  protected: Mapping[str, str] | None = None) -> Deletion:
         """Check a deletion and say which instances it would terminate, changing nothing
-        (raises as delete_nodes does). The caller writes their debt down where it outlives
-        this process, then applies it."""
+        CA sees (raises as delete_nodes does). The caller writes their debt down where it
+        outlives this process, then applies it or, if it could not, cancels it; until
+        then other deletions of the group count its members gone for minSize."""
         with self._lock:
-            return self._deletion(group_id, provider_ids, protected)
+            deletion = self._deletion(group_id, provider_ids, protected)
+            state = self._state[group_id]
+            members = frozenset(i.id for i in deletion.instances if i.id in state.instances)
+            if members:
+                deletion = dataclasses.replace(deletion, token=next(self._seq))
+                state.pending[deletion.token] = members
+            return deletion
 
     def apply_deletion(self, deletion: Deletion) -> list[CloudInstance]:
         """Apply a deletion checked before, whose debts are written down: it cannot be
@@ -262,7 +273,13 @@ class Fleet:
         meanwhile is skipped; a placeholder filled meanwhile is a launched node now, and is
         returned with the others for the caller to terminate)."""
         with self._lock:
+            self._state[deletion.group].pending.pop(deletion.token, None)
             return self._apply(deletion)
+
+    def cancel_deletion(self, deletion: Deletion) -> None:
+        """Drop a deletion checked before and never applied."""
+        with self._lock:
+            self._state[deletion.group].pending.pop(deletion.token, None)
 
     def _deletion(self, group_id: str, provider_ids: Sequence[str],
                   protected: Mapping[str, str] | None) -> Deletion:
@@ -272,7 +289,7 @@ class Fleet:
         deleting_ids = {i.provider_id for i in state.deleting.values()}
         # CA may name a node twice (its retries, two scale-down paths): once is enough.
         pids = tuple(dict.fromkeys(provider_ids))
-        adopted = 0
+        adopted: set[str] = set()
         for pid in pids:
             if pid in by_provider:
                 if protected and pid in protected:
@@ -280,7 +297,7 @@ class Fleet:
                         f"node {pid} is booked by {protected[pid]} and cannot be removed"
                     )
                 instances.append(by_provider[pid])
-                adopted += 1
+                adopted.add(by_provider[pid].id)
                 continue
             if pid in deleting_ids:
                 continue  # already being deleted: idempotent
@@ -290,10 +307,13 @@ class Fleet:
             su, index = hit
             if index < len(su.launched):
                 instances.append(su.launched[index])
-        if adopted and len(state.instances) - adopted < state.group.min_size:
+        # Other deletions under way (checked, their marks being written) count as done.
+        going = frozenset().union(*state.pending.values()) & state.instances.keys()
+        if adopted and len(state.instances.keys() - going - adopted) < state.group.min_size:
+            being = f" ({len(going)} of them being deleted)" if going else ""
             raise FailedPrecondition(
-                f"min size reached: group {group_id} has {len(state.instances)} nodes, "
-                f"minSize {state.group.min_size}; {adopted} not deleted"
+                f"min size reached: group {group_id} has {len(state.instances)} nodes"
+                f"{being}, minSize {state.group.min_size}; {len(adopted)} not deleted"
             )
         return Deletion(group_id, pids, tuple(instances))
 

@@ -6,7 +6,7 @@ terminated it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import grpc
@@ -22,6 +22,7 @@ from provider.domain.cloud import (
     OwnerTags,
     TransientError,
 )
+from provider.domain.errors import FailedPrecondition, Unavailable
 from provider.domain.fleet import NodeState
 from provider.leadership.elector import AlwaysLeader, NotLeader
 from provider.service.server import Server
@@ -220,3 +221,42 @@ def test_a_standby_shows_a_debt_and_pays_it_only_once_it_leads() -> None:
     b.leadership_changed()
     b.refresh_now()
     assert live_ids(h) == {kept}
+
+
+def test_a_deletion_whose_marks_are_being_written_counts_against_min_size() -> None:
+    """Deletions are not serialized across their marks (CA sends several at once, and a
+    GCP mark takes a second): one checked while another's marks are being written counts
+    that one's nodes gone, so the two cannot take the group under minSize together; one
+    whose marks failed holds nothing."""
+    h = harness()
+    h.provider.scaleups.increase("gpu-b", 2)  # minSize 1
+    h.run_workers()
+    first, second = sorted(n.provider_id for n in h.provider.fleet.view("gpu-b").nodes)
+    real = h.cloud.mark_deleting
+    refused: list[str] = []
+
+    def meanwhile(ids: Sequence[str], at: float) -> None:
+        h.cloud.mark_deleting = real  # type: ignore[method-assign]
+        try:
+            h.provider.delete_nodes("gpu-b", [second])
+        except FailedPrecondition as err:
+            refused.append(str(err))
+        real(ids, at)
+
+    h.cloud.mark_deleting = meanwhile  # type: ignore[method-assign]
+    h.provider.delete_nodes("gpu-b", [first])
+    assert len(refused) == 1 and "min size reached" in refused[0]
+    h.run_workers()
+    assert {i.provider_id for i in h.live("gpu-b")} == {second}
+
+    h.provider.scaleups.increase("gpu-b", 1)
+    h.run_workers()
+    third = next(n.provider_id for n in h.provider.fleet.view("gpu-b").nodes
+                 if n.provider_id != second)
+    h.cloud.inject("mark_deleting", TransientError("throttled"), times=10**6)
+    with pytest.raises(Unavailable):
+        h.provider.delete_nodes("gpu-b", [third])
+    h.cloud.clear_faults()
+    h.provider.delete_nodes("gpu-b", [second])  # the refused deletion holds nothing back
+    h.run_workers()
+    assert {i.provider_id for i in h.live("gpu-b")} == {third}
