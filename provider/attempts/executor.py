@@ -313,9 +313,10 @@ class Terminator:
 
     def listed(self, marked: Sequence[CloudInstance]) -> int:
         """The instances a listing shows with the deletion mark (this process's debts, or
-        a predecessor's that died owing them): each not terminating yet joins the backlog,
+        a predecessor's that died owing them): each not shutting down joins the backlog,
         due now, unless it is being paid right now or was paid moments ago (a listing lags
-        a terminate). Returns how many joined."""
+        a terminate). One listed as terminated is still there to be paid (a GCE VM that
+        stopped: only a delete ends it). Returns how many joined."""
         now = self.clock.now()
         joined = 0
         with self._lock:
@@ -326,9 +327,8 @@ class Terminator:
                             if i in self.backlog or i in self._active or i in listed}
             self._marked |= listed
             for inst in marked:
-                if inst.state in (InstanceState.TERMINATING, InstanceState.TERMINATED) or \
-                        inst.id in self.backlog or inst.id in self._active or \
-                        inst.id in self._paid:
+                if inst.state is InstanceState.TERMINATING or inst.id in self.backlog or \
+                        inst.id in self._active or inst.id in self._paid:
                     continue
                 self.backlog[inst.id] = now
                 joined += 1

@@ -160,3 +160,15 @@ def test_a_deletion_owed_by_a_dead_replica_is_finished_by_the_next() -> None:
         served.h.clock.advance(b.provider.executor.terminator.retry_seconds)
         b.provider.refresh_now()
         assert [f"gce://proj/{i.zone}/{i.name}" for i in compute.live()] == [second]
+
+
+def test_a_marked_vm_that_stopped_is_still_deleted() -> None:
+    """GCE lists a stopped VM as TERMINATED, and it stays (disks and all) until deleted: a
+    debt on it is paid like any other."""
+    compute = Compute()
+    tags = OwnerTags("test", "cpu", "a-done", "0.0", CapacityType.ON_DEMAND, committed=True,
+                     deleting_since=1_800_000_000.0)
+    compute.create(ZONE_A, "stopped-0", "n2-standard-8", labels.to_labels(tags), "STANDARD",
+                   "NO_RESERVATION", None, (), (), "cpu-node").status = "TERMINATED"
+    with service(compute):
+        assert compute.live() == []
