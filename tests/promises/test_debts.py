@@ -235,13 +235,13 @@ def test_a_deletion_whose_marks_are_being_written_counts_against_min_size() -> N
     real = h.cloud.mark_deleting
     refused: list[str] = []
 
-    def meanwhile(ids: Sequence[str], at: float) -> None:
+    def meanwhile(instance_ids: Sequence[str], at: float) -> None:
         h.cloud.mark_deleting = real  # type: ignore[method-assign]
         try:
             h.provider.delete_nodes("gpu-b", [second])
         except FailedPrecondition as err:
             refused.append(str(err))
-        real(ids, at)
+        real(instance_ids, at)
 
     h.cloud.mark_deleting = meanwhile  # type: ignore[method-assign]
     h.provider.delete_nodes("gpu-b", [first])
