@@ -70,6 +70,10 @@ class LaggingCloud:
     terminate_called: set[str] = field(default_factory=set)
     # Committed instances allset terminated, and the task that did it.
     killed_committed: list[tuple[CloudInstance, str]] = field(default_factory=list)
+    # Instance id -> the process ("i3") that first wrote its deletion mark, and the one
+    # whose terminate call ended it: a debt paid by a later process than owed it.
+    marked_by: dict[str, str] = field(default_factory=dict)
+    ended_by: dict[str, str] = field(default_factory=dict)
     _seen: dict[str, _Seen] = field(default_factory=dict)
 
     # --- the real calls, recorded -----------------------------------------------------
@@ -135,6 +139,7 @@ class LaggingCloud:
             now_alive = {i.id for i in self.fake.live_instances()}
             task = current()
             for iid in live.keys() - now_alive:
+                self.ended_by.setdefault(iid, _process(task.name if task else "?"))
                 if iid in self._seen:
                     self._seen[iid].terminated = self._mark()
                 if live[iid].tags.committed:
@@ -154,9 +159,12 @@ class LaggingCloud:
         try:
             self.fake.mark_deleting(instance_ids, at)
         finally:
+            task = current()
             for inst in self.fake.all_instances():
-                if inst.marked_deleting and inst.id not in before and inst.id in self._seen:
-                    self._seen[inst.id].marked = self._mark()
+                if inst.marked_deleting and inst.id not in before:
+                    self.marked_by.setdefault(inst.id, _process(task.name if task else "?"))
+                    if inst.id in self._seen:
+                        self._seen[inst.id].marked = self._mark()
 
     def describe_shapes(self, instance_types: Sequence[str]) -> dict[str, Shape]:
         return self.fake.describe_shapes(instance_types)
@@ -195,6 +203,11 @@ class LaggingCloud:
     @staticmethod
     def _jitter(instance_id: str) -> int:
         return hashlib.sha256(instance_id.encode()).digest()[0] % 2
+
+
+def _process(task: str) -> str:
+    """The incarnation a task belongs to: "i3.w.7" -> "i3"."""
+    return task.split(".", 1)[0]
 
 
 class GatedCloud:

@@ -143,6 +143,9 @@ def _reached(world: World, observer: Observer, adversary: Adversary) -> Counter[
         "instances rolled back": len(rolled_back),
         "tasks killed by crashes": adversary.killed,
         "restarts": len(world.incarnations) - 1,
+        "terminations paid by a later process than owed them": sum(
+            1 for iid, by in world.cloud.ended_by.items()
+            if world.cloud.marked_by.get(iid, by) != by),
     })
 
 
