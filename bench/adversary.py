@@ -92,7 +92,7 @@ COVERAGE = (
     "gangs committed in lease epoch 1",
     "gangs committed in lease epoch 2",
     "gangs committed in lease epoch 3+",
-    "terminations finished by a process other than the one that owed them",
+    "terminations paid by a later process than owed them",
 )
 WORLD = {"mixed": None, "solo": True, "replicas": False}
 

@@ -21,7 +21,7 @@ from provider.base.clock import Clock, SystemClock
 from provider.capacity.ledger import Ledger
 from provider.capacity.unavailable import UnavailableOfferings
 from provider.config import LoadedConfig
-from provider.domain.cloud import CapacityType, CloudAdapter
+from provider.domain.cloud import CapacityType, CloudAdapter, CloudError
 from provider.domain.errors import Unavailable
 from provider.domain.fleet import Fleet
 from provider.domain.model import NodeGroup, Resources, ScaleUpMode
@@ -29,6 +29,9 @@ from provider.leadership.elector import AlwaysLeader, Leadership
 from provider.planner.matching import Matcher
 
 log = logging.getLogger(__name__)
+
+# DeleteNodes writes its deletion marks inside CA's gRPC deadline (grpc_timeout, 5s).
+MARK_SECONDS = 3.0
 
 
 class Provider:
@@ -99,8 +102,9 @@ class Provider:
         self._drained = threading.Event()  # stop() saw every worker finish
         self._loop: threading.Thread | None = None
         self._last_refresh = float("-inf")
+        # Monotonic, as the leadership's times they are compared with (settled_from).
         self._listed_at = float("-inf")  # when the last complete listing was taken
-        self._started_at = self.clock.now()
+        self._started_at = self.clock.monotonic()
         # Read once: acting() runs on every CA call.
         self._settle = config.listing_settle_seconds
         self._watchers: list[Callable[[bool], None]] = []
@@ -115,7 +119,7 @@ class Provider:
         ready: CA's calls are refused and the controller waits (the loop keeps trying).
         Attempts a previous run left open are over: reconcile commits or rolls back their
         instances by their tags."""
-        self._started_at = self.clock.now()
+        self._started_at = self.clock.monotonic()
         interrupted = self.journal.open_attempts()
         if interrupted:
             log.warning("previous run stopped during %d attempts: %s", len(interrupted),
@@ -144,7 +148,9 @@ class Provider:
         """Listings lag launches (reconcile.listingSettle): one taken sooner after this
         process started, or after the lease's last holder could still act, may miss that
         process's last instances, and would show their reservation slots and maxSize room
-        free. Its journal, if any, knows only this host's attempts."""
+        free. Its journal, if any, knows only this host's attempts. A monotonic reading,
+        as the leadership's times are: a step of the wall clock must not let a listing
+        taken before the predecessor stopped count as one taken after."""
         settle = self._settle
         # A listing from before this process led was read as a standby: nothing in it was
         # acted on (its predecessor's half gangs were never recorded as suspects).
@@ -172,7 +178,7 @@ class Provider:
             return (f"this allset replica is the standby; the leader is "
                     f"{self.leadership.holder or 'being elected'} (retry shortly)")
         if self.ready.is_set():
-            wait = max(0.0, self.settled_from() - self.clock.now())
+            wait = max(0.0, self.settled_from() - self.clock.monotonic())
             return (f"allset waits {wait:.0f}s more for a cloud listing that shows what "
                     f"the previous allset process launched (reconcile.listingSettle "
                     f"{self._settle:.0f}s); retry shortly")
@@ -226,7 +232,7 @@ class Provider:
 
     def refresh_now(self) -> bool:
         with self._refresh_lock:
-            taken = self.clock.now()
+            taken = self.clock.monotonic()
             found = self.reconciler.run_once()
             if found is not None:
                 self._listed_at = taken
@@ -295,17 +301,38 @@ class Provider:
 
     def delete_nodes(self, group_id: str, provider_ids: Sequence[str]) -> None:
         """Lower the target now; terminate in the background (retried until done).
-        Refused with nothing changed once a shutdown began: the workers that terminate
-        are draining, and CA asks again (the next leader, or this process restarted)."""
+
+        The debt is written on the instances (the cloud's deletion mark) before CA hears
+        "done", so a failover cannot lose it: every leader's reconcile terminates marked
+        instances. When the mark cannot be written the call is refused with UNAVAILABLE
+        and nothing changes (CA asks again). Refused too, with nothing changed, once a
+        shutdown began: the workers that terminate are draining, and CA asks again (the
+        next leader, or this process restarted)."""
         if self.scaleups.refusing or self.scaleups.draining:
             raise Unavailable("allset is shutting down; node deletions are not accepted")
-        doomed = self.fleet.delete_nodes(group_id, provider_ids, protected=self.bookings())
-        if doomed:
-            ids = [i.id for i in doomed]
-            # Owed before CA hears "done": if the worker never runs (a crash, a full pool),
-            # the next start's backlog still terminates them.
-            self.executor.terminator.owe(ids)
-            self.workers.submit(self.executor.terminator.terminate, ids, self.executor.retrying())
+        terminator = self.executor.terminator
+        # Until it is applied or cancelled, the checked deletion holds its nodes against
+        # the group's minSize: a deletion checked meanwhile counts them gone.
+        deletion = self.fleet.deletion(group_id, provider_ids, protected=self.bookings())
+        marked = [i.id for i in deletion.instances]
+        try:
+            terminator.owe(marked, self.executor.retrying(MARK_SECONDS))
+        except (CloudError, Unavailable) as err:
+            self.fleet.cancel_deletion(deletion)
+            raise Unavailable(
+                f"could not mark {len(marked)} nodes of group {group_id} for deletion in "
+                f"the cloud ({err}); nothing was deleted, retry shortly") from err
+        except BaseException:
+            self.fleet.cancel_deletion(deletion)
+            raise
+        doomed = self.fleet.apply_deletion(deletion)
+        ids = [i.id for i in doomed]
+        # A placeholder that filled since the check: owed as well (its mark comes before
+        # its terminate call, and its uncommitted instance is rolled back in any case).
+        late = [i for i in ids if i not in set(marked)]
+        terminator.owe(late, self.executor.retrying(MARK_SECONDS), must_mark=False)
+        if ids:
+            self.workers.submit(terminator.terminate, ids, self.executor.retrying())
 
     def next_node_price(self, group: NodeGroup) -> float:
         """Per-hour price of the source the next node of this group would come from."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -168,38 +168,54 @@ class AwsAdapter:
                                           self._settings.fabric_of_reservation,
                                           self._settings.capacity_block_cutoff)
 
-    # --- terminate and commit --------------------------------------------------------------
+    # --- terminate, commit and the deletion mark ------------------------------------------
 
     def terminate(self, instance_ids: Sequence[str]) -> None:
         """Idempotent: terminated or long-gone ids are success. An id we launched moments
         ago that EC2 does not show yet is a TransientError (retry), never a success."""
         for batch in _chunks(instance_ids, self._batch):
-            self._terminate_batch(batch)
+            self._on_known(batch, lambda ids: self._ec2.reads.terminate_instances(
+                InstanceIds=ids), "TerminateInstances")
             log.info("terminated %d instances: %s", len(batch), ", ".join(batch))
 
-    def _terminate_batch(self, batch: list[str]) -> None:
+    def mark_deleting(self, instance_ids: Sequence[str], at: float) -> None:
+        """Tag ``allset.dev/deleting=<RFC 3339>`` on each instance (CreateTags, idempotent:
+        a second mark moves the time, which only ever says when a debt was last written).
+        Ids EC2 no longer knows are done; one we launched moments ago that EC2 does not
+        show yet is a TransientError, as for terminate."""
+        value = tags.to_ec2({tags.DELETING: tags.deleting_value(at)})
+        for batch in _chunks(instance_ids, self._batch):
+            self._on_known(batch, lambda ids: self._ec2.reads.create_tags(
+                Resources=ids, Tags=value), "CreateTags")
+        log.info("marked %d instances for deletion", len(instance_ids))
+
+    def _on_known(self, batch: list[str], call: Callable[[list[str]], object],
+                  what: str) -> None:
+        """``call`` on a batch of ids. EC2 refuses the whole call when it knows some id no
+        more (InvalidInstanceID.NotFound): learn which from a filter (which, unlike
+        InstanceIds, never fails on unknown ids) instead of reading them out of the error
+        message, and call again on those neither gone nor terminated."""
         try:
-            self._ec2.reads.terminate_instances(InstanceIds=batch)
+            call(batch)
             return
         except _AWS_ERRORS as err:
             if not (isinstance(err, ClientError) and code_of(err) == NOT_FOUND):
-                raise classify(err, "TerminateInstances") from err
-        # Some ids are unknown to EC2: learn which from a filter (which, unlike InstanceIds,
-        # never fails on unknown ids) instead of reading them out of the error message.
+                raise classify(err, what) from err
         try:
             states = self._states_of(batch)
             alive = [i for i in batch if states.get(i, "terminated") != "terminated"]
             if alive:
-                self._ec2.reads.terminate_instances(InstanceIds=alive)
+                call(alive)
         except _AWS_ERRORS as err:
-            raise classify(err, "TerminateInstances") from err
+            raise classify(err, what) from err
+        # An id we launched moments ago that EC2 does not show yet is not gone: retry.
         with self._lock:
             horizon = self._clock.now() - SETTLE_SECONDS
             unseen = [i for i in batch if i not in states
                       and self._launched.get(i, float("-inf")) > horizon]
         if unseen:
             raise TransientError(
-                f"TerminateInstances: {len(unseen)} instances launched moments ago are not "
+                f"{what}: {len(unseen)} instances launched moments ago are not "
                 f"visible yet ({', '.join(unseen[:5])}); will retry",
                 cloud_code=NOT_FOUND,
             )

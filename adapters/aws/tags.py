@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
+from provider.base.clock import epoch, rfc3339
 from provider.domain.cloud import CapacityType, OwnerTags
 
 PREFIX = "allset.dev/"
@@ -22,6 +23,9 @@ PLAN_NODES = PREFIX + "plan-nodes"
 # Written by commit. Its value is the attempt id, so a commit tag only counts on instances
 # of that attempt (a stray tag copied onto another instance does not adopt it).
 COMMITTED = PREFIX + "committed"
+# Written by mark_deleting before the first terminate call: allset owes this instance's
+# termination, since the time it carries (RFC 3339, UTC; epoch seconds are read too).
+DELETING = PREFIX + "deleting"
 
 Tag = dict[str, str]  # EC2's {"Key": ..., "Value": ...}
 
@@ -78,8 +82,28 @@ def parse_owner(tags: Mapping[str, str]) -> OwnerTags | None:
         return None
     committed = tags.get(COMMITTED)
     if committed is not None and committed == owner.attempt:
-        return dataclasses.replace(owner, committed=True)
+        owner = dataclasses.replace(owner, committed=True)
+    since = deleting_since(tags.get(DELETING))
+    if since is not None:
+        owner = dataclasses.replace(owner, deleting_since=since)
     return owner
+
+
+def deleting_value(at: float) -> str:
+    return rfc3339(at)
+
+
+def deleting_since(text: str | None) -> float | None:
+    """The time of a deletion mark allset wrote (RFC 3339, or epoch seconds), or None:
+    absent, or a value allset cannot have written (never guessed at)."""
+    if not text:
+        return None
+    if text.replace(".", "", 1).isdigit():
+        return float(text)
+    try:
+        return epoch(text)
+    except ValueError:
+        return None
 
 
 def count(text: str | None) -> int | None:

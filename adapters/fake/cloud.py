@@ -119,8 +119,8 @@ class FakeCloud:
         when: Callable[[LaunchRequest], bool] | None = None,
     ) -> None:
         """Make the next ``times`` calls of ``operation`` (launch, terminate, commit,
-        snapshot) raise ``error``; with ``after`` the call takes effect first; ``when``
-        limits a launch fault to the requests it accepts."""
+        mark_deleting, snapshot) raise ``error``; with ``after`` the call takes effect
+        first; ``when`` limits a launch fault to the requests it accepts."""
         with self._lock:
             fault = _Fault(error, times, after, when)
             self._faults.setdefault(operation, deque()).append(fault)
@@ -224,16 +224,35 @@ class FakeCloud:
             raise fault.error
 
     def commit(self, instance_ids: Sequence[str], attempt: str) -> None:
-        self._count("commit")
-        fault = self._take_fault("commit")
+        def tag(inst: CloudInstance) -> CloudInstance | None:
+            if inst.tags.attempt != attempt:
+                return None
+            return dataclasses.replace(inst, tags=dataclasses.replace(inst.tags, committed=True))
+
+        self._retag("commit", instance_ids, tag)
+
+    def mark_deleting(self, instance_ids: Sequence[str], at: float) -> None:
+        """The deletion mark, as a tag on each instance: the first mark's time stays."""
+        def tag(inst: CloudInstance) -> CloudInstance | None:
+            if inst.state is InstanceState.TERMINATED or inst.tags.deleting_since is not None:
+                return None
+            return dataclasses.replace(inst, tags=dataclasses.replace(inst.tags,
+                                                                      deleting_since=at))
+
+        self._retag("mark_deleting", instance_ids, tag)
+
+    def _retag(self, operation: str, instance_ids: Sequence[str],
+               tag: Callable[[CloudInstance], CloudInstance | None]) -> None:
+        """Change the tags of each instance ``tag`` returns a new version of (ids unknown
+        are skipped), with the operation's injected faults."""
+        self._count(operation)
+        fault = self._take_fault(operation)
         if fault is not None and not fault.after:
             raise fault.error
         with self._lock:
-            changed = [
-                dataclasses.replace(inst, tags=dataclasses.replace(inst.tags, committed=True))
-                for i in instance_ids
-                if (inst := self._instances.get(i)) is not None and inst.tags.attempt == attempt
-            ]
+            changed = [new for i in dict.fromkeys(instance_ids)
+                       if (inst := self._instances.get(i)) is not None
+                       and (new := tag(inst)) is not None]
             if self._store is not None and changed:
                 self._store.save(changed)
             for inst in changed:

@@ -340,13 +340,16 @@ class GcpAdapter:
                 out.append((converted, consumed))
         return out
 
-    # --- terminate and commit ------------------------------------------------------------
+    # --- terminate, commit, mark --------------------------------------------------------
 
     def terminate(self, instance_ids: Sequence[str]) -> None:
         self._changes.terminate(instance_ids)
 
     def commit(self, instance_ids: Sequence[str], attempt: str) -> None:
         self._changes.commit(instance_ids, attempt)
+
+    def mark_deleting(self, instance_ids: Sequence[str], at: float) -> None:
+        self._changes.mark_deleting(instance_ids, at)
 
     def close(self) -> None:
         self._changes.close()

@@ -1,6 +1,7 @@
-"""Terminate and commit: one call per instance (GCE has no bulk delete or bulk setLabels).
+"""Terminate, commit and the deletion mark: one call per instance (GCE has no bulk delete
+or bulk setLabels).
 
-Both run in two phases: every call is sent first, concurrently, then every operation is
+Each runs in two phases: every call is sent first, concurrently, then every operation is
 waited on. The operations run side by side in GCE, so rolling back a 64-node gang takes
 about as long as deleting one node, not 64 deletes in a row."""
 
@@ -79,15 +80,49 @@ class Changes:
             raise from_transport(err, mutating=False, what=f"delete {iid}") from err
         return zone, op
 
-    # --- commit --------------------------------------------------------------------------
+    # --- commit and the deletion mark ----------------------------------------------------
 
     def commit(self, instance_ids: Sequence[str], attempt: str) -> None:
         """Add ``allset-committed=true`` to each instance of the attempt, with the label
         fingerprint just read, so no one else's label change is overwritten. Idempotent."""
+
+        def change(iid: str, inst: compute_v1.Instance) -> dict[str, str] | None:
+            tags = labels.from_labels(inst.labels)
+            if tags is None or tags.attempt != attempt:
+                raise InvalidRequest(f"{iid} does not belong to attempt {attempt}",
+                                     cloud_code="invalid")
+            return None if tags.committed else labels.committed(dict(inst.labels))
+
+        def gone(iid: str, err: gexc.GoogleAPICallError) -> None:
+            # A node of the gang vanished before its commit (a preempted spot VM): the
+            # gang is not whole, so the commit fails and the attempt rolls back.
+            raise InsufficientCapacity(f"{iid} is gone before its commit",
+                                       cloud_code="notFound") from err
+
+        self._relabel(instance_ids, change, gone)
+
+    def mark_deleting(self, instance_ids: Sequence[str], at: float) -> None:
+        """Add ``allset-deleting=<epoch seconds>`` to each instance, with the fingerprint
+        just read (a stale one is refused with 412 conditionNotMet: read again). An
+        instance marked already keeps its first mark; one already gone is done."""
+
+        def change(iid: str, inst: compute_v1.Instance) -> dict[str, str] | None:
+            if labels.DELETING in inst.labels:
+                return None
+            return labels.deleting(dict(inst.labels), at)
+
+        self._relabel(instance_ids, change, lambda iid, err: None)
+
+    def _relabel(self, instance_ids: Sequence[str],
+                 change: Callable[[str, compute_v1.Instance], dict[str, str] | None],
+                 gone: Callable[[str, gexc.GoogleAPICallError], None]) -> None:
+        """setLabels on every instance, each with the labels ``change`` makes of the ones
+        just read (None: nothing to do); ``gone`` says what a 404 on the read means."""
         pending = list(dict.fromkeys(instance_ids))
         errors: list[CloudError] = []
         for _ in range(SET_LABELS_TRIES):
-            started, failed = self._map(pending, lambda iid: self._start_commit(iid, attempt))
+            started, failed = self._map(pending, lambda iid: self._start_relabel(
+                iid, change, gone))
             errors.extend(failed)
             pending = []
             for iid, begun in started.items():
@@ -110,7 +145,9 @@ class Changes:
                                          "changing under us", cloud_code="CONDITION_NOT_MET"))
         _raise_first(errors, len(instance_ids), "setLabels")
 
-    def _start_commit(self, iid: str, attempt: str) -> Started | None:
+    def _start_relabel(self, iid: str,
+                       change: Callable[[str, compute_v1.Instance], dict[str, str] | None],
+                       gone: Callable[[str, gexc.GoogleAPICallError], None]) -> Started | None:
         zone, name = _locate(iid)
         what = f"setLabels {iid}"
         for _ in range(SET_LABELS_TRIES):
@@ -119,22 +156,18 @@ class Changes:
                                            retry=None, timeout=self._timeout)
             except gexc.GoogleAPICallError as err:
                 if err.code == 404:
-                    # A node of the gang vanished before its commit (a preempted spot VM):
-                    # the gang is not whole, so the commit fails and the attempt rolls back.
-                    raise InsufficientCapacity(f"{iid} is gone before its commit",
-                                               cloud_code="notFound") from err
+                    gone(iid, err)
+                    return None
                 raise from_api_error(err) from err
             except TRANSPORT_ERRORS as err:
                 raise from_transport(err, mutating=False, what=what) from err
-            tags = labels.from_labels(inst.labels)
-            if tags is None or tags.attempt != attempt:
-                raise InvalidRequest(f"{iid} does not belong to attempt {attempt}",
-                                     cloud_code="invalid")
-            if tags.committed:
+            new = change(iid, inst)
+            if new is None:
                 return None
+            # The fingerprint of the labels just read: GCE refuses the write with 412
+            # conditionNotMet if anyone changed them since, and nothing is overwritten.
             body = compute_v1.InstancesSetLabelsRequest(
-                label_fingerprint=inst.label_fingerprint,
-                labels=labels.committed(dict(inst.labels)))
+                label_fingerprint=inst.label_fingerprint, labels=new)
             try:
                 op = self._instances.set_labels_unary(
                     project=self._project, zone=zone, instance=name,
@@ -143,6 +176,9 @@ class Changes:
             except gexc.GoogleAPICallError as err:
                 if err.code == 412:
                     continue  # a stale fingerprint: read the labels again
+                if err.code == 404:
+                    gone(iid, err)
+                    return None
                 raise from_api_error(err) from err
             except TRANSPORT_ERRORS as err:
                 # Setting the same labels twice is harmless: a plain retry.

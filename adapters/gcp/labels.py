@@ -29,6 +29,9 @@ REQUEST = "allset-request"
 REQUEST_UID = "allset-request-uid"
 PLAN_NODES = "allset-plan-nodes"
 COMMITTED = "allset-committed"
+# Written by mark_deleting before the first delete call: allset owes this instance's
+# deletion, since the time it carries (whole epoch seconds: a label value allows digits).
+DELETING = "allset-deleting"
 
 _PLAIN = frozenset(string.ascii_lowercase + string.digits + "-")
 _LABEL = re.compile(r"^[a-z0-9_-]{0,63}$")
@@ -120,6 +123,8 @@ def to_labels(tags: OwnerTags) -> dict[str, str]:
         labels[PLAN_NODES] = str(tags.plan_nodes)
     if tags.committed:
         labels[COMMITTED] = "true"
+    if tags.deleting_since is not None:
+        labels[DELETING] = deleting_value(tags.deleting_since)
     return labels
 
 
@@ -146,6 +151,7 @@ def from_labels(labels: Mapping[str, str]) -> OwnerTags | None:
             request_uid=_get(labels, REQUEST_UID),
             plan_nodes=_count(labels.get(PLAN_NODES)),
             committed=labels.get(COMMITTED) == "true",
+            deleting_since=deleting_since(labels.get(DELETING)),
         )
     except ValueError:  # a bad escape, or an unknown source
         return None
@@ -153,6 +159,20 @@ def from_labels(labels: Mapping[str, str]) -> OwnerTags | None:
 
 def committed(labels: Mapping[str, str]) -> dict[str, str]:
     return {**labels, COMMITTED: "true"}
+
+
+def deleting(labels: Mapping[str, str], at: float) -> dict[str, str]:
+    return {**labels, DELETING: deleting_value(at)}
+
+
+def deleting_value(at: float) -> str:
+    return str(int(at))
+
+
+def deleting_since(text: str | None) -> float | None:
+    """The time of a deletion mark allset wrote, or None (absent, or not a count of
+    seconds: never guessed at)."""
+    return float(text) if text and text.isdigit() else None
 
 
 def filter_for(**values: str) -> str:

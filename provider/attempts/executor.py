@@ -24,6 +24,7 @@ from tenacity import (
     retry_if_exception,
     stop_after_attempt,
     stop_after_delay,
+    stop_before_delay,
     wait_random_exponential,
 )
 
@@ -35,11 +36,13 @@ from provider.domain.cloud import (
     CloudAdapter,
     CloudError,
     CloudInstance,
+    InstanceState,
     LaunchRequest,
     OutcomeUnknown,
     OwnerTags,
     TransientError,
 )
+from provider.domain.errors import Unavailable
 from provider.domain.model import NodeGroup
 from provider.domain.plan import Infeasible, Part, Plan
 
@@ -239,9 +242,11 @@ LaunchResult = tuple[Part, list[CloudInstance], CloudError | None]
 
 @dataclass(slots=True)
 class Terminator:
-    """Terminates instances, retrying until done. Each termination is written to the
-    journal before it is tried and crossed off after, so none is ever forgotten, not even
-    across a crash."""
+    """Terminates instances, retrying until done. Every debt is written on the instance
+    itself (the cloud's deletion mark, ``CloudAdapter.mark_deleting``) before the first
+    terminate call, so whichever process leads next finds it in its listing and pays it;
+    this process's journal and backlog only pay it sooner. A debt is crossed off once the
+    cloud took the terminate call."""
 
     adapter: CloudAdapter
     clock: Clock
@@ -252,27 +257,85 @@ class Terminator:
     fence: Callable[[], None] = lambda: None
     # Scale-up workers, DeleteNodes and reconcile all terminate at once.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Instance ids the cloud carries the deletion mark for: written here, or listed.
+    _marked: set[str] = field(default_factory=set, repr=False)
+    _active: set[str] = field(default_factory=set, repr=False)  # inside a terminate call now
+    _paid: dict[str, float] = field(default_factory=dict, repr=False)  # id -> when paid
 
     def __post_init__(self) -> None:
         now = self.clock.now()
         for instance_id in self.journal.owed():  # owed by a previous run
             self.backlog.setdefault(instance_id, now)
 
-    def owe(self, ids: Sequence[str]) -> None:
+    def owe(self, ids: Sequence[str], retry: Retrying, *, must_mark: bool = True) -> None:
         """Write the debt down now, pay it later (terminate or the backlog): once this
-        returns, a crash can no longer lose the termination."""
+        returns, neither a crash nor a failover can lose the termination. Raises (a
+        CloudError, or NotLeader) when the mark could not be written, and then writes
+        nothing else; with ``must_mark=False`` the debt is kept here alone instead (this
+        process's journal and backlog, which mark it before they terminate)."""
         if not ids:
             return
+        try:
+            self.mark(ids, retry)
+        except (CloudError, RetryError, Unavailable) as err:
+            if must_mark:
+                raise
+            log.warning("marking %d instances for deletion failed; owed here, marked "
+                        "before they are terminated: %s", len(ids), err)
         now = self.clock.now()
         self.journal.owe(ids, now)
         with self._lock:
             for i in ids:  # the backlog pays it if the caller's own try never comes
                 self.backlog.setdefault(i, now + self.retry_seconds)
 
+    def mark(self, ids: Sequence[str], retry: Retrying) -> None:
+        """Write the deletion mark on the instances that do not carry it yet (as far as
+        this process knows). Fenced: a deposed leader writes no debt."""
+        self.fence()
+        self._mark(ids, retry)
+
+    def _mark(self, ids: Sequence[str], retry: Retrying) -> None:
+        with self._lock:
+            todo = [i for i in dict.fromkeys(ids) if i not in self._marked]
+        if not todo:
+            return
+        at = self.clock.now()
+        for attempt in retry:
+            with attempt:
+                self.adapter.mark_deleting(todo, at)
+        with self._lock:
+            self._marked.update(todo)
+
     def owing(self) -> set[str]:
         """Instance ids whose termination is owed and not yet confirmed."""
         with self._lock:
             return set(self.backlog)
+
+    def listed(self, marked: Sequence[CloudInstance]) -> int:
+        """The instances a listing shows with the deletion mark (this process's debts, or
+        a predecessor's that died owing them): each not shutting down joins the backlog,
+        due now, unless it is being paid right now or was paid moments ago (a listing lags
+        a terminate). One listed as terminated is still there to be paid (a GCE VM that
+        stopped: only a delete ends it). Returns how many joined."""
+        now = self.clock.now()
+        joined = 0
+        with self._lock:
+            self._paid = {i: t for i, t in self._paid.items() if t > now - self.retry_seconds}
+            listed = {i.id for i in marked}
+            # Only what is still owed, or the cloud still shows marked, is worth knowing.
+            self._marked = {i for i in self._marked
+                            if i in self.backlog or i in self._active or i in listed}
+            self._marked |= listed
+            for inst in marked:
+                if inst.state is InstanceState.TERMINATING or inst.id in self.backlog or \
+                        inst.id in self._active or inst.id in self._paid:
+                    continue
+                self.backlog[inst.id] = now
+                joined += 1
+        if joined:
+            log.info("%d instances carry a deletion mark with no termination under way "
+                     "here (owed by an earlier leader or run): terminating them", joined)
+        return joined
 
     def terminate(self, ids: Sequence[str], retry: Retrying) -> bool:
         if not ids:
@@ -285,7 +348,11 @@ class Terminator:
                 for i in ids:
                     self.backlog.setdefault(i, self.clock.now())
             raise
+        with self._lock:
+            self._active.update(ids)
         try:
+            # The debt goes on the instances before the first terminate call.
+            self._mark(ids, retry)
             for attempt in retry:
                 with attempt:
                     self.adapter.terminate(list(ids))
@@ -296,9 +363,15 @@ class Terminator:
                 for i in ids:
                     self.backlog[i] = due
             return False
+        finally:
+            with self._lock:
+                self._active.difference_update(ids)
+        now = self.clock.now()
         with self._lock:
             for i in ids:
                 self.backlog.pop(i, None)
+                self._marked.discard(i)
+                self._paid[i] = now
         self.journal.paid(ids)
         return True
 
@@ -368,11 +441,15 @@ class Executor:
         with self._attempts_lock:
             return set(self._in_flight), dict(self._finished)
 
-    def retrying(self) -> Retrying:
-        """Retries for transient cloud errors only: backoff with jitter, on our clock."""
+    def retrying(self, deadline_seconds: float | None = None) -> Retrying:
+        """Retries for transient cloud errors only: backoff with jitter, on our clock,
+        for at most ``deadline_seconds`` (default: the attempt deadline)."""
+        # A caller's own deadline is one no try may start after (its backoff counted).
+        deadline = stop_after_delay(self._deadline) if deadline_seconds is None else \
+            stop_before_delay(deadline_seconds)
         return Retrying(
             retry=retry_if_exception(lambda e: isinstance(e, CloudError) and e.retryable),
-            stop=stop_after_attempt(self._call_attempts) | stop_after_delay(self._deadline),
+            stop=stop_after_attempt(self._call_attempts) | deadline,
             wait=wait_random_exponential(multiplier=self._backoff, max=self._max_backoff),
             sleep=self._clock.sleep,
             reraise=True,
@@ -419,14 +496,15 @@ class Executor:
         on_launched: Callable[[Sequence[CloudInstance]], None] | None,
         cancelled: Callable[[], bool],
     ) -> Outcome:
-        deadline = self._clock.now() + self._deadline
+        # Monotonic, as a new leader's wait for this attempt to end (reconcile) is.
+        deadline = self._clock.monotonic() + self._deadline
         kept: list[tuple[Part, list[CloudInstance]]] = []
         failures: list[PartFailure] = []
         rolled_back = 0
         infeasible: Infeasible | None = None
         complete = False  # a plan launched whole (after any earlier partial rounds)
         plans = 0
-        while plans < self._max_plans and self._clock.now() < deadline:
+        while plans < self._max_plans and self._clock.monotonic() < deadline:
             if cancelled():
                 launched = [i for _, insts in kept for i in insts]
                 self._rollback(spec, [insts for _, insts in kept])

@@ -44,6 +44,9 @@ class Metrics:
         self.without_leader = Gauge("allset_seconds_without_leader", "How long, as this "
                                     "replica sees it, no replica has held a live lease.",
                                     registry=r)
+        self.route_here = Gauge("allset_leader_route_here", "1 while CA's route (the leader "
+                                "EndpointSlice, as this replica last saw it) names this "
+                                "replica; 0 otherwise, and without one.", registry=r)
         self.owed = Gauge("allset_terminations_owed", "Terminations still to be retried.",
                           registry=r)
         self.refresh_failures = Counter("allset_refresh_failures", "Cloud listings that "

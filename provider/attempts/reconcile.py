@@ -41,6 +41,9 @@ class Classified:
     orphans: tuple[CloudInstance, ...]  # uncommitted and no longer expected to commit
     in_flight: tuple[CloudInstance, ...]
     unknown_group: tuple[CloudInstance, ...] = ()  # committed, of a group not configured
+    # Carrying the deletion mark: a termination owed (by this process or any before it),
+    # whatever their commit says. In none of the other sets: never a member again.
+    deleting: tuple[CloudInstance, ...] = ()
 
 
 def commit_unit(inst: CloudInstance, partial_groups: Collection[str]) -> str:
@@ -76,11 +79,14 @@ def classify(
     to_commit: list[CloudInstance] = []
     orphans: list[CloudInstance] = []
     flying: list[CloudInstance] = []
+    deleting: list[CloudInstance] = []
     for attempt, instances in by_attempt.items():
         done = finished.get(attempt)
         units = {commit_unit(i, partial_groups) for i in instances if i.tags.committed}
         for i in instances:
-            if i.tags.committed:
+            if i.marked_deleting:
+                deleting.append(i)
+            elif i.tags.committed:
                 committed.append(i)
             elif commit_unit(i, partial_groups) in units or \
                     (done is not None and i.id in done.committed):
@@ -93,7 +99,7 @@ def classify(
     if groups is not None:
         unknown = tuple(i for i in (*committed, *to_commit) if i.tags.node_group not in groups)
     return Classified(tuple(committed), tuple(to_commit), tuple(orphans), tuple(flying),
-                      unknown)
+                      unknown, tuple(deleting))
 
 
 class Reconciler:
@@ -153,7 +159,7 @@ class Reconciler:
         # Attempts known before the listing starts, and again after it returns: one that
         # starts, commits and ends while the listing is out is in the second reading.
         flying_before, _ = self._executor.known()
-        taken_at = self._clock.now()
+        taken_at, taken_mono = self._clock.now(), self._clock.monotonic()
         try:
             snapshot = self._snapshot()
         except CloudError as err:
@@ -170,8 +176,11 @@ class Reconciler:
         acting = self._leadership is None or self._leadership.is_leader()
         if found.to_commit and acting:
             self._finish_commits(found.to_commit)
-        adopted = [*found.committed, *(i.with_commit() for i in found.to_commit)]
-        owed = self._executor.terminator.owing()
+        # Marked instances that were CA's stay in view, as deleting, until they are gone.
+        adopted = [*found.committed, *(i.with_commit() for i in found.to_commit),
+                   *(i for i in found.deleting if i.tags.committed)]
+        terminator = self._executor.terminator
+        owed = terminator.owing() | {i.id for i in found.deleting}
         self._fleet.sync(adopted, taken_at, self._grace, taken_at - self._failed_ttl,
                          doomed=owed)
         if not acting:
@@ -180,7 +189,7 @@ class Reconciler:
             if self._metrics is not None:
                 self._metrics.observe_snapshot(snapshot, len(found.orphans), len(owed))
             return found
-        settled = self._settled(found.orphans, taken_at)
+        settled = self._settled(found.orphans, taken_mono)
         # A previous leader's uncommitted instances are suspects too, for as long as they
         # are left alone: a request of theirs waits rather than pay for a second gang.
         doomed = self._due_orphans(settled, taken_at,
@@ -189,15 +198,17 @@ class Reconciler:
         doomed += self._unknown_group(found.unknown_group)
         if doomed:
             failpoints.hit("reconcile.rolling-back")
-            released = self._executor.terminator.terminate([i.id for i in doomed],
-                                                           self._executor.retrying())
+            released = terminator.terminate([i.id for i in doomed], self._executor.retrying())
             if released:
                 # The listing still counts them in their reservations' use; list again so
                 # the next plan sees what the cloud has freed by now (and no more).
                 with contextlib.suppress(CloudError):
                     taken_at = self._clock.now()
                     self._ledger.apply(self._snapshot(), taken_at)
-        left = self._executor.terminator.retry_backlog(self._executor.retrying())
+        # Every debt the cloud carries is this leader's to pay, a predecessor's too: with
+        # the backlog's own backoff, as any termination that failed here.
+        terminator.listed(found.deleting)
+        left = terminator.retry_backlog(self._executor.retrying())
         if self._metrics is not None:
             self._metrics.observe_snapshot(snapshot, len(found.orphans), left)
             self._metrics.unknown_group.set(len(found.unknown_group))
@@ -214,15 +225,20 @@ class Reconciler:
                 counts[inst.tags.node_group] += 1
         self._fleet.hold_uncommitted(counts)
 
-    def _settled(self, orphans: tuple[CloudInstance, ...], taken_at: float
+    def _settled(self, orphans: tuple[CloudInstance, ...], taken_mono: float
                  ) -> tuple[CloudInstance, ...]:
         """Orphans, less those a previous leader may still be committing: after a
         takeover, its attempts run on until their deadline (it stopped acting before its
-        lease ran out, but a cloud call it had begun may still land)."""
-        took_over = self._leadership.took_over_at if self._leadership is not None else None
-        if took_over is None or taken_at >= took_over + self._deadline:
+        lease ran out, but a cloud call it had begun may still land). The deadline is
+        counted on the monotonic clock; a launch time is the cloud's wall clock, so it is
+        held against the wall clock's reading at the takeover."""
+        leadership = self._leadership
+        took_over = leadership.took_over_at if leadership is not None else None
+        took_over_wall = leadership.took_over_wall if leadership is not None else None
+        if took_over is None or took_over_wall is None or \
+                taken_mono >= took_over + self._deadline:
             return orphans
-        return tuple(i for i in orphans if i.launched_at >= took_over)
+        return tuple(i for i in orphans if i.launched_at >= took_over_wall)
 
     def _due_orphans(self, orphans: tuple[CloudInstance, ...], taken_at: float,
                      predecessors: Collection[CloudInstance] = ()) -> list[CloudInstance]:

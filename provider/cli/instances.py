@@ -13,7 +13,7 @@ def instances(args: argparse.Namespace) -> int:
 
     from adapters.registry import connect
     from provider.attempts.reconcile import classify
-    from provider.base.clock import SystemClock
+    from provider.base.clock import SystemClock, rfc3339
 
     config = config_or_demo(args.config)
     adapter, config = connect(config, SystemClock())
@@ -24,7 +24,8 @@ def instances(args: argparse.Namespace) -> int:
     found = classify(snapshot, in_flight=(), groups={g.id for g in config.groups})
     # Orphans: uncommitted attempts (rolled back after the grace period) and committed
     # instances of groups no longer configured (reported; see reconcile.unknownGroups).
-    why = {i.id: "uncommitted" for i in found.orphans}
+    why = {i.id: "uncommitted" for i in (*found.orphans, *found.deleting)
+           if not i.tags.committed}
     why.update({i.id: "group not configured" for i in found.unknown_group})
     rows = [i for i in snapshot.instances if not args.orphans or i.id in why]
     records = [{
@@ -40,15 +41,18 @@ def instances(args: argparse.Namespace) -> int:
         # Reconcile finishes a commit that a crash interrupted: those count as committed.
         "committed": i.tags.committed or i in found.to_commit,
         "orphan": why.get(i.id),
+        # A termination owed since then (the deletion mark): the leader terminates it.
+        "deleting": rfc3339(i.tags.deleting_since) if i.tags.deleting_since is not None
+        else None,
     } for i in sorted(rows, key=lambda i: (i.tags.node_group, i.tags.attempt, i.id))]
     if args.output == "json":
         print(json.dumps(records, indent=2))
         return 0
     header = ("INSTANCE", "GROUP", "ATTEMPT", "PART", "SOURCE", "RESERVATION", "STATE",
-              "COMMITTED", "ORPHAN")
+              "COMMITTED", "DELETING", "ORPHAN")
     table = [header] + [(r["id"], r["nodeGroup"], r["attempt"], r["part"], r["source"],
                          r["reservation"] or "-", r["state"], "yes" if r["committed"] else "no",
-                         r["orphan"] or "-")
+                         r["deleting"] or "-", r["orphan"] or "-")
                         for r in records]
     widths = [max(len(str(row[c])) for row in table) for c in range(len(header))]
     for row in table:

@@ -11,7 +11,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from provider.controller.kube import GROUP, PLURAL, Gone, call, unfenced
+from provider.controller.kube import GROUP, PLURAL, Conflict, Gone, call, unfenced
 from provider.domain.gangs.sources import GangSource
 
 _SERVED_TTL = 300.0  # how long the list of served group versions is believed
@@ -80,11 +80,19 @@ class GangApi:
         return found
 
     def annotate_gang(self, source: GangSource, namespace: str, name: str,
-                      annotations: Mapping[str, str | None]) -> None:
+                      annotations: Mapping[str, str | None], resource_version: str = ""
+                      ) -> dict[str, Any]:
+        """Merge ``annotations`` into the gang's; with ``resource_version`` only onto the
+        object as this replica read it (Conflict otherwise). Returns the gang as written."""
         self._fence()
-        call(self._custom.patch_namespaced_custom_object, source.group, source.version,
-             namespace, source.plural, name, {"metadata": {"annotations": dict(annotations)}},
-             _request_timeout=self._write_timeout)
+        meta: dict[str, Any] = {"annotations": dict(annotations)}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        written: dict[str, Any] = call(
+            self._custom.patch_namespaced_custom_object, source.group, source.version,
+            namespace, source.plural, name, {"metadata": meta},
+            _request_timeout=self._write_timeout)
+        return written
 
     def request(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -105,11 +113,19 @@ class GangApi:
         call(self._custom.create_namespaced_custom_object, GROUP, self.version, namespace,
              PLURAL, dict(body), _request_timeout=self._write_timeout)
 
-    def delete_request(self, namespace: str, name: str) -> None:
+    def delete_request(self, namespace: str, name: str, uid: str = "",
+                       resource_version: str = "") -> None:
+        """Delete the request as this replica read it: with its uid and resourceVersion as
+        preconditions, a delete prepared from an older read (a successor's request that
+        took the name, or one changed since) is refused by the API server and left for the
+        next pass to judge again."""
         self._fence()
-        with contextlib.suppress(Gone):  # gone already
+        preconditions = client.V1Preconditions(uid=uid or None,
+                                               resource_version=resource_version or None)
+        with contextlib.suppress(Gone, Conflict):  # gone already; changed since it was read
             call(self._custom.delete_namespaced_custom_object, GROUP, self.version,
-                 namespace, PLURAL, name, _request_timeout=self._write_timeout)
+                 namespace, PLURAL, name, _request_timeout=self._write_timeout,
+                 body=client.V1DeleteOptions(preconditions=preconditions))
 
     def create_pod_template(self, namespace: str, body: Mapping[str, Any]) -> None:
         self._fence()

@@ -260,15 +260,17 @@ class GangBridge:
             return
         current = self._current(key, obj)
         if current is not None:
-            self._report(key, obj, current)
+            obj = self._report(key, obj, current)
         decision = decide(members, min_member, current)
         if isinstance(decision, Ask):
             name = request_name(key.name, decision.generation)
             stuck = [p for p in pods if not _scheduled(p)]
             # The gang names its request before the request exists: a crash in between
-            # finds the name and creates the same request, never a second one.
+            # finds the name and creates the same request, never a second one. Only onto
+            # the gang as read: a deposed leader's late write never renames its request.
             self._api.annotate_gang(key.source, key.namespace, key.name,
-                                    {REQUEST_ANNOTATION: name})
+                                    {REQUEST_ANNOTATION: name},
+                                    str((obj.get("metadata") or {}).get("resourceVersion") or ""))
             self._create(key, obj, name, stuck)
             self._mark(key.namespace, name, decision.pods)
         elif isinstance(decision, Mark):
@@ -343,14 +345,18 @@ class GangBridge:
                 "autoscaling.x-k8s.io/provisioning-class-name": CLASS_NAME,
             })
 
-    def _report(self, key: GangKey, obj: Mapping[str, Any], state: RequestState) -> None:
+    def _report(self, key: GangKey, obj: dict[str, Any], state: RequestState
+                ) -> dict[str, Any]:
+        """The request's state on its gang (an annotation and an event); the gang as it
+        stands after."""
         if not state.reason:
-            return
+            return obj
         text = f"{state.reason}: {state.message}"[:1024]
         notes = (obj.get("metadata") or {}).get("annotations") or {}
         if notes.get(STATUS_ANNOTATION) == text:
-            return
-        self._api.annotate_gang(key.source, key.namespace, key.name, {STATUS_ANNOTATION: text})
+            return obj
+        written = self._api.annotate_gang(key.source, key.namespace, key.name,
+                                          {STATUS_ANNOTATION: text})
         warning = state.phase is RequestPhase.FAILED or state.reason not in (
             c.CAPACITY_IS_PROVISIONED, c.WAITING_FOR_NODES, c.BOOKING_CONSUMED)
         meta = obj.get("metadata") or {}
@@ -370,6 +376,7 @@ class GangBridge:
             })
         except Exception as err:  # best effort: the annotation is the record
             log.warning("event for gang %s/%s not recorded: %s", key.namespace, key.name, err)
+        return written
 
     def _drop_orphans(self, sources: Sequence[GangSource]) -> None:
         """Requests whose gang is gone are deleted (the garbage collector does it too,
@@ -390,7 +397,9 @@ class GangBridge:
             if found is None or (owners and uid not in owners):
                 log.info("gang %s/%s is gone: deleting its request %s", meta.get("namespace"),
                          gang, meta.get("name"))
-                self._api.delete_request(str(meta.get("namespace")), str(meta.get("name")))
+                self._api.delete_request(str(meta.get("namespace")), str(meta.get("name")),
+                                         str(meta.get("uid") or ""),
+                                         str(meta.get("resourceVersion") or ""))
                 continue
             # A gang whose pods all landed between two passes is not looked at by a pass
             # (it has no pending pod): its state is brought up to date here.

@@ -70,8 +70,11 @@ CALLS: tuple[Call, ...] = (
     Call("coordination.k8s.io", "leases", ("get", "list", "watch", "update"), namespaced=True,
          names=(LEASE,)),
     Call("discovery.k8s.io", "endpointslices", ("create",), namespaced=True),
-    Call("discovery.k8s.io", "endpointslices", ("get", "update"), namespaced=True,
-         names=(LEADER_SLICE,)),
+    # list/watch: both replicas watch the slice by metadata.name (the route's cache, which
+    # the acting one asserts every retry period); get: the withdrawal's read, and the
+    # re-assertion's while the watch is down or after a conflict.
+    Call("discovery.k8s.io", "endpointslices", ("get", "list", "watch", "update"),
+         namespaced=True, names=(LEADER_SLICE,)),
 )
 
 

@@ -19,6 +19,9 @@ Promises every adapter keeps
   seconds; callers settle doubt by listing again, never by launching again.
 * **Timeouts.** A call whose outcome is unknown raises :class:`OutcomeUnknown`; the caller
   settles it by listing tags, since the launch may or may not have happened.
+* **Debts on the instance.** A termination allset owes is written on the instance
+  (:meth:`CloudAdapter.mark_deleting`) before the first terminate call, and every listing
+  reads it back as ``OwnerTags.deleting_since``: whichever process leads next finishes it.
 """
 
 from __future__ import annotations
@@ -71,6 +74,10 @@ class OwnerTags:
     # Set by CloudAdapter.commit once every part of the attempt is up. An instance of an
     # uncommitted attempt that is no longer in flight is rolled back by reconcile.
     committed: bool = False
+    # Set by CloudAdapter.mark_deleting (epoch seconds): allset owes this instance's
+    # termination. From then on it is never a member of its group again, whatever its
+    # commit says, and every leader's reconcile terminates it.
+    deleting_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +94,11 @@ class CloudInstance:
     def with_commit(self) -> CloudInstance:
         """This instance as it reads once its attempt's commit tag is on it."""
         return dataclasses.replace(self, tags=dataclasses.replace(self.tags, committed=True))
+
+    @property
+    def marked_deleting(self) -> bool:
+        """Whether the cloud carries allset's mark that this instance's termination is owed."""
+        return self.tags.deleting_since is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +266,16 @@ class CloudAdapter(Protocol):
     def commit(self, instance_ids: Sequence[str], attempt: str) -> None:
         """Mark the attempt's instances committed in the cloud (a tag or label), so that
         reconcile adopts them even if every local record is lost. Idempotent."""
+        ...
+
+    def mark_deleting(self, instance_ids: Sequence[str], at: float) -> None:
+        """Write on each instance that allset owes its termination (since ``at``, epoch
+        seconds), so that every later listing, by any process, carries
+        ``OwnerTags.deleting_since``. Written before the first terminate call: a debt lives
+        on the instance, not only in the process that owes it. Idempotent (an instance
+        marked already keeps a mark; its time may stay or move); ids already gone are
+        success. Never removes or changes any other tag. Raises TransientError (retry) or
+        OutcomeUnknown (some marks may have landed: the next listing shows which)."""
         ...
 
     def close(self) -> None:

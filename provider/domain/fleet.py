@@ -42,6 +42,17 @@ class NodeView:
 
 
 @dataclass(frozen=True, slots=True)
+class Deletion:
+    """A DeleteNodes checked against a group (Fleet.deletion): its nodes, and the
+    instances it would terminate."""
+
+    group: str
+    provider_ids: tuple[str, ...]
+    instances: tuple[CloudInstance, ...]
+    token: int = 0  # its hold on the group's minSize until it is applied or cancelled
+
+
+@dataclass(frozen=True, slots=True)
 class GroupView:
     group: NodeGroup
     target_size: int
@@ -80,6 +91,9 @@ class _GroupState:
     uncommitted: int = 0
     # The attempts with a scale-up or a claim here, as Fleet._recount last saw them.
     holders: frozenset[str] = frozenset()
+    # Deletions checked and not yet applied (token -> ids of the members they take
+    # away): the minSize check of another deletion counts those gone already.
+    pending: dict[int, frozenset[str]] = field(default_factory=dict)
 
 
 class Fleet:
@@ -236,52 +250,106 @@ class Fleet:
         the caller must terminate. Validates everything first: a refused call changes
         nothing."""
         with self._lock:
-            state = self._get(group_id)
-            to_terminate: list[CloudInstance] = []
-            slot_hits: list[tuple[ScaleUp, str]] = []
-            launched_hits: list[tuple[ScaleUp, int]] = []
-            by_provider = {i.provider_id: i for i in state.instances.values()}
-            deleting_ids = {i.provider_id for i in state.deleting.values()}
-            # CA may name a node twice (its retries, two scale-down paths): once is enough.
-            for pid in dict.fromkeys(provider_ids):
-                if pid in by_provider:
-                    if protected and pid in protected:
-                        raise FailedPrecondition(
-                            f"node {pid} is booked by {protected[pid]} and cannot be removed"
-                        )
-                    to_terminate.append(by_provider[pid])
-                    continue
-                if pid in deleting_ids:
-                    continue  # already being deleted: idempotent
-                hit = self._find_slot(state, pid)
-                if hit is None:
-                    raise InvalidArgument(f"node {pid!r} does not belong to group {group_id}")
-                su, index = hit
-                if index < len(su.launched):
-                    launched_hits.append((su, index))
-                else:
-                    slot_hits.append((su, su.slots[index]))
-            live_after = len(state.instances) - len(to_terminate)
-            if to_terminate and live_after < state.group.min_size:
-                raise FailedPrecondition(
-                    f"min size reached: group {group_id} has {len(state.instances)} nodes, "
-                    f"minSize {state.group.min_size}; {len(to_terminate)} not deleted"
-                )
-            for inst in to_terminate:
-                del state.instances[inst.id]
-                state.deleting[inst.id] = inst
-            for su, slot in slot_hits:
-                su.slots.remove(slot)
-            # A launched node of a scale-up still in flight: shrink the scale-up (highest
-            # index first so the others keep their slots) and terminate that node now.
-            for su, index in sorted(launched_hits, key=lambda h: -h[1]):
-                inst = su.launched.pop(index)
-                su.slots.pop(index)
-                state.deleting[inst.id] = inst
-                to_terminate.append(inst)
-            self._drop_empty(state)
-            self._publish(group_id)
-            return to_terminate
+            return self._apply(self._deletion(group_id, provider_ids, protected))
+
+    def deletion(self, group_id: str, provider_ids: Sequence[str],
+                 protected: Mapping[str, str] | None = None) -> Deletion:
+        """Check a deletion and say which instances it would terminate, changing nothing
+        CA sees (raises as delete_nodes does). The caller writes their debt down where it
+        outlives this process, then applies it or, if it could not, cancels it; until
+        then other deletions of the group count its members gone for minSize."""
+        with self._lock:
+            deletion = self._deletion(group_id, provider_ids, protected)
+            state = self._state[group_id]
+            members = frozenset(i.id for i in deletion.instances if i.id in state.instances)
+            if members:
+                deletion = dataclasses.replace(deletion, token=next(self._seq))
+                state.pending[deletion.token] = members
+            return deletion
+
+    def apply_deletion(self, deletion: Deletion) -> list[CloudInstance]:
+        """Apply a deletion checked before, whose debts are written down: it cannot be
+        refused any more. Each node is taken as the group holds it now (one that left
+        meanwhile is skipped; a placeholder filled meanwhile is a launched node now, and is
+        returned with the others for the caller to terminate)."""
+        with self._lock:
+            self._state[deletion.group].pending.pop(deletion.token, None)
+            return self._apply(deletion)
+
+    def cancel_deletion(self, deletion: Deletion) -> None:
+        """Drop a deletion checked before and never applied."""
+        with self._lock:
+            self._state[deletion.group].pending.pop(deletion.token, None)
+
+    def _deletion(self, group_id: str, provider_ids: Sequence[str],
+                  protected: Mapping[str, str] | None) -> Deletion:
+        state = self._get(group_id)
+        instances: list[CloudInstance] = []
+        by_provider = {i.provider_id: i for i in state.instances.values()}
+        deleting_ids = {i.provider_id for i in state.deleting.values()}
+        # CA may name a node twice (its retries, two scale-down paths): once is enough.
+        pids = tuple(dict.fromkeys(provider_ids))
+        adopted: set[str] = set()
+        for pid in pids:
+            if pid in by_provider:
+                if protected and pid in protected:
+                    raise FailedPrecondition(
+                        f"node {pid} is booked by {protected[pid]} and cannot be removed"
+                    )
+                instances.append(by_provider[pid])
+                adopted.add(by_provider[pid].id)
+                continue
+            if pid in deleting_ids:
+                continue  # already being deleted: idempotent
+            hit = self._find_slot(state, pid)
+            if hit is None:
+                raise InvalidArgument(f"node {pid!r} does not belong to group {group_id}")
+            su, index = hit
+            if index < len(su.launched):
+                instances.append(su.launched[index])
+        # Other deletions under way (checked, their marks being written) count as done.
+        going = frozenset().union(*state.pending.values()) & state.instances.keys()
+        if adopted and len(state.instances.keys() - going - adopted) < state.group.min_size:
+            being = f" ({len(going)} of them being deleted)" if going else ""
+            raise FailedPrecondition(
+                f"min size reached: group {group_id} has {len(state.instances)} nodes"
+                f"{being}, minSize {state.group.min_size}; {len(adopted)} not deleted"
+            )
+        return Deletion(group_id, pids, tuple(instances))
+
+    def _apply(self, deletion: Deletion) -> list[CloudInstance]:
+        state = self._get(deletion.group)
+        to_terminate: list[CloudInstance] = []
+        slot_hits: list[tuple[ScaleUp, str]] = []
+        launched_hits: list[tuple[ScaleUp, int]] = []
+        by_provider = {i.provider_id: i for i in state.instances.values()}
+        for pid in deletion.provider_ids:
+            if pid in by_provider:
+                to_terminate.append(by_provider[pid])
+                continue
+            hit = self._find_slot(state, pid)
+            if hit is None:
+                continue  # being deleted already, or gone since the check
+            su, index = hit
+            if index < len(su.launched):
+                launched_hits.append((su, index))
+            else:
+                slot_hits.append((su, su.slots[index]))
+        for inst in to_terminate:
+            del state.instances[inst.id]
+            state.deleting[inst.id] = inst
+        for su, slot in slot_hits:
+            su.slots.remove(slot)
+        # A launched node of a scale-up still in flight: shrink the scale-up (highest
+        # index first so the others keep their slots) and terminate that node now.
+        for su, index in sorted(launched_hits, key=lambda h: -h[1]):
+            inst = su.launched.pop(index)
+            su.slots.pop(index)
+            state.deleting[inst.id] = inst
+            to_terminate.append(inst)
+        self._drop_empty(state)
+        self._publish(deletion.group)
+        return to_terminate
 
     # --- executor callbacks ----------------------------------------------------------------
 

@@ -3,24 +3,21 @@ the provider when leadership changes, and keeps the leadership metrics current."
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
-from concurrent import futures
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-
-from kubernetes.client.rest import ApiException
 
 from provider.base.clock import Clock
 from provider.config import LoadedConfig
 from provider.config.units import duration_seconds
-from provider.leadership.elector import LeaderElector, Timing
+from provider.leadership.elector import LeaderElector, LeaseRecord, Timing
 from provider.leadership.endpoint import LeaderEndpoint
+from provider.leadership.route import Router
+from provider.leadership.watch import keep_following
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +44,8 @@ class Election:
         self.elector = LeaderElector(self.store, identity(), clock, self.timing,
                                      on_change=self._changed)
         self._provider: Any = None
-        self._endpoint = endpoint
-        # Routing writes go through one worker: they never block refresh or the elector,
-        # and they land in the order leadership changed.
-        self._routing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leader-route")
+        # CA's route (in a cluster): asserted while this replica acts, every retry period.
+        self.router = Router(endpoint, self.timing) if endpoint is not None else None
         self._failovers = 0
         self._stop = threading.Event()
         self._wake = threading.Event()  # the watch saw the lease free, or stop()
@@ -61,8 +56,10 @@ class Election:
     def bind(self, provider: Any) -> None:
         """The provider whose actions this election fences (built with its elector)."""
         self._provider = provider
-        if self._endpoint is not None:
-            provider.watch_serving(self._route)
+        if self.router is not None:
+            route_here = provider.metrics.route_here
+            self.router.bind(provider.acting, lambda here: route_here.set(1 if here else 0))
+            provider.watch_serving(self.router.changed)
 
     def start(self) -> None:
         log.info("leader election on Lease %s/%s as %s", self.store.namespace,
@@ -72,6 +69,8 @@ class Election:
         self._thread.start()
         # Not joined: it may sit in a read of a quiet watch; it ends with the process.
         threading.Thread(target=self._follow, name="leader-lease-watch", daemon=True).start()
+        if self.router is not None:
+            self.router.start()
 
     def stop(self, *, hand_over: bool = True, timeout: float = 10.0) -> None:
         """After the provider has drained: stop routing CA here and give the lease up so a
@@ -83,11 +82,8 @@ class Election:
         deadline = time.monotonic() + timeout
         self._stop.set()
         self._wake.set()
-        withdrawn = self._routing.submit(self._endpoint.withdraw) \
-            if self._endpoint is not None else None
-        self._routing.shutdown(wait=False)
-        if withdrawn is not None:
-            futures.wait([withdrawn], timeout=max(0.0, deadline - time.monotonic()))
+        if self.router is not None:
+            self.router.stop(max(0.0, deadline - time.monotonic()))
         if hand_over:
             self.elector.release()
         if self._thread is not None:
@@ -113,6 +109,8 @@ class Election:
                     self._following.clear()
                     self.store.interrupt()
             self._observe()
+            if self.router is not None:
+                self.router.renewed()  # CA's route, asserted again at the renewal cadence
             self._wake.wait(self.timing.retry_period)
             self._wake.clear()
 
@@ -120,38 +118,16 @@ class Election:
         """Watch the Lease and hand each record to the elector (a standby's cheap way to
         follow the holder); a failed watch is started again after a retry period, and
         until then the election reads the lease as it would without one."""
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                for record in self.store.follow():
-                    if self._stop.is_set():
-                        return
-                    failures = 0
-                    self._delivered = record.version if record is not None else ""
-                    self._following.set()
-                    if self.elector.observe(record):
-                        self._wake.set()
-            except Exception as err:
-                if self._stop.is_set():
-                    return
-                failures += 1
-                forbidden = isinstance(err, ApiException) and err.status == 403
-                log.log(logging.WARNING if forbidden and failures == 1 else logging.INFO,
-                        "watching the lease failed (reading it each retry period instead)"
-                        "%s: %s", "; RBAC needs list and watch on the Lease"
-                        if forbidden else "", err)
-            self._following.clear()
-            # A watch that keeps failing costs a list and a watch each time: less and less
-            # often, up to once a lease duration (the reads go on meanwhile).
-            pause = self.timing.retry_period * 2.0 ** min(max(failures - 1, 0), 10)
-            self._stop.wait(min(pause, self.timing.lease_duration))
+        def deliver(record: LeaseRecord | None) -> None:
+            self._delivered = record.version if record is not None else ""
+            self._following.set()
+            if self.elector.observe(record):
+                self._wake.set()
 
-    def _route(self, acting: bool) -> None:
-        endpoint = self._endpoint
-        if endpoint is None or self._stop.is_set():
-            return
-        with contextlib.suppress(RuntimeError):  # stop() shut the queue since the check
-            self._routing.submit(endpoint.point_here if acting else endpoint.withdraw)
+        keep_following(self.store.follow, deliver, stop=self._stop,
+                       down=self._following.clear, pause=self.timing.retry_period,
+                       longest=self.timing.lease_duration, what="the lease",
+                       meanwhile="reading it each retry period instead")
 
     def _observe(self) -> None:
         provider = self._provider

@@ -7,7 +7,15 @@ timestamps, so clock skew between nodes does not matter); the holder renews ever
 period and gives up when it has not renewed for the renew deadline. The fence is
 stricter than holding: a process acts only until its last renewal plus the renew
 deadline, which is shorter than the lease duration every other candidate waits, so it
-has stopped before anyone else can start."""
+has stopped before anyone else can start.
+
+Every one of those comparisons is made on the monotonic clock (Clock.monotonic), never
+on the wall clock: the wall clock steps (an NTP step, a VM resumed), and a leader whose
+wall clock stepped back 30 s would act 30 s past its fence while a standby takes over
+on time. client-go's comparisons are monotonic too (Go's time.Now() carries a monotonic
+reading, and After and Sub use it). The wall clock is only written into the Lease
+(acquireTime, renewTime), for people and for other tools; no candidate reads the
+holder's timestamps to judge expiry."""
 
 from __future__ import annotations
 
@@ -35,6 +43,9 @@ class LeaseConflict(Exception):
 
 @dataclass(frozen=True, slots=True)
 class LeaseRecord:
+    """A Lease as written: its times are wall-clock readings of the writer (the
+    acquireTime and renewTime people see), never used to judge expiry."""
+
     holder: str | None
     duration_seconds: float
     acquired_at: float | None = None
@@ -52,7 +63,9 @@ class LeaseStore(Protocol):
 
 
 class Leadership(Protocol):
-    """What the rest of allset asks: may I act now, and since when."""
+    """What the rest of allset asks: may I act now, and since when. Its times are this
+    process's monotonic readings (Clock.monotonic), except ``took_over_wall``; compare
+    them only with readings of the same clock."""
 
     def is_leader(self) -> bool: ...
     def check(self) -> None: ...  # raises NotLeader
@@ -65,6 +78,8 @@ class Leadership(Protocol):
     @property
     def took_over_at(self) -> float | None: ...  # when it took the lease from another holder
     @property
+    def took_over_wall(self) -> float | None: ...  # the same, on the wall clock
+    @property
     def predecessor_stopped_by(self) -> float | None: ...  # latest its last holder acted
 
 
@@ -72,7 +87,7 @@ class AlwaysLeader:
     """One process, no election (the embedded default, guarded by the state-dir lock)."""
 
     def __init__(self, clock: Clock) -> None:
-        self._since = clock.now()
+        self._since = clock.monotonic()
 
     def is_leader(self) -> bool:
         return True
@@ -95,6 +110,10 @@ class AlwaysLeader:
     @property
     def took_over_at(self) -> float | None:
         return None  # the state-directory lock: no other process was acting
+
+    @property
+    def took_over_wall(self) -> float | None:
+        return None
 
     @property
     def predecessor_stopped_by(self) -> float | None:
@@ -154,12 +173,14 @@ class LeaderElector:
         # racing a write that took the lease is heard last, whichever wins.
         self._notify = threading.RLock()
         self._observed: LeaseRecord | None = None
-        self._observed_at = float("-inf")  # our clock, when the record last changed
-        self._renewed_at = float("-inf")  # our clock, our last successful write
+        # Our monotonic clock, as every time below unless it says otherwise.
+        self._observed_at = float("-inf")  # when the record last changed, as we saw it
+        self._renewed_at = float("-inf")  # when our last successful write was sent
         self._leader = False
         self._epoch = 0
         self._acquired_at = float("-inf")
         self._took_over_at: float | None = None
+        self._took_over_wall: float | None = None  # the wall clock's reading then
         self._predecessor_stopped_by: float | None = None
         self._predecessor = float("-inf")  # step's reading, for _write
         # What the last read found, until take_read(): its version, "" for no Lease.
@@ -173,7 +194,7 @@ class LeaderElector:
 
     def is_leader(self) -> bool:
         with self._lock:
-            return self._leader and self._clock.now() < self._renewed_at + \
+            return self._leader and self._clock.monotonic() < self._renewed_at + \
                 self.timing.renew_deadline
 
     def check(self) -> None:
@@ -187,6 +208,7 @@ class LeaderElector:
 
     @property
     def acquired_at(self) -> float:
+        """When (monotonic) this process's term began."""
         return self._acquired_at
 
     @property
@@ -208,18 +230,26 @@ class LeaderElector:
 
     @property
     def took_over_at(self) -> float | None:
+        """When (monotonic) this process last took the lease from another holder."""
         return self._took_over_at
 
     @property
+    def took_over_wall(self) -> float | None:
+        """``took_over_at`` on the wall clock, read at the same moment: for comparing with
+        times others wrote down (a cloud instance's launch time), never for a deadline."""
+        return self._took_over_wall
+
+    @property
     def predecessor_stopped_by(self) -> float | None:
-        """The latest time (our clock) the lease's previous holder can have acted: a
-        lease it released, when we saw the release; one that expired, its last renewal we
-        saw plus its renew deadline (it fences itself then). None: no other holder."""
+        """The latest time (our monotonic clock) the lease's previous holder can have
+        acted: a lease it released, when we saw the release; one that expired, its last
+        renewal we saw plus its renew deadline (it fences itself then). None: no other
+        holder."""
         return self._predecessor_stopped_by
 
     def seconds_without_leader(self) -> float:
         """How long, as this process saw it, no one has held a live lease."""
-        observed, now = self._observed, self._clock.now()
+        observed, now = self._observed, self._clock.monotonic()
         if self.is_leader() or observed is None:
             return 0.0
         if not observed.holder:
@@ -234,13 +264,13 @@ class LeaderElector:
         free (see ``due``). Returns whether it was released, so the caller can step at once
         rather than at its next turn.
 
-        Only ever later, never earlier: a record seen is stamped with our clock when it
-        changed, as a read's is, so an event that arrives late (or an older one after a
-        read) can only postpone when this process would deem the holder gone. A deleted
-        Lease is not free: its holder may still act until its lease would have run out
-        (creating it again at once could make two leaders), so it changes nothing here. A
-        leader, or a process whose last record is its own write, ignores what the watch
-        shows: its own writes keep what it observed."""
+        Only ever later, never earlier: a record seen is stamped with our monotonic clock
+        when it changed, as a read's is, so an event that arrives late (or an older one
+        after a read) can only postpone when this process would deem the holder gone. A
+        deleted Lease is not free: its holder may still act until its lease would have
+        run out (creating it again at once could make two leaders), so it changes nothing
+        here. A leader, or a process whose last record is its own write, ignores what the
+        watch shows: its own writes keep what it observed."""
         if record is None:
             return False
         with self._lock:
@@ -248,7 +278,7 @@ class LeaderElector:
             if self._leader or mine:
                 return False
             if self._observed is None or _changed(self._observed, record):
-                self._observed, self._observed_at = record, self._clock.now()
+                self._observed, self._observed_at = record, self._clock.monotonic()
         return not record.holder
 
     def due(self) -> bool:
@@ -268,7 +298,8 @@ class LeaderElector:
         # Our own retry period stands for the holder's (the replicas share one config; a
         # holder that renews less often only costs this standby a read per retry period).
         silent = self._observed_at + 2 * self.timing.retry_period
-        return self._clock.now() >= min(silent, self._observed_at + observed.duration_seconds)
+        return self._clock.monotonic() >= min(silent,
+                                              self._observed_at + observed.duration_seconds)
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -286,8 +317,10 @@ class LeaderElector:
         """Try once to take or renew the lease. Returns whether this process leads."""
         if self._is_released():
             return False
-        now = self._clock.now()
-        if self._renew_blind(now):
+        # Read before any request is sent: the fence runs from then (monotonic), and the
+        # wall reading is only what the record says.
+        now, wall = self._clock.monotonic(), self._clock.now()
+        if self._renew_blind(now, wall):
             return self.is_leader()
         if self._is_released():  # the renewal conflicted with release(): stay out
             return False
@@ -307,7 +340,7 @@ class LeaderElector:
                 # client-go creates it at once.
                 return False
             return self._write(None, LeaseRecord(self.identity, self.timing.lease_duration,
-                                                 now, now, 0), now)
+                                                 wall, wall, 0), now, wall)
         if self._observed is None or _changed(self._observed, current):
             self._observed, self._observed_at = current, now
         mine = current.holder == self.identity
@@ -324,14 +357,14 @@ class LeaderElector:
                                  self._observed_at + self.timing.renew_deadline)
         record = LeaseRecord(
             self.identity, self.timing.lease_duration,
-            acquired_at=current.acquired_at if mine else now,
-            renewed_at=now,
+            acquired_at=current.acquired_at if mine else wall,
+            renewed_at=wall,
             transitions=current.transitions if mine else current.transitions + 1,
             version=current.version,
         )
-        return self._write(current, record, now)
+        return self._write(current, record, now, wall)
 
-    def _renew_blind(self, now: float) -> bool:
+    def _renew_blind(self, now: float, wall: float) -> bool:
         """A leader renews by writing over the record it wrote last, without reading it
         first: the write names that record's resourceVersion, so it succeeds only if no one
         wrote since (then the lease is still ours). One API request per renewal instead of
@@ -341,7 +374,7 @@ class LeaderElector:
         if not self.is_leader() or observed is None or observed.holder != self.identity:
             return False
         record = dataclasses.replace(observed, duration_seconds=self.timing.lease_duration,
-                                     renewed_at=now)
+                                     renewed_at=wall)
         try:
             written = self._store.update(record)
         except Exception as err:  # a conflict or a failed call: read, then decide
@@ -364,7 +397,7 @@ class LeaderElector:
                 return
             self._released = True
             leading = self._leader and \
-                self._clock.now() < self._renewed_at + self.timing.renew_deadline
+                self._clock.monotonic() < self._renewed_at + self.timing.renew_deadline
         self._set_leader(False)
         observed = self._observed
         if not leading or observed is None:
@@ -395,7 +428,8 @@ class LeaderElector:
 
     # --- internals -------------------------------------------------------------------------
 
-    def _write(self, current: LeaseRecord | None, record: LeaseRecord, now: float) -> bool:
+    def _write(self, current: LeaseRecord | None, record: LeaseRecord, now: float,
+               wall: float) -> bool:
         try:
             written = self._store.create(record) if current is None else \
                 self._store.update(record)
@@ -415,7 +449,7 @@ class LeaderElector:
             # write may be the one that took it). A conflict means release() did.
             with contextlib.suppress(Exception):
                 self._store.update(dataclasses.replace(
-                    written, holder=None, duration_seconds=1.0, renewed_at=now))
+                    written, holder=None, duration_seconds=1.0, renewed_at=wall))
             return False
         with self._lock:
             if self._released:
@@ -433,14 +467,15 @@ class LeaderElector:
                 if current is not None and current.holder not in (None, self.identity):
                     # Its attempts may still be running until their deadline.
                     self.failovers += 1
-                    self._took_over_at = now
+                    self._took_over_at, self._took_over_wall = now, wall
         if not was:
             log.info("%s leads (lease epoch %d)", self.identity, written.transitions)
             self._set_leader(True, unless_released=True)
         return self.is_leader()
 
     def _lose_if_overdue(self) -> None:
-        if self._leader and self._clock.now() >= self._renewed_at + self.timing.renew_deadline:
+        if self._leader and \
+                self._clock.monotonic() >= self._renewed_at + self.timing.renew_deadline:
             log.warning("%s could not renew the lease within %.0fs; it stops acting",
                         self.identity, self.timing.renew_deadline)
             self._set_leader(False)

@@ -14,9 +14,9 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 
 from provider.leadership.elector import LeaseConflict, LeaseRecord
+from provider.leadership.watch import follow_named
 
 
 def _micro(epoch: float | None) -> str | None:
@@ -62,38 +62,13 @@ class KubeLeaseStore:
         ends the watch (None: deleted, or not there yet). A standby follows the holder's
         renewals this way instead of reading the lease every retry period (one request per
         watch, not 7.5 a minute). Raises when the watch fails; the caller starts again."""
-        only = f"metadata.name={self.name}"
-        listed = json.loads(self._api.list_namespaced_lease(
-            self.namespace, field_selector=only, _preload_content=False,
-            _request_timeout=self._timeout).data)
-        items = listed.get("items") or []
-        yield _record(items[0]) if items else None
-        version = str(listed["metadata"]["resourceVersion"])
-        while True:
-            self._response = response = self._api.list_namespaced_lease(
-                self.namespace, field_selector=only, watch=True, resource_version=version,
-                timeout_seconds=timeout_seconds, allow_watch_bookmarks=True,
-                _preload_content=False,
-                # A stream that stays silent past the server's own timeout is dead.
-                _request_timeout=(self._timeout, timeout_seconds + self._timeout))
-            try:
-                for line in iter_resp_lines(response):
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    kind, obj = event.get("type"), event.get("object") or {}
-                    if kind == "ERROR":  # 410: the version is too old; list again
-                        raise ApiException(status=int(obj.get("code") or 500),
-                                           reason=str(obj.get("message")))
-                    version = str((obj.get("metadata") or {}).get("resourceVersion")
-                                  or version)
-                    if kind in ("ADDED", "MODIFIED"):
-                        yield _record(obj)
-                    elif kind == "DELETED":
-                        yield None
-            finally:
-                response.close()
-                response.release_conn()
+        for obj in follow_named(self._api.list_namespaced_lease, self.namespace, self.name,
+                                timeout=self._timeout, timeout_seconds=timeout_seconds,
+                                opened=self._opened):
+            yield _record(obj) if obj is not None else None
+
+    def _opened(self, response: Any) -> None:
+        self._response = response
 
     def interrupt(self) -> None:
         """End the watch ``follow`` is reading (from another thread): it raises, and its

@@ -48,6 +48,14 @@ _CODES = {
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _code_of(err: DomainError) -> grpc.StatusCode:
+    """By the error's kind, its subclasses too (NotLeader is an Unavailable: CA retries)."""
+    for kind, code in _CODES.items():
+        if isinstance(err, kind):
+            return code
+    return grpc.StatusCode.FAILED_PRECONDITION
+
+
 def rpc(method: F) -> F:
     """Refuse calls until the provider is ready; map domain errors to gRPC status codes;
     anything unexpected is INTERNAL, logged."""
@@ -62,7 +70,7 @@ def rpc(method: F) -> F:
         try:
             return method(self, request, context)
         except DomainError as err:
-            context.abort(_CODES.get(type(err), grpc.StatusCode.FAILED_PRECONDITION), str(err))
+            context.abort(_code_of(err), str(err))
         except Exception as err:
             log.exception("%s failed", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, f"{method.__name__}: {err}")

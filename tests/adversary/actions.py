@@ -218,7 +218,7 @@ class Adversary:
         rng = w.rng
         times = rng.randint(1, 6)
         after = rng.random() < 0.5
-        choice = rng.randrange(10)
+        choice = rng.randrange(12)
         if choice == 0:
             w.fake.inject("launch", InsufficientCapacity("injected stockout"))
             return "launch: stockout"
@@ -246,6 +246,12 @@ class Adversary:
         if choice == 8:
             w.fake.inject("snapshot", TransientError("injected throttling"), times=times)
             return f"snapshot: throttled x{times}"
+        if choice == 9:  # the deletion mark: DeleteNodes refused, a termination held back
+            w.fake.inject("mark_deleting", TransientError("injected throttling"), times=times)
+            return f"mark_deleting: throttled x{times}"
+        if choice == 10:
+            w.fake.inject("mark_deleting", OutcomeUnknown("injected timeout"), after=after)
+            return f"mark_deleting: timeout ({'performed' if after else 'not performed'})"
         zone = rng.choice(("z-a", "z-b"))
         on = rng.random() < 0.6
         w.fake.set_stockout(Stockout(zone, "gpu8", CapacityType.ON_DEMAND), on)

@@ -2,9 +2,9 @@
 injected faults) behind two thin layers.
 
 * :class:`LaggingCloud` adds eventual consistency to listings, which the fake's listing
-  does not model: a launched instance, a commit tag and a termination reach
-  ``snapshot`` only some steps later, each instance on its own schedule, and reservation
-  free counts are computed from what the listing shows. AWS documents this for the EC2
+  does not model: a launched instance, a commit tag, a deletion mark and a termination
+  reach ``snapshot`` only some steps later, each instance on its own schedule, and
+  reservation free counts are computed from what the listing shows. AWS documents this for the EC2
   API ("Eventual consistency in the Amazon EC2 API", EC2 API Reference: results of
   RunInstances, CreateTags and TerminateInstances may not be visible to Describe* calls
   at once) and the adapter contract says so (provider/domain/cloud.py, "Eventual consistency").
@@ -54,6 +54,7 @@ class _Seen:
     launched: Mark
     committed: Mark | None = None
     terminated: Mark | None = None
+    marked: Mark | None = None  # the deletion mark (CreateTags too: it lags the same way)
 
 
 @dataclass(slots=True)
@@ -72,8 +73,10 @@ class LaggingCloud:
     terminate_called: set[str] = field(default_factory=set)
     # Committed instances allset terminated, and the task that did it.
     killed_committed: list[tuple[CloudInstance, str]] = field(default_factory=list)
-    # Instance -> the owner (incarnation) of the task whose call ended it.
-    ended_by: dict[str, object] = field(default_factory=dict)
+    # Instance id -> the process ("i3") that first wrote its deletion mark, and the one
+    # whose terminate call ended it: a debt paid by a later process than owed it.
+    marked_by: dict[str, str] = field(default_factory=dict)
+    ended_by: dict[str, str] = field(default_factory=dict)
     _seen: dict[str, _Seen] = field(default_factory=dict)
 
     # --- the real calls, recorded -----------------------------------------------------
@@ -102,6 +105,10 @@ class LaggingCloud:
                     self._hidden(seen.committed, now, lag):
                 view = dataclasses.replace(view, tags=dataclasses.replace(view.tags,
                                                                           committed=False))
+            if view.marked_deleting and seen.marked is not None and \
+                    self._hidden(seen.marked, now, lag):
+                view = dataclasses.replace(view, tags=dataclasses.replace(
+                    view.tags, deleting_since=None))
             shown.append(view)
         reservations = [
             dataclasses.replace(r, free=max(0, r.total - sum(
@@ -135,7 +142,7 @@ class LaggingCloud:
             now_alive = {i.id for i in self.fake.live_instances()}
             task = current()
             for iid in live.keys() - now_alive:
-                self.ended_by[iid] = task.owner if task else None
+                self.ended_by.setdefault(iid, _process(task.name if task else "?"))
                 if iid in self._seen:
                     self._seen[iid].terminated = self._mark()
                 if live[iid].tags.committed:
@@ -149,6 +156,18 @@ class LaggingCloud:
             for inst in self.fake.all_instances():
                 if inst.tags.committed and inst.id not in before and inst.id in self._seen:
                     self._seen[inst.id].committed = self._mark()
+
+    def mark_deleting(self, instance_ids: Sequence[str], at: float) -> None:
+        before = {i.id for i in self.fake.all_instances() if i.marked_deleting}
+        try:
+            self.fake.mark_deleting(instance_ids, at)
+        finally:
+            task = current()
+            for inst in self.fake.all_instances():
+                if inst.marked_deleting and inst.id not in before:
+                    self.marked_by.setdefault(inst.id, _process(task.name if task else "?"))
+                    if inst.id in self._seen:
+                        self._seen[inst.id].marked = self._mark()
 
     def describe_shapes(self, instance_types: Sequence[str]) -> dict[str, Shape]:
         return self.fake.describe_shapes(instance_types)
@@ -231,6 +250,11 @@ class CloudLink:
 _READS = frozenset({"snapshot", "describe_shapes"})
 
 
+def _process(task: str) -> str:
+    """The incarnation a task belongs to: "i3.w.7" -> "i3"."""
+    return task.split(".", 1)[0]
+
+
 class GatedCloud:
     """One incarnation's adapter (implements provider.domain.cloud.CloudAdapter)."""
 
@@ -286,6 +310,13 @@ class GatedCloud:
             self._cloud.commit(instance_ids, attempt)
         finally:
             self._leave("commit")
+
+    def mark_deleting(self, instance_ids: Sequence[str], at: float) -> None:
+        self._enter("mark_deleting")
+        try:
+            self._cloud.mark_deleting(instance_ids, at)
+        finally:
+            self._leave("mark_deleting")
 
     def describe_shapes(self, instance_types: Sequence[str]) -> dict[str, Shape]:
         return self._cloud.describe_shapes(instance_types)

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from adapters.fake import FakeCloud
 from provider.base.clock import ManualClock
-from provider.leadership import election, endpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +36,11 @@ def _debt() -> bool:
 
 
 def _route() -> bool:
-    # The re-assertion of CA's route on renewal: any of the names its branch may give it.
-    names = ("reassert", "assert_route", "reassert_route", "route_points_here")
-    return any(hasattr(cls, n) for cls in (election.Election, endpoint.LeaderEndpoint)
-               for n in names)
+    try:
+        from provider.leadership.route import Router
+    except ImportError:
+        return False
+    return hasattr(Router, "reassert")
 
 
 _PRESENT = {2: _monotonic, 3: _debt, 4: _route}

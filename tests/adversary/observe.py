@@ -73,6 +73,9 @@ class Observer:
             if uid is not None:
                 self.attempt_uid[rec.attempt] = uid
         launched_groups = frozenset(r.group for r in new)
+        instances = tuple(w.fake.all_instances())
+        # A debt written on the instance (the deletion mark) outlives every process.
+        in_cloud = {i.id for i in instances if i.marked_deleting}
         marks = {i: self._marks(i) for i in alive}
         marked: set[str] = set().union(*marks.values()) if marks else set()
         for who, ids in marks.items():
@@ -80,10 +83,11 @@ class Observer:
                 self.owed_by.setdefault(iid, who)
             if who.state_dir is not None:
                 self.durable_marks.setdefault(who.state_dir, set()).update(ids)
-        # What the process that acts at the end can still know it owes: its own marks,
-        # and those of every run before it on its state dir.
+        # What the process that acts at the end can still know it owes: what is marked
+        # on the instances, its own marks, and those of every run before it on its
+        # state dir.
         durable = self.durable_marks.get(inc.state_dir, set()) if inc.state_dir else set()
-        must_end = frozenset(durable | (marks.get(inc, set()) if final else set()))
+        must_end = frozenset(durable | in_cloud | (marks.get(inc, set()) if final else set()))
         requests = self._requests()
         killed_unasked, gang_kills = self._kills(alive, requests)
         fresh = {r.uid for r in requests if r.provisioned and r.uid not in self.provisioned_seen}
@@ -101,13 +105,13 @@ class Observer:
         self.write_count = len(w.ledger.writes)
         acting = w.acting()
         return State(
-            instances=tuple(w.fake.all_instances()),
+            instances=instances,
             launches=tuple(launches),
             attempt_uid=dict(self.attempt_uid),
             max_size={g.id: g.max_size for g in inc.config.groups},
             partial_groups=frozenset(g.id for g in inc.config.groups
                                      if g.scale_up is ScaleUpMode.PARTIAL),
-            marked=frozenset(marks.get(inc, set())),
+            marked=frozenset(marks.get(inc, set()) | in_cloud),
             # Doomed for I3: asked of the cloud by any process, or meant by a live one.
             terminate_called=frozenset(w.cloud.terminate_called | marked),
             must_end=must_end,
@@ -165,7 +169,9 @@ class Observer:
         self.kill_count += len(new)
         if not new:
             return (), ()
-        standing = {r.key for r in requests if not r.ended}
+        # Withdrawn: ended, or deleted (its finalizer lets allset roll its gang back).
+        standing = {r.key for r in requests if not r.ended and not r.deleting}
+        # A Provisioned gang is kept whatever becomes of its request, short of its end.
         standing_uids = {r.uid for r in requests if not r.ended}
         unasked = tuple(
             f"{i.id} ({i.tags.node_group}, attempt {i.tags.attempt}, by task {by})"
@@ -227,7 +233,8 @@ class Observer:
             prov = conds.get(c.PROVISIONED)
             out.append(RequestSeen(f"{NAMESPACE}/{meta['name']}", meta["uid"],
                                    prov is not None and prov.true, ended,
-                                   c.booking_value(NAMESPACE, meta["name"])))
+                                   c.booking_value(NAMESPACE, meta["name"]),
+                                   bool(meta.get("deletionTimestamp"))))
         return out
 
     def _nodes(self) -> list[NodeSeen]:
@@ -273,7 +280,7 @@ class Observer:
 
     def reached(self) -> Counter[str]:
         """What the seed got to, beyond what one process does: failovers, who committed
-        gangs, who finished the terminations others owed, what happened to late writes."""
+        gangs, what happened to late writes (who paid the debts others owed: run.py)."""
         w = self.world
         out: Counter[str] = Counter()
         if w.solo:
@@ -286,9 +293,6 @@ class Observer:
             e = epoch_of(attempt)
             if e is not None:
                 out[f"gangs committed in lease epoch {min(e, 3)}{'+' if e >= 3 else ''}"] += 1
-        out["terminations finished by a process other than the one that owed them"] = sum(
-            1 for iid, who in self.owed_by.items()
-            if iid in w.cloud.ended_by and w.cloud.ended_by[iid] not in (None, who.owner))
         out["late writes refused at the fence"] = w.fence_refusals
         for k, v in w.ledger.counts.items():
             out[k] = v

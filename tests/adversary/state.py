@@ -32,6 +32,7 @@ class RequestSeen:
     provisioned: bool
     ended: bool  # Failed, BookingExpired or CapacityRevoked: no longer promises nodes
     booking: str  # the booking label value its nodes must carry
+    deleting: bool = False  # deleted, its finalizer holding it: withdrawn
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,8 @@ import shutil
 import string
 import tempfile
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,9 @@ from provider.controller.controller import Controller
 from provider.controller.requests import Backoff
 from provider.leadership.election import Election
 from provider.leadership.elector import NotLeader
-from provider.leadership.endpoint import LeaderEndpoint
-from provider.leadership.kube import _record as lease_record
 from provider.service.servicer import CloudProviderServicer
 from tests.adversary.cloud import CloudLink, GatedCloud, LaggingCloud
+from tests.adversary.election import WORLD_TIME, cooperative_election
 from tests.adversary.endpoint import Endpoint
 from tests.adversary.kube import KubeLink, Ledger
 from tests.adversary.sched import (
@@ -58,7 +58,6 @@ from tests.fakes.kube import FakeKube, objects
 NAMESPACE = "ml"
 GPU_TYPE = "nvidia-h100-80gb"
 SYSTEM = "allset-system"  # the replicas' namespace: their Lease and EndpointSlice
-GRPC_PORT = 8086
 
 _GROUPS = {
     "gpu-a": """\
@@ -244,6 +243,7 @@ class World:
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.kube, self.lease, lambda: self.step_no, self.log)
+        WORLD_TIME.now = self.now
         self.endpoint.serve(self.route)
 
     def log(self, text: str) -> None:
@@ -340,7 +340,10 @@ class World:
         tag = f"{replica.name}{number}"
         api = _client(self.kube)
         self.apis.append(api)
-        election = None if self.solo else self._election(cfg, api, replica, owner, tag)
+        election, loops = (None, []) if self.solo else cooperative_election(
+            cfg, api, replica.clock, sched=self.sched, owner=owner, tag=tag,
+            pod=f"allset-{replica.name}", ip=replica.ip, namespace=SYSTEM, kube=self.kube,
+            link=replica.kube, now=self.now)
         provider = Provider(
             cfg, GatedCloud(self.cloud, alive, replica.cloud), replica.clock,
             pool=CoopPool(self.sched, owner, f"{tag}.w"),
@@ -365,8 +368,8 @@ class World:
         provider.watch_serving(acting)
         if election is not None:
             election.bind(provider)
-            self.sched.spawn(f"{tag}.elect", election._run, owner)
-            self.sched.spawn(f"{tag}.watch", election._follow, owner)
+            for name, loop in loops:
+                self.sched.spawn(f"{tag}.{name}", loop, owner)
 
         def start() -> None:
             provider.start()
@@ -378,55 +381,6 @@ class World:
         inc.start_task = self.sched.spawn(f"{tag}.start", start, owner)
         return inc
 
-    def _election(self, cfg: LoadedConfig, api: Any, replica: Replica, owner: object,
-                  tag: str) -> Election:
-        """The real Election, made cooperative: its waits yield, its routing writes are
-        tasks, and its Lease watch reads the fake server's Lease as it changes (through
-        the replica's link for the first read; silent while the link is cut)."""
-        settings = cfg.schema.leader_election
-        endpoint = LeaderEndpoint(api, SYSTEM, settings.service, f"allset-{replica.name}",
-                                  replica.ip, {"grpc": GRPC_PORT},
-                                  timeout=duration_seconds(settings.retry_period))
-        election = Election(cfg, api, replica.clock, endpoint)
-        election.elector.identity = f"allset-{replica.name}_{tag}"
-        election._routing.shutdown(wait=False)
-        election._routing = CoopPool(self.sched, owner, f"{tag}.route")  # type: ignore[assignment]
-        election._stop = CoopEvent(self.now, "election.stop")  # type: ignore[assignment]
-        election._wake = CoopEvent(self.now, "election.wait")  # type: ignore[assignment]
-        store = election.store
-        interrupted = [False]
-        kube, link = self.kube, replica.kube
-
-        cache = [-1, ""]  # (the API's resourceVersion, the Lease's) when last read
-
-        def version() -> str:
-            if cache[0] != kube.resource_version:  # nothing was written since: no copy
-                obj = kube.get("leases", store.name, SYSTEM)
-                cache[:] = [kube.resource_version,
-                            str(obj["metadata"]["resourceVersion"]) if obj is not None else ""]
-            return str(cache[1])
-
-        def follow(timeout_seconds: int = 300) -> Iterator[Any]:
-            yield store.get()  # the list that starts a watch: a real request
-            seen = version()
-            while True:
-                task = current()
-                assert task is not None
-                task.wait_until(functools.partial(_lease_moved, interrupted, link, version,
-                                                  seen), "watch.lease")
-                if interrupted[0]:
-                    interrupted[0] = False
-                    raise ConnectionError("the watch was interrupted")
-                seen = version()
-                obj = kube.get("leases", store.name, SYSTEM)
-                yield lease_record(obj) if obj is not None else None
-
-        def interrupt() -> None:
-            interrupted[0] = True
-
-        store.follow = follow  # type: ignore[method-assign]
-        store.interrupt = interrupt  # type: ignore[method-assign]
-        return election
 
     def _count_fence(self, controller: Controller) -> None:
         """Count the steering writes the controller's fence refuses (the code before
@@ -478,10 +432,7 @@ class World:
             if election is not None:
                 election._stop.set()
                 election._wake.set()
-                endpoint = election._endpoint
-                withdrawn = election._routing.submit(endpoint.withdraw) \
-                    if endpoint is not None else None
-                election._routing.shutdown(wait=False)
+                withdrawn = _withdraw(election)
                 if withdrawn is not None:
                     until = self.now() + 10.0
                     task.wait_until(lambda: withdrawn.done() or self.now() >= until,
@@ -584,11 +535,22 @@ class World:
         self.kube.create(gpu)
 
 
-def _lease_moved(interrupted: list[bool], link: KubeLink, version: Callable[[], str],
-                 seen: str) -> bool:
-    """Has the watch something to deliver: interrupted, or the Lease changed (a cut link
-    delivers nothing)."""
-    return interrupted[0] or (link.partition is None and version() != seen)
+def _withdraw(election: Election) -> Future[Any] | None:
+    """Election.stop's first half, without its wait on real time: stop the routing and
+    take CA's route out (if the slice still names this replica), on the routing worker."""
+    router = getattr(election, "router", None)
+    if router is not None:
+        router._stop.set()
+        withdrawn: Future[Any] = router._worker.submit(router.endpoint.withdraw)
+        router._worker.shutdown(wait=False)
+        return withdrawn
+    endpoint = election._endpoint  # type: ignore[attr-defined]
+    routing = election._routing  # type: ignore[attr-defined]
+    if endpoint is None:
+        return None
+    out: Future[Any] = routing.submit(endpoint.withdraw)
+    routing.shutdown(wait=False)
+    return out
 
 
 def _daemon(task: Task) -> bool:

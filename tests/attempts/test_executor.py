@@ -151,3 +151,16 @@ def test_failed_terminations_are_kept_and_retried() -> None:
     h.clock.advance(120)
     assert ex.terminator.retry_backlog(ex.retrying()) == 0
     assert all(i.tags.committed for i in h.live())
+
+
+def test_a_rollback_writes_its_debt_on_the_instances_first() -> None:
+    """Each rolled-back instance carries the deletion mark before its terminate call, so
+    a rollback this process never finishes is finished by the next leader."""
+    h, ex = setup()
+    h.cloud.inject("launch", InsufficientCapacity("r-b is full"),
+                   when=lambda req: req.reservation == "r-b")
+    h.cloud.inject("terminate", TransientError("throttled"), times=50)
+    ex.execute(AttemptSpec("a1", "x"), build_for(h.provider, 4))
+    rolled_back = [i for i in h.live() if not i.tags.committed]
+    assert len(rolled_back) == 2 and all(i.marked_deleting for i in rolled_back)
+    assert all(not i.marked_deleting for i in h.live() if i.tags.committed)

@@ -20,10 +20,11 @@ nodeGroups:
 """
 
 
-def instance(name: str, attempt: str, committed: bool, cluster: str = "c1") -> CloudInstance:
+def instance(name: str, attempt: str, committed: bool, cluster: str = "c1",
+             deleting_since: float | None = None) -> CloudInstance:
     return CloudInstance(name, f"fake://z1/{name}", name, "z1", "p5", InstanceState.RUNNING,
                          OwnerTags(cluster, "gpu", attempt, "0.0", CapacityType.ON_DEMAND,
-                                   committed=committed))
+                                   committed=committed, deleting_since=deleting_since))
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -57,3 +58,35 @@ def test_instances_and_orphans(tmp_path: Path) -> None:
     assert [r["id"] for r in json.loads(orphans.stdout)] == ["lost-1"]
     text = run("--config", str(config), "--orphans")
     assert "lost-1" in text.stdout and "a-lost" in text.stdout and "ok-1" not in text.stdout
+
+
+def test_instances_show_the_terminations_owed(tmp_path: Path) -> None:
+    """A deletion mark (a termination a leader owes, or owed before it died) shows with
+    its time; a marked instance of an attempt that never committed is an orphan too."""
+    state = tmp_path / "cloud.db"
+    store = FakeStore(state)
+    store.save([
+        instance("ok-1", "a-done", committed=True),
+        instance("going-1", "a-done", committed=True, deleting_since=1_800_000_123.0),
+        instance("undo-1", "a-lost", committed=False, deleting_since=1_800_000_200.0),
+    ])
+    store.close()
+    config = tmp_path / "allset.yaml"
+    config.write_text(CONFIG.format(state=state))
+
+    rows = {r["id"]: r for r in json.loads(run("--config", str(config), "--output",
+                                                "json").stdout)}
+    assert rows["going-1"]["deleting"] == "2027-01-15T08:02:03Z"
+    assert rows["going-1"]["committed"] is True and rows["going-1"]["orphan"] is None
+    assert rows["undo-1"]["deleting"] == "2027-01-15T08:03:20Z"
+    assert rows["undo-1"]["orphan"] == "uncommitted"
+    assert rows["ok-1"]["deleting"] is None
+    lines = run("--config", str(config)).stdout.splitlines()
+    assert lines[0].split() == ["INSTANCE", "GROUP", "ATTEMPT", "PART", "SOURCE",
+                                "RESERVATION", "STATE", "COMMITTED", "DELETING", "ORPHAN"]
+    going = next(line.split() for line in lines if line.startswith("going-1"))
+    assert going[-3:] == ["yes", "2027-01-15T08:02:03Z", "-"]
+    ok = next(line.split() for line in lines if line.startswith("ok-1"))
+    assert ok[-2:] == ["-", "-"]
+    orphans = run("--config", str(config), "--orphans", "--output", "json")
+    assert [r["id"] for r in json.loads(orphans.stdout)] == ["undo-1"]

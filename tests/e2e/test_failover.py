@@ -1,25 +1,31 @@
 """Two `allset serve` replicas electing a leader on a real Lease (issue 14): the leader
 SIGKILLed in the middle of a two-part attempt, then the new leader cut off from the API
 server. Each time the other replica takes over, CA is served again soon after the lease
-runs out, and no gang is launched twice or left behind. The replicas share one simulated
-cloud (fake.shared), as replicas share a real one, and each has its own state directory
-(an emptyDir per pod)."""
+runs out, and no gang is launched twice or left behind. Then a partition with a write in
+flight (issue 31): the leader's attempt record is held at a proxy until the other replica
+has Provisioned the gang, then sent; it is refused and the gang lives on. The replicas
+share one simulated cloud (fake.shared), as replicas share a real one, and each has its
+own state directory (an emptyDir per pod)."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import grpc
 import pytest
 
+from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL
 from provider.wire import externalgrpc_pb2 as pb
 from tests.e2e import kueue
 from tests.e2e.allset import Allset
 from tests.e2e.conftest import ALLSET_USER, World
-from tests.e2e.look import admitted, live, of_group, of_request, workload_of
+from tests.e2e.holding_proxy import HoldingProxy
+from tests.e2e.look import PROVREQ, admitted, live, of_group, of_request, workload_of
 from tests.e2e.proxy import Relay
 from tests.e2e.rest import wait_for
 from tests.e2e.test_kueue_path import _placed_on_booked_nodes, _provisioned
@@ -33,7 +39,7 @@ ELECTION = (f"leaderElection: {{mode: on, namespace: kube-system, name: allset, 
 class Replicas:
     def __init__(self, world: World) -> None:
         self.world = world
-        self.made: list[tuple[Allset, Relay]] = []
+        self.made: list[tuple[Allset, Relay | HoldingProxy]] = []
 
     def new(self, name: str) -> tuple[Allset, Relay]:
         """A replica named allset-<name>, reaching the API server through its own relay."""
@@ -41,11 +47,23 @@ class Replicas:
         relay = Relay(cluster.api_port)
         kubeconfig = cluster.client_kubeconfig(f"allset-{name}",
                                                f"https://127.0.0.1:{relay.port}", ALLSET_USER)
+        return self._replica(name, kubeconfig, relay), relay
+
+    def held(self, name: str) -> tuple[Allset, HoldingProxy]:
+        """A replica named allset-<name>, reaching the API server through a holding proxy
+        that presents its certificate (allset's ServiceAccount, deploy's RBAC)."""
+        cluster = self.world.cluster
+        proxy = HoldingProxy(cluster.api_port, cluster.pki.ca,
+                             cluster.pki.issue(f"allset-{name}", ALLSET_USER))
+        kubeconfig = proxy.kubeconfig(cluster.dir / f"allset-{name}.kubeconfig")
+        return self._replica(name, kubeconfig, proxy), proxy
+
+    def _replica(self, name: str, kubeconfig: Path, door: Relay | HoldingProxy) -> Allset:
         replica = Allset(self.world.allset.dir.parent / f"replica-{name}", kubeconfig,
                          state=self.world.allset.state, extra=ELECTION,
                          env={"POD_NAME": f"allset-{name}"})
-        self.made.append((replica, relay))
-        return replica, relay
+        self.made.append((replica, door))
+        return replica
 
     def holder(self) -> str:
         lease = self.world.cluster.rest.find("coordination.k8s.io/v1", "Lease", "allset",
@@ -161,6 +179,88 @@ def test_leader_killed_mid_attempt_then_the_standby_takes_over(world: World,
                  explain=b.log)
     finally:
         rest.delete("batch/v1", "Job", "failover-2", "default")
+
+
+def test_a_deposed_leaders_late_attempt_record_leaves_the_provisioned_gang(
+        world: World, replicas: Replicas) -> None:
+    """Issue 31, finding 1 on the real parts (tests/controller/test_fenced_writes.py is the
+    same on the fake API server). allset-a's status write that records its attempt, the
+    request's first (it carries Accepted too, and goes before the attempt's first cloud
+    call), is held at its proxy, and allset-a is cut off the API server as it arrives.
+    allset-b takes over and Provisions the gang; then the held write is sent. The API
+    server must refuse it (its resourceVersion is stale), and the gang must live on."""
+    rest = world.cluster.rest
+    a, door = replicas.held("a")
+    a.start()
+    wait_for("allset-a to lead", lambda: replicas.holder().startswith("allset-a"), 30)
+    b, _ = replicas.new("b")
+    b.start(standby=True)
+    job = "partition"
+    held = door.hold("PUT", rf"/provisioningrequests/job-{job}-[^/?]+/status(\?|$)", cut=True)
+    spec = kueue.pod_spec({"allset.dev/node-group": "failover"}, {"nvidia.com/gpu": "8"})
+    rest.create(kueue.job(job, 2, spec))
+    try:
+        assert held.arrived.wait(90), f"allset-a's log:\n{a.log()}"
+        stale = _details(held.body)[ATTEMPT_DETAIL]
+        wait_for("allset-a to stop acting", lambda: not serves_ca(a)(), 30, explain=a.log)
+        stopped = time.monotonic() - held.at
+        wait_for("allset-b to serve CA", serves_ca(b), 60, explain=b.log)
+        took_over = time.monotonic() - held.at
+        assert replicas.holder().startswith("allset-b")
+
+        _, request = _provisioned(world, job)
+        provisioned = time.monotonic() - held.at
+        meta, details = request["metadata"], request["status"]["provisioningClassDetails"]
+        gang = live(of_request(world.kubelet.instances(), meta["namespace"], meta["name"]))
+        ids = {i.id for i in gang}
+        assert len(gang) == 2 and all(i.tags.committed for i in gang), gang
+        assert {i.tags.attempt for i in gang} == {details[ATTEMPT_DETAIL]}
+        assert epoch_of(details[ATTEMPT_DETAIL]) > epoch_of(stale), (details, stale)
+        assert details[PLANNED_DETAIL] == "2"
+        # allset-a's attempt never reached the cloud: its record was never written.
+        assert not [i for i in world.kubelet.instances() if i.tags.attempt == stale]
+
+        # allset-a reconnects, and its write, held until now, reaches the API server.
+        door.restore()
+        door.release()
+        assert held.status == 409, (held.status, held.answer[:500])
+
+        def recorded() -> dict[str, str]:
+            now = rest.get(f"{PROVREQ}/v1", "ProvisioningRequest", meta["name"],
+                           meta["namespace"])
+            return dict(now["status"]["provisioningClassDetails"])
+
+        assert recorded() == details
+        # Two renew deadlines: allset-b's passes over the request and its gang go on, and
+        # allset-a, reconnected, is the standby.
+        until = time.monotonic() + 2 * RENEW_DEADLINE
+        while time.monotonic() < until:
+            now = {i.id for i in live(of_request(world.kubelet.instances(),
+                                                 meta["namespace"], meta["name"]))}
+            assert now == ids, f"{ids - now} terminated; allset-b's log:\n{b.log()}"
+            time.sleep(1)
+        assert recorded() == details
+        wait_for("allset-a to be the standby", lambda: "standby" in _refusal(a), 30,
+                 explain=a.log)
+        assert replicas.holder().startswith("allset-b")
+
+        wait_for(f"Kueue to admit {job}", lambda: admitted(workload_of(rest, job)), 60,
+                 explain=b.log)
+        placed = _placed_on_booked_nodes(world, job, request, 2)
+        assert {p["spec"]["nodeName"] for p in placed} == ids
+        print(f"\npartition: allset-a's attempt record held at its proxy and allset-a cut "
+              f"off; it stopped acting {stopped:.1f}s later, allset-b served CA after "
+              f"{took_over:.1f}s and Provisioned the gang after {provisioned:.1f}s "
+              f"(epoch {epoch_of(stale)} -> {epoch_of(details[ATTEMPT_DETAIL])}); the held "
+              f"write, released then, was answered {held.status}, and the gang of "
+              f"{len(ids)} lived on for {2 * RENEW_DEADLINE:.0f}s and runs the Job's pods")
+    finally:
+        rest.delete("batch/v1", "Job", job, "default")
+
+
+def _details(body: bytes) -> dict[str, str]:
+    """The class details a status write carries."""
+    return dict(json.loads(body)["status"]["provisioningClassDetails"])
 
 
 def _refusal(replica: Allset) -> str:

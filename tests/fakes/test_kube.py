@@ -377,6 +377,24 @@ def test_injected_conflicts_answer_the_next_writes_then_stop(kube: FakeKube, api
     assert KubeApi(api).get_request(NS, "r1")["metadata"]["name"] == "r1"
 
 
+def test_injected_failures_answer_the_next_requests_with_their_code_and_change_nothing(
+        kube: FakeKube, api: Any) -> None:
+    kube.fail("create", "provisioningrequests", code=503)
+    kube.fail("get", "provisioningrequests", "r1", code=500, times=2)
+    with pytest.raises(ApiException) as refused:
+        create_request(api, "r1")
+    assert refused.value.status == 503 and status_of(refused.value)["reason"] == \
+        "ServiceUnavailable"
+    assert kube.get("provisioningrequests", "r1", NS) is None  # nothing was applied
+    create_request(api, "r1")  # once only
+    for _ in range(2):
+        with pytest.raises(ApiException) as failed:
+            KubeApi(api).get_request(NS, "r1")
+        assert failed.value.status == 500
+    assert KubeApi(api).get_request(NS, "r1")["metadata"]["name"] == "r1"
+    assert kube.count("create", "provisioningrequests") == 2  # a refused one still counts
+
+
 def test_writing_the_same_status_again_changes_nothing(kube: FakeKube, api: Any) -> None:
     created = create_request(api, "r1")
     created["status"] = {"conditions": [condition("Accepted", "True", "Accepted")]}
@@ -671,7 +689,13 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
                                                 "count": 1}]}})
     assert [r["metadata"]["name"] for r in g.gang_requests("allset.dev/gang=true")] == \
         ["gang"]
-    g.delete_request(NS, "gang")
+    read = g.gang_requests("allset.dev/gang=true")[0]["metadata"]
+    # A delete prepared from an older read (another request took the name, or it changed
+    # since) is refused by the API server and leaves the request.
+    g.delete_request(NS, "gang", "another-uid", read["resourceVersion"])
+    g.delete_request(NS, "gang", read["uid"], str(int(read["resourceVersion"]) - 1))
+    assert g.request(NS, "gang") is not None
+    g.delete_request(NS, "gang", read["uid"], read["resourceVersion"])
     g.delete_request(NS, "gang")  # gone already: nothing to do
     assert g.request(NS, "gang") is None
     assert all(g.served(source) for source in SOURCES.values())
@@ -680,9 +704,14 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     for source in SOURCES.values():
         kube.create({"apiVersion": source.api_version, "kind": "PodGroup",
                      "metadata": {"namespace": NS, "name": "gang"}, "spec": {}})
-        g.annotate_gang(source, NS, "gang", {"allset.dev/provisioning": "x"})
+        written = g.annotate_gang(source, NS, "gang", {"allset.dev/provisioning": "x"})
         found = g.gang(source, NS, "gang")
         assert found is not None and found["metadata"]["annotations"] == {
+            "allset.dev/provisioning": "x"} == written["metadata"]["annotations"]
+        stale = str(int(found["metadata"]["resourceVersion"]) - 1)
+        with pytest.raises(Conflict):  # onto the gang as read only
+            g.annotate_gang(source, NS, "gang", {"allset.dev/provisioning": "y"}, stale)
+        assert (g.gang(source, NS, "gang") or {})["metadata"]["annotations"] == {
             "allset.dev/provisioning": "x"}
     g.create_event(NS, objects.event(NS, request, "Accepted", "gang"))
     k.create_event(NS, objects.event(NS, request, "Accepted", "planning"))

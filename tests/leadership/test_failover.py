@@ -17,14 +17,15 @@ from adapters.registry import create_adapter
 from provider.app import Provider
 from provider.attempts.executor import inline_runner
 from provider.base.clock import ManualClock
-from provider.domain.cloud import CapacityType, LaunchRequest, OwnerTags
-from provider.leadership.elector import LeaderElector, Timing
+from provider.domain.cloud import CapacityType, CloudInstance, LaunchRequest, OwnerTags
+from provider.leadership.elector import LeaderElector, LeaseStore, Timing
 from provider.leadership.kube import KubeLeaseStore
 from provider.service.server import Server
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 from tests.fakes.kube import FakeKube
 from tests.kit.helpers import ManualPool, config
+from tests.kit.leases import Cuttable
 from tests.promises.test_reconcile_races import GANG
 
 
@@ -43,10 +44,15 @@ class Pair:
     b: Replica
 
 
-def replica(name: str, cloud: FakeCloud, clock: ManualClock, store: KubeLeaseStore) -> Replica:
+# client-go's timing (15s/10s/2s), which the clock steps below are written against unless
+# they say otherwise.
+CLIENT_GO = Timing(15.0, 10.0, 2.0)
+
+
+def replica(name: str, cloud: FakeCloud, clock: ManualClock, store: LeaseStore,
+            timing: Timing = CLIENT_GO) -> Replica:
     box: list[Provider] = []
-    # At client-go's timing (15s/10s/2s), which the clock steps below are written against.
-    elector = LeaderElector(store, name, clock, Timing(15.0, 10.0, 2.0),
+    elector = LeaderElector(store, name, clock, timing,
                             on_change=lambda leader: box[0].leadership_changed() if box else None)
     pool = ManualPool()
     provider = Provider(config(GANG), cloud, clock, pool=pool, runner=inline_runner,
@@ -89,7 +95,10 @@ def test_the_standby_acts_on_nothing(pair: Pair) -> None:
     assert pair.cloud.live_instances() == []  # and rolls it back
 
 
-def test_a_leader_cut_off_mid_attempt_stops_and_the_new_one_waits_it_out(pair: Pair) -> None:
+def strays_of_a_cut_off_leader(pair: Pair) -> list[CloudInstance]:
+    """pod-a launches the first part of a two-part attempt and is cut off from the API
+    server (its second part is fenced); pod-b takes the lease over and acts. Returns the
+    instances pod-a left uncommitted."""
     a, b, clock = pair.a, pair.b, pair.clock
     launches = {"n": 0}
 
@@ -113,6 +122,12 @@ def test_a_leader_cut_off_mid_attempt_stops_and_the_new_one_waits_it_out(pair: P
     assert not b.provider.acting()
     b.provider.refresh_now()
     assert b.provider.acting()
+    return stray
+
+
+def test_a_leader_cut_off_mid_attempt_stops_and_the_new_one_waits_it_out(pair: Pair) -> None:
+    a, b, clock = pair.a, pair.b, pair.clock
+    stray = strays_of_a_cut_off_leader(pair)
     for _ in range(3):  # a's attempt may still land for its deadline: left alone
         b.provider.refresh_now()
         clock.advance(60)
@@ -183,3 +198,63 @@ def test_a_new_leader_does_not_act_on_a_listing_it_took_as_the_standby(pair: Pai
     b.provider.refresh_now()
     assert b.provider.acting() and b.provider.reconciler.suspects("uid-1")
     assert not a.elector.step()
+
+
+def test_the_new_leaders_wall_clock_stepping_forward_does_not_end_the_old_ones_deadline(
+        pair: Pair) -> None:
+    """The old leader's attempts may land until their deadline after the takeover, on the
+    new leader's monotonic clock: its wall clock stepping forward by that deadline (an
+    NTP step) must not let it roll them back early. On the wall clock the protection
+    ended at the step, and the strays went at the orphan grace, long before the deadline."""
+    b, clock = pair.b, pair.clock
+    stray = strays_of_a_cut_off_leader(pair)
+    deadline = b.provider.config.attempt_deadline_seconds
+    assert deadline > b.provider.config.orphan_grace_seconds + 60
+    clock.step_wall(deadline)
+    taken_over = clock.monotonic()
+    while clock.monotonic() < taken_over + deadline - 60:
+        b.elector.step()
+        b.provider.refresh_now()
+        assert {i.id for i in pair.cloud.live_instances()} == {i.id for i in stray}, \
+            f"rolled back {clock.monotonic() - taken_over:.0f}s after the takeover"
+        clock.advance(1.5)
+
+
+@pytest.mark.parametrize(("who", "step"), [("leader", -30), ("standby", 30)])
+def test_a_wall_clock_step_never_makes_two_acting_replicas(who: str, step: float) -> None:
+    """At the default timing (60s/40s/8s), each replica on its own clock: the leader is
+    cut off from the API server, then one replica's wall clock steps. At no second do
+    both act (on the wall clock: a leader stepped back 30s acted past its fence, a
+    standby stepped forward took over 30s early, and both acted for several seconds)."""
+    cfg = config(GANG)
+    cloud_clock = ManualClock()
+    cloud = create_adapter(cfg, cloud_clock)
+    assert isinstance(cloud, FakeCloud)
+    with FakeKube() as kube, kube.client() as api:
+        clocks = {n: ManualClock() for n in ("pod-a", "pod-b")}
+        stores = {n: Cuttable(KubeLeaseStore(api, "kube-system", "allset")) for n in clocks}
+        a, b = (replica(n, cloud, clocks[n], stores[n], Timing()) for n in clocks)
+        assert a.elector.step() and not b.elector.step()
+        elapsed, both = 0, []
+
+        def run(seconds: int) -> None:
+            nonlocal elapsed
+            for _ in range(seconds):
+                elapsed += 1
+                for c in (cloud_clock, *clocks.values()):
+                    c.advance(1)
+                for r, phase in ((a, 0), (b, 3)):
+                    if elapsed % 8 == phase:
+                        r.elector.step()
+                    r.provider.refresh_now()
+                if a.provider.acting() and b.provider.acting():
+                    both.append(elapsed)
+
+        run(20)
+        assert a.provider.acting() and not b.provider.acting()
+        stores["pod-a"].cut = True
+        run(1)
+        clocks["pod-a" if who == "leader" else "pod-b"].step_wall(step)
+        run(90)
+        assert both == []
+        assert b.provider.acting() and not a.provider.acting()

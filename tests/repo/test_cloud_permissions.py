@@ -57,6 +57,11 @@ def test_aws_iam_policy_allows_the_adapters_calls_and_scopes_writes_to_the_clust
     # The tag allset writes is the tag the policy checks.
     from adapters.aws import tags
     assert tags.CLUSTER == "allset.dev/cluster"
+    # After launch allset writes two tags only: the commit and the deletion mark.
+    after_launch = [s for s in statements if s["Action"] == "ec2:CreateTags"
+                    and "ec2:CreateAction" not in json.dumps(s.get("Condition", {}))]
+    assert [set(s["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"])
+            for s in after_launch] == [{tags.COMMITTED, tags.DELETING}]
 
 
 # Compute API method -> the IAM permissions it needs. A new call in adapters/gcp/ fails

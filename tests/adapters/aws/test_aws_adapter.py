@@ -507,6 +507,43 @@ def test_commit_tags_instances_and_snapshot_reads_it(world: World, adapter: AwsA
     assert live[mine[0]][tags.COMMITTED] == "a-1"
 
 
+def test_the_deletion_mark_is_a_tag_every_listing_reads_back(
+    world: World, adapter: AwsAdapter
+) -> None:
+    """mark_deleting tags ``allset.dev/deleting`` (RFC 3339) and keeps every other tag;
+    the snapshot reads the time back; ids EC2 no longer knows, or terminated ones, do not
+    fail the batch; one launched moments ago and not visible yet is retried."""
+    at = 1_800_000_123.0
+    got = [i.id for i in adapter.launch(request("gpu", 3))]
+    adapter.commit(got, "a-1")
+    terminated, gone_long_ago = got.pop(), "i-0123456789abcdef0"
+    world.layer.ec2.terminate_instances(InstanceIds=[terminated])
+    adapter.mark_deleting([*got, terminated, gone_long_ago], at)
+    adapter.mark_deleting(got, at)  # idempotent
+    live = {i.id: i.tags for i in world.layer.live()}
+    assert [live[i][tags.DELETING] for i in got] == ["2027-01-15T08:02:03Z"] * 2
+    assert all(live[i][tags.COMMITTED] == "a-1" for i in got)  # nothing else changed
+    by_id = {i.id: i for i in adapter.snapshot("test").instances}
+    assert [by_id[i].tags.deleting_since for i in got] == [at, at]
+    assert all(by_id[i].tags.committed for i in got)
+    world.layer.hide_next_launch(calls=2)  # to CreateTags, then to the filter
+    (late,) = [i.id for i in adapter.launch(request("gpu", 1, attempt="a-2"))]
+    with pytest.raises(TransientError):
+        adapter.mark_deleting([late], at)  # not visible yet: not "already gone"
+    adapter.mark_deleting([late], at)
+    assert {i.id: i for i in adapter.snapshot("test").instances}[late].marked_deleting
+
+
+@pytest.mark.parametrize(("value", "since"), [
+    ("2027-01-15T08:02:03Z", 1_800_000_123.0), ("1800000123", 1_800_000_123.0),
+    ("1800000123.5", 1_800_000_123.5), ("", None), ("soon", None), ("yes", None)])
+def test_a_deletion_mark_is_read_as_written_and_never_guessed(value: str,
+                                                               since: float | None) -> None:
+    owner = tags.owner_tags(OwnerTags("test", "gpu", "a-1", "0.0", CapacityType.ON_DEMAND))
+    parsed = tags.parse_owner({**owner, tags.DELETING: value})
+    assert parsed is not None and parsed.deleting_since == since
+
+
 def test_retry_policies_of_the_two_clients(adapter: AwsAdapter) -> None:
     launches = adapter._ec2.launches.meta.config.retries
     reads = adapter._ec2.reads.meta.config.retries

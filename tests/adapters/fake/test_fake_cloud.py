@@ -162,6 +162,24 @@ def test_state_survives_restart(tmp_path: Path, clock: ManualClock) -> None:
     ]  # the token is remembered across the restart
 
 
+def test_the_deletion_mark_survives_a_restart_and_keeps_its_first_time(
+        tmp_path: Path, clock: ManualClock) -> None:
+    path = tmp_path / "cloud.db"
+    cloud = FakeCloud(settings(state_path=str(path)), clock)
+    launched = cloud.launch(req("a/1", 2))
+    cloud.commit([i.id for i in launched], "a")
+    cloud.mark_deleting([launched[0].id, "never-existed"], NOW + 1)
+    cloud.mark_deleting([launched[0].id], NOW + 99)  # marked already: the first time stays
+    cloud.terminate([launched[1].id])
+    cloud.mark_deleting([launched[1].id], NOW + 2)  # gone already: nothing to mark
+    cloud.close()
+    again = FakeCloud(settings(state_path=str(path)), clock)
+    by_id = {i.id: i for i in again.all_instances()}
+    assert by_id[launched[0].id].tags.deleting_since == NOW + 1
+    assert by_id[launched[0].id].tags.committed  # nothing else changed
+    assert by_id[launched[1].id].tags.deleting_since is None
+
+
 def test_processes_sharing_the_store_see_each_others_calls(tmp_path: Path,
                                                           clock: ManualClock) -> None:
     """Two allset replicas on one simulated cloud (fake.shared): what one launches, the

@@ -21,6 +21,7 @@ from provider.domain.cloud import (
     TransientError,
 )
 from tests.fakes.gce import Fault, OpError
+from tests.fakes.gce.model import ApiError
 from tests.kit.gcp import GcpHarness, gcp
 
 ZONE_A = "us-central1-a"
@@ -363,6 +364,52 @@ def test_commit_of_a_vanished_node_fails_the_gang(h: GcpHarness) -> None:
     del h.compute.instances[(ZONE_A, launched[0].name)]  # preempted before the commit
     with pytest.raises(InsufficientCapacity):
         h.adapter.commit([i.id for i in launched], "a-1")
+
+
+def test_the_deletion_mark_is_a_label_written_with_the_fingerprint_just_read(
+        h: GcpHarness) -> None:
+    """mark_deleting adds ``allset-deleting=<epoch seconds>`` and keeps every other label.
+    Someone's label write landing between our read and our setLabels moves the
+    fingerprint: GCE refuses ours with 412 conditionNotMet, and the adapter reads again
+    rather than overwrite their change. A second mark keeps the first time; an instance
+    already gone is done."""
+    launched = h.adapter.launch(part(h, "cpu", 3))
+    first = launched[0]
+    zone, name = first.id.split("/")
+    interleaved: list[str] = []
+
+    def someone_else(route: str, params: dict[str, str]) -> None:
+        if route == "instances.setLabels" and params.get("name") == name and not interleaved:
+            interleaved.append(route)  # lands after our get, before our setLabels
+            h.compute.label_elsewhere(zone, name, {"owner": "team-b"})
+
+    h.compute.before_call = someone_else
+    gone_zone, gone_name = launched[2].id.split("/")
+    del h.compute.instances[(gone_zone, gone_name)]  # deleted by someone meanwhile
+    h.adapter.mark_deleting([i.id for i in launched], 1_800_000_123.9)
+    assert interleaved and h.compute.calls["instances.setLabels"] == 3  # ours, refused once
+    h.adapter.mark_deleting([first.id], 1_900_000_000.0)  # marked already: kept as is
+    got = labels_of(h, first)
+    assert got["allset-deleting"] == "1800000123" and got["owner"] == "team-b"
+    assert got["team"] == "infra" and got["allset-attempt"] == "a-1"
+    by_id = {i.id: i for i in h.adapter.snapshot("test").instances}
+    assert set(by_id) == {launched[0].id, launched[1].id}
+    assert all(i.tags.deleting_since == 1_800_000_123.0 for i in by_id.values())
+
+
+def test_the_fake_refuses_a_stale_fingerprint_even_for_the_same_labels(
+        h: GcpHarness) -> None:
+    """The fake follows the documented rule ("changes after every request to modify or
+    update labels"): a write of the very labels read still makes that read stale."""
+    (inst,) = h.adapter.launch(part(h, "cpu", 1))
+    zone, name = inst.id.split("/")
+    rec = h.compute.instances[(zone, name)]
+    read, labels = rec.fingerprint, dict(rec.labels)
+    h.compute.set_labels(zone, name, read, labels, None)
+    assert rec.fingerprint != read and rec.labels == labels
+    with pytest.raises(ApiError) as info:
+        h.compute.set_labels(zone, name, read, {**labels, "x": "y"}, None)
+    assert (info.value.status, info.value.reason) == (412, "conditionNotMet")
 
 
 def test_polling_survives_hiccups_and_a_forgotten_operation_is_unknown(h: GcpHarness) -> None:

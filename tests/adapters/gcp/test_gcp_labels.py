@@ -64,3 +64,15 @@ def test_foreign_or_damaged_labels_are_not_ours() -> None:
 def test_filter_matches_the_stored_first_piece() -> None:
     assert labels.filter_for(cluster="prod", part="0.1") == (
         '(labels.allset-cluster = "prod") (labels.allset-part = "0_2e1")')
+
+
+def test_the_deletion_mark_is_whole_epoch_seconds_and_never_guessed() -> None:
+    tags = OwnerTags("c", "g", "a", "0.0", CapacityType.ON_DEMAND, committed=True,
+                     deleting_since=1_800_000_123.0)
+    out = labels.to_labels(tags)
+    assert out["allset-deleting"] == "1800000123" and gce_valid(out)
+    assert labels.from_labels(out) == tags
+    assert labels.deleting_value(1_800_000_123.99) == "1800000123"
+    for damaged in ("", "soon", "1.5", "-1"):
+        read = labels.from_labels({**out, "allset-deleting": damaged})
+        assert read is not None and read.deleting_since is None

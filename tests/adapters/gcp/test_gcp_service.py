@@ -13,7 +13,7 @@ from provider.domain.cloud import CapacityType, OwnerTags
 from provider.service.server import Server
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
-from tests.fakes.gce import Compute
+from tests.fakes.gce import Compute, Fault
 from tests.kit.gcp import Served, gcp, provider_on
 
 ZONE_A = "us-central1-a"
@@ -135,3 +135,40 @@ def test_reservations_fit_on_attached_gpus() -> None:
         used = sorted(i.reservation or "-" for i in compute.live())
         assert used == ["-", "res-t4", "res-t4"]
         assert {i.accelerators for i in compute.live()} == {(("nvidia-tesla-t4", 1),)}
+
+
+def test_a_deletion_owed_by_a_dead_replica_is_finished_by_the_next() -> None:
+    """Replica A answers DeleteNodes, its deletes fail (503s), and it dies. Replica B, on
+    the same project with nothing of A's, reads the allset-deleting label, shows the node
+    deleting and deletes it once Compute answers again."""
+    compute = Compute()
+    with service(compute) as (served, stub):
+        increase(stub, "cpu", 2)
+        served.run_workers()
+        first, second = sorted(n.id for n in nodes(stub, "cpu"))
+        compute.inject(Fault("instances.delete", 10**6, status=503))
+        stub.NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(
+            id="cpu", nodes=[pb.ExternalGrpcNode(providerID=first)]))
+        served.run_workers()  # A's deletes fail into its backlog; then A is gone
+        name = first.rsplit("/", 1)[1]
+        assert compute.instances[(ZONE_A, name)].labels[labels.DELETING].isdigit()
+        b = provider_on(served.h)
+        assert {(n.provider_id, n.state.value) for n in b.provider.fleet.view("cpu").nodes} == {
+            (first, "deleting"), (second, "running")}
+        assert b.provider.fleet.view("cpu").target_size == 1
+        compute.faults.clear()
+        served.h.clock.advance(b.provider.executor.terminator.retry_seconds)
+        b.provider.refresh_now()
+        assert [f"gce://proj/{i.zone}/{i.name}" for i in compute.live()] == [second]
+
+
+def test_a_marked_vm_that_stopped_is_still_deleted() -> None:
+    """GCE lists a stopped VM as TERMINATED, and it stays (disks and all) until deleted: a
+    debt on it is paid like any other."""
+    compute = Compute()
+    tags = OwnerTags("test", "cpu", "a-done", "0.0", CapacityType.ON_DEMAND, committed=True,
+                     deleting_since=1_800_000_000.0)
+    compute.create(ZONE_A, "stopped-0", "n2-standard-8", labels.to_labels(tags), "STANDARD",
+                   "NO_RESERVATION", None, (), (), "cpu-node").status = "TERMINATED"
+    with service(compute):
+        assert compute.live() == []

@@ -368,6 +368,8 @@ class _Handler(BaseHTTPRequestHandler):
             if method != self.command or match is None:
                 continue
             self.compute.calls[name] += 1
+            if self.compute.before_call is not None:
+                self.compute.before_call(name, match.groupdict())
             fault = self.compute.take_fault(name)
             try:
                 # Another project answers only for the reservations it owns.

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from tests.fakes.kube import errors, resources
-from tests.fakes.kube.server import Context, Hold, Server, serve
+from tests.fakes.kube.server import Context, Fault, Hold, Server, serve
 from tests.fakes.kube.store import Clock, Json, Store
 
 
@@ -95,11 +95,15 @@ class FakeKube:
             raise RuntimeError("FakeKube is not started")
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def client(self) -> Any:
-        """A ``kubernetes.client.ApiClient`` for this server; close it (or use ``with``)."""
+    def client(self, retries: Any = None) -> Any:
+        """A ``kubernetes.client.ApiClient`` for this server; close it (or use ``with``).
+        ``retries``: the urllib3 Retry its connection pool uses (``allset serve``'s own)."""
         from kubernetes import client
 
-        return client.ApiClient(client.Configuration(host=self.url))
+        configuration = client.Configuration(host=self.url)
+        if retries is not None:
+            configuration.retries = retries
+        return client.ApiClient(configuration)
 
     # --- state -----------------------------------------------------------------------------------
 
@@ -193,6 +197,14 @@ class FakeKube:
         with self._ctx.lock:
             self._ctx.holds.append(hold)
         return hold
+
+    def fail(self, verb: str, counted: str, name: str = "", *, code: int = 500,
+             times: int = 1) -> None:
+        """The next ``times`` API requests of ``verb`` on ``counted`` (``"update"``,
+        ``"endpointslices"``; ``name``: only for that object) answer ``code`` (500, 503,
+        504, 429) with the API server's Status, and change nothing."""
+        with self._ctx.lock:
+            self._ctx.faults.append(Fault(verb, counted, name, code, times))
 
     def bookmark(self) -> None:
         """Every open watch that allows bookmarks receives one at the current version."""

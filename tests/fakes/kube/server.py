@@ -22,9 +22,9 @@ from tests.fakes.kube.store import Store, render
 
 Json = dict[str, Any]
 
-# Query parameters whose meaning the fake does not implement: refused, never ignored.
 HOLD_LIMIT = 60.0  # a held request is applied after this long even if never released
 
+# Query parameters whose meaning the fake does not implement: refused, never ignored.
 UNMODELLED = ("dryRun", "resourceVersionMatch", "sendInitialEvents", "continue")
 
 
@@ -143,6 +143,32 @@ class Hold:
             (not self.name or self.name == route.name)
 
 
+# The reasons the API server gives with these codes (apimachinery's StatusReason).
+_REASONS = {429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
+            504: "Timeout"}
+
+
+@dataclass
+class Fault:
+    """The next ``times`` API requests of ``verb`` on ``counted`` (``name``: only for that
+    object) are answered ``code`` without being applied: an API server that is
+    overloaded, restarting or losing its etcd for a moment."""
+
+    verb: str
+    counted: str
+    name: str = ""
+    code: int = 500
+    times: int = 1
+
+    def matches(self, verb: str, route: Route) -> bool:
+        return self.times > 0 and (verb, route.counted) == (self.verb, self.counted) and \
+            (not self.name or self.name == route.name)
+
+    def error(self) -> ApiError:
+        return ApiError(self.code, _REASONS.get(self.code, "InternalError"),
+                        f"fakekube: an injected {self.code} for this {self.verb}")
+
+
 @dataclass
 class Context:
     """What the handlers of one server share with the FakeKube that runs it."""
@@ -158,7 +184,16 @@ class Context:
     agents: Counter[str] = field(default_factory=Counter)  # requests by User-Agent
     connections: set[socket.socket] = field(default_factory=set)
     holds: list[Hold] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def fault(self, verb: str, route: Route) -> ApiError | None:
+        with self.lock:
+            for fault in self.faults:
+                if fault.matches(verb, route):
+                    fault.times -= 1
+                    return fault.error()
+        return None
 
     def held(self, verb: str, route: Route) -> Hold | None:
         with self.lock:
@@ -212,6 +247,9 @@ class Handler(BaseHTTPRequestHandler):
             with self.ctx.lock:
                 self.ctx.requests[(name, route.counted)] += 1
                 self.ctx.calls[(route.resource.group, name, route.counted)] += 1
+            failed = self.ctx.fault(name, route)
+            if failed is not None:
+                raise failed
             if name == "watch":
                 self._watch(route, query)
                 return
