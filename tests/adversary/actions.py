@@ -72,6 +72,7 @@ class Adversary:
                 "rollout": (0.6, self.rollout),
                 "partition.kube": (2.0, self.partition_kube),
                 "ambush": (1.0, self.ambush),
+                "blip": (1.0, self.blip),
                 "partition.cloud": (1.2, self.partition_cloud),
                 "heal": (1.0, self.heal),
             })
@@ -401,6 +402,24 @@ class Adversary:
     def partition_kube(self) -> str:
         return self._cut("API server", 0.7)
 
+    def blip(self) -> str:
+        """The leader's controller starts a pass, and as it reads what a request needs (its
+        PodTemplate: after the pass checked it acts, before it writes), the leader is cut
+        off from the API server for a little longer than its renew deadline and less than
+        a read's timeout (35-58 s); then the cut heals and the held requests land: the
+        read comes back after the lease lapsed, and the pass goes on to write (the fence
+        must refuse it)."""
+        w = self.w
+        leaders = [r for r in w.standing() if r.current is not None and r.current.alive
+                   and r.current.started and r.current.leading()]
+        if not leaders or leaders[0].kube.partition is not None or leaders[0].kube.armed:
+            return "no leader to blip"
+        replica, inc = leaders[0], leaders[0].current
+        assert inc is not None
+        replica.kube.blip = w.rng.uniform(35.0, 58.0)
+        return (f"{replica.name}'s next read is cut off for {replica.kube.blip:.0f}s; "
+                f"{self.controller(inc)}")
+
     def ambush(self) -> str:
         """Arm a cut of the leader from the API server that starts as its next status
         write of a ProvisioningRequest goes out: that write is held (finding 1's)."""
@@ -443,7 +462,7 @@ class Adversary:
         caller gave up, or while it still waits) or are dropped."""
         w = self.w
         cut = [(r, "kube") for r in w.replicas if r.kube.partition is not None or
-               (everything and r.kube.armed)] + \
+               (everything and (r.kube.armed or r.kube.blip is not None))] + \
               [(r, "cloud") for r in w.replicas if r.cloud.partition is not None]
         if not cut:
             return "nothing to heal"

@@ -23,6 +23,7 @@ from typing import Any
 from provider.config import LoadedConfig
 from provider.config.units import duration_seconds
 from provider.leadership.election import Election
+from provider.leadership.elector import NotLeader
 from provider.leadership.endpoint import LeaderEndpoint
 from provider.leadership.kube import _record as lease_record
 from tests.adversary.kube import KubeLink
@@ -73,16 +74,28 @@ class SerialPool(Executor):
 
 def cooperative_election(cfg: LoadedConfig, api: Any, clock: Any, *, sched: Scheduler,
                          owner: object, tag: str, pod: str, ip: str, namespace: str,
-                         kube: FakeKube, link: KubeLink, now: Callable[[], float]
+                         kube: FakeKube, link: KubeLink, now: Callable[[], float],
+                         refused: Callable[[], None] = lambda: None
                          ) -> tuple[Election, list[tuple[str, Callable[[], None]]]]:
     """The Election, and the loops `Election.start` would run as threads (to spawn as
     tasks once bound): its election loop, its Lease watch and, with a Router, the
-    slice's watch."""
+    slice's watch. ``refused()`` is told of each cloud action the fence refuses (the
+    elector's check, which the executor and the terminator ask before each call)."""
     settings = cfg.schema.leader_election
     endpoint = LeaderEndpoint(api, namespace, settings.service, pod, ip, {"grpc": GRPC_PORT},
                               timeout=duration_seconds(settings.retry_period))
     election = Election(cfg, api, clock, endpoint)
     election.elector.identity = f"{pod}_{tag}"
+    check = election.elector.check
+
+    def counted() -> None:
+        try:
+            check()
+        except NotLeader:
+            refused()
+            raise
+
+    election.elector.check = counted  # type: ignore[method-assign]
     election._stop = CoopEvent(now, "election.stop")  # type: ignore[assignment]
     election._wake = CoopEvent(now, "election.wait")  # type: ignore[assignment]
     store = election.store

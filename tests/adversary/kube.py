@@ -118,6 +118,8 @@ class KubeLink:
         # ambush: a partition can begin at any moment, and this one is the one that hurts:
         # the status carries the attempt record).
         self.armed = False
+        self.heal_at: float | None = None  # a cut that heals by itself then (a blip)
+        self.blip: float | None = None  # a blip this long starts at a request's next read
         self.held: list[Held] = []
 
     # --- installing on a client -----------------------------------------------------------
@@ -143,6 +145,8 @@ class KubeLink:
         (held requests, of which their caller had already given up)."""
         self.partition = None
         self.armed = False
+        self.heal_at = None
+        self.blip = None
         held, self.held = self.held, []
         lease = self.ledger.lease()
         for h in held:
@@ -180,6 +184,12 @@ class KubeLink:
             self.ledger.counts["ambushes sprung (a request write held)"] += 1
             self.ledger.log(f"  {sender.tag} cut off from the API server as it sends "
                             f"{method} {_short(path)} (ambush)")
+        if self.blip is not None and method == "GET" and self.partition is None and \
+                "/podtemplates/" in path:  # a read between a pass's acting check and its writes
+            self.partition, self.heal_at, self.blip = "hang", self._now() + self.blip, None
+            self.ledger.counts["API blips (a read held past the renew deadline)"] += 1
+            self.ledger.log(f"  {sender.tag} cut off from the API server as it sends "
+                            f"GET {_short(path)} (blip)")
         if self.partition is None:
             return self._apply(sender, method, path, send, sender.epoch(), sender.leading(),
                                born, late=False)

@@ -106,6 +106,10 @@ leaderElection: {{mode: "on", namespace: {SYSTEM}}}
 cloud:
   provider: fake
   fake:
+    # A launch takes a few seconds of simulated time (the caller waits, the others go on):
+    # long enough for a lease to lapse under an attempt, short enough that a call the
+    # fence let through is done within its margin.
+    launchLatencySeconds: 5
     reservations:
       - {{id: r-a, zone: z-a, instanceType: gpu8, fabric: fab-a, count: 3}}
       - {{id: r-c, zone: z-a, instanceType: cpu2, count: 2}}
@@ -156,6 +160,28 @@ class ReplicaClock:
 
     def step_wall(self, seconds: float) -> None:
         self.offset += seconds
+
+
+class CloudClock:
+    """The simulated cloud's clock: the world's, but a call that takes time (a launch's
+    latency) waits for the world's time to pass instead of moving it for everyone."""
+
+    def __init__(self, world: ManualClock) -> None:
+        self._world = world
+
+    def now(self) -> float:
+        return self._world.now()
+
+    def monotonic(self) -> float:
+        reading = getattr(self._world, "monotonic", None)
+        return float(reading()) if reading is not None else self._world.now()
+
+    def sleep(self, seconds: float) -> None:
+        task = current()
+        if task is None or seconds <= 0:
+            return
+        until = self._world.now() + seconds
+        task.wait_until(lambda: self._world.now() >= until, "cloud.busy")
 
 
 @dataclass(eq=False)
@@ -343,7 +369,7 @@ class World:
         election, loops = (None, []) if self.solo else cooperative_election(
             cfg, api, replica.clock, sched=self.sched, owner=owner, tag=tag,
             pod=f"allset-{replica.name}", ip=replica.ip, namespace=SYSTEM, kube=self.kube,
-            link=replica.kube, now=self.now)
+            link=replica.kube, now=self.now, refused=self._cloud_refused)
         provider = Provider(
             cfg, GatedCloud(self.cloud, alive, replica.cloud), replica.clock,
             pool=CoopPool(self.sched, owner, f"{tag}.w"),
@@ -381,6 +407,9 @@ class World:
         inc.start_task = self.sched.spawn(f"{tag}.start", start, owner)
         return inc
 
+
+    def _cloud_refused(self) -> None:
+        self.ledger.counts["cloud actions refused at the fence"] += 1
 
     def _count_fence(self, controller: Controller) -> None:
         """Count the steering writes the controller's fence refuses (the code before
@@ -470,6 +499,11 @@ class World:
             chunk = min(left, STARVE_SECONDS)
             self.clock.advance(chunk)
             left -= chunk
+            for replica in self.replicas:
+                if replica.kube.heal_at is not None and self.now() >= replica.kube.heal_at:
+                    held, late = replica.kube.heal(land=True)
+                    self.log(f"  {replica.name}'s cut from the API server heals ({held} "
+                             f"held land, {late} after their caller gave up)")
             self.watch_fence()
             for step in (self.run_daemons, self._unstarve):
                 n = step()
@@ -605,7 +639,7 @@ def make_world(seed: int, solo: bool | None = None) -> World:
         solo = rng.random() < 0.25
     clock = ManualClock()
     cfg = config_for(ALL_GROUPS)
-    fake = create_adapter(cfg, clock)
+    fake = create_adapter(cfg, CloudClock(clock))
     assert isinstance(fake, FakeCloud)
     workdir = Path(tempfile.mkdtemp(prefix=f"adv-{seed}-", dir=_tmp_root()))
     holder: dict[str, World] = {}
