@@ -105,7 +105,7 @@ class LaggingCloud:
                     self._hidden(seen.committed, now, lag):
                 view = dataclasses.replace(view, tags=dataclasses.replace(view.tags,
                                                                           committed=False))
-            if view.marked_deleting and seen.marked is not None and \
+            if seen.marked is not None and view.marked_deleting and \
                     self._hidden(seen.marked, now, lag):
                 view = dataclasses.replace(view, tags=dataclasses.replace(
                     view.tags, deleting_since=None))

@@ -75,7 +75,7 @@ class Observer:
         launched_groups = frozenset(r.group for r in new)
         instances = tuple(w.fake.all_instances())
         # A debt written on the instance (the deletion mark) outlives every process.
-        in_cloud = {i.id for i in instances if i.marked_deleting}
+        in_cloud = {i.id for i in instances if getattr(i, "marked_deleting", False)}
         marks = {i: self._marks(i) for i in alive}
         marked: set[str] = set().union(*marks.values()) if marks else set()
         for who, ids in marks.items():

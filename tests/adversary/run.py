@@ -229,10 +229,18 @@ def _quiesce(world: World, adversary: Adversary, checked: Callable[[], bool]) ->
     for zone in ("z-a", "z-b"):
         world.fake.set_stockout(Stockout(zone, "gpu8", CapacityType.ON_DEMAND), False)
     if not world.solo:
-        if any(r.kube.partition for r in world.replicas) and world.rng.random() < 0.5:
-            # Half the time a cut replica stays cut while the others go on (the standby
-            # takes over and acts), and its held requests land or drop only after that.
-            world.log("a cut replica stays cut for a round")
+        cut = [r for r in world.replicas if r.kube.partition]
+        if cut and world.rng.random() < 0.5:
+            # Half the time one cut replica (one holding writes, if any) stays cut while
+            # the others, healed, go on (the standby takes over and acts), and its held
+            # requests land or drop only after that.
+            writing = [r for r in cut if any(h.method != "GET" for h in r.kube.held)]
+            kept = world.rng.choice(writing or cut)
+            for r in world.replicas:
+                r.cloud.partition = None
+                if r is not kept and r.kube.partition:
+                    r.kube.heal(world.rng.random() < 0.6)
+            world.log(f"{kept.name} stays cut off from the API server for a round")
             if _round(world, adversary, checked, CUT_ROUND_SECONDS):
                 return True
         world.log(f"heal: {adversary.heal(everything=True)}")

@@ -1,6 +1,10 @@
 """The adversary (tests/adversary) in CI: a bounded number of seeds through the real
-service, every invariant checked after every step and at quiescence; and proof that
-each invariant checker can fail, by handing it a deliberately broken picture.
+service (three in four with two replicas, the fourth one process), every invariant
+checked after every step and at quiescence, and the replicas' moves shown to reach what
+they are for (failovers, partitions healed both ways, clock steps, late writes refused,
+gangs under a later leader, debts paid by a later process); proof that each invariant
+checker can fail, by handing it a deliberately broken picture; and the API server link's
+partitions, in both orders.
 
 More seeds: ``python -m bench.adversary --seeds 10000 --jobs 2``; replay one failing seed
 with the command its report prints."""
@@ -10,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+from collections import Counter
 
 import pytest
 
@@ -21,9 +26,23 @@ from tests.adversary.run import run_seed
 from tests.adversary.sched import Crashed, Scheduler, yield_point
 from tests.adversary.state import GroupSeen, NodeSeen, RequestSeen, State
 
-# Measured: ~0.2-0.4 s a seed on this 2-core machine (more when it is shared), so 200
-# seeds stay well inside the 3-minute budget.
+# Measured: ~0.5 s a seed on this 2-core machine shared with other work (load 6), so
+# 200 seeds stay inside the 3-minute budget.
 CI_SEEDS = 200
+# What the CI seeds must reach between them (run.py's and bench.adversary's figures): a
+# harness that stopped reaching these would pass while testing less.
+MUST_REACH = (
+    "failovers",
+    "API partitions healed, held requests landing late",
+    "API partitions healed, held requests dropped",
+    "held requests landed after the caller gave up",
+    "wall-clock steps forward",
+    "wall-clock steps back",
+    "late writes refused by the server (409)",
+    "gangs committed in lease epoch 1",
+    "terminations paid by a later process than owed them",
+    "rolling updates (SIGTERM)",
+)
 # Invariants not to check, comma-separated: only to look past a known break while its
 # fix is on the way (the report says which were skipped). Empty in CI.
 IGNORE = tuple(x for x in os.environ.get("ALLSET_ADVERSARY_IGNORE", "").split(",") if x)
@@ -31,8 +50,10 @@ IGNORE = tuple(x for x in os.environ.get("ALLSET_ADVERSARY_IGNORE", "").split(",
 
 def test_random_interleavings_keep_every_invariant() -> None:
     failing = []
+    reached: Counter[str] = Counter()
     for seed in range(CI_SEEDS):
         result = run_seed(seed, ignore=IGNORE)
+        reached.update(result.reached)
         if not result.ok:
             failing.append(result)
     if failing:
@@ -41,6 +62,8 @@ def test_random_interleavings_keep_every_invariant() -> None:
         broke = sorted({b.invariant for r in failing for b in r.breaks})
         pytest.fail(f"{len(failing)} of {CI_SEEDS} seeds broke {broke}: {seeds}\n\n{reports}",
                     pytrace=False)
+    missed = [k for k in MUST_REACH if not reached[k]]
+    assert not missed, f"{CI_SEEDS} seeds never reached {missed}: {dict(reached)}"
 
 
 @pytest.mark.parametrize("solo", [True, False], ids=["one process", "replicas"])
@@ -85,6 +108,87 @@ def test_a_dead_incarnations_cloud_calls_raise() -> None:
     alive[0] = False
     with pytest.raises(Crashed):
         gated.snapshot("c")
+
+
+# --- the link to the API server: a cut, healed in either order -----------------------------
+
+
+@dataclasses.dataclass
+class _Sender:
+    """An incarnation as the link sees it: alive, leading in epoch 1 as allset-a."""
+
+    alive: bool = True
+    tag: str = "a1"
+
+    def identity(self) -> str:
+        return "allset-a_a1"
+
+    def epoch(self) -> int:
+        return 1
+
+    def leading(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("caller_waits", [False, True], ids=["caller gave up", "caller waits"])
+def test_a_held_write_lands_at_the_heal(caller_waits: bool) -> None:
+    """A write sent while its replica is cut off is held: with a timeout, its caller sees
+    a read timeout once that passes, and the write still lands when the cut heals (the
+    late write of finding 1); healed sooner, the caller gets the answer. Either way the
+    fake server records the attempt-record change, its sender, epoch and the Lease."""
+    from kubernetes import client
+    from urllib3.exceptions import ReadTimeoutError
+
+    from tests.adversary.kube import KubeLink
+    from tests.adversary.run import _deterministic
+    from tests.adversary.world import NAMESPACE, _client, make_world
+    from tests.fakes.kube import objects
+
+    with _deterministic(3):
+        w = make_world(3, solo=False)
+        try:
+            w.kube.create(objects.provisioning_request(NAMESPACE, "job", {"workers": 1}))
+            api = _client(w.kube)
+            w.apis.append(api)
+            link = KubeLink(w.ledger, w.now)
+            link.install(api, _Sender())
+            custom = client.CustomObjectsApi(api)
+            outcome: list[object] = []
+
+            def write() -> None:
+                obj = custom.get_namespaced_custom_object(
+                    "autoscaling.x-k8s.io", "v1", NAMESPACE, "provisioningrequests", "job")
+                obj["status"] = {"provisioningClassDetails": {"allset.dev/attempt": "r1-ab"}}
+                try:
+                    custom.replace_namespaced_custom_object_status(
+                        "autoscaling.x-k8s.io", "v1", NAMESPACE, "provisioningrequests",
+                        "job", obj, _request_timeout=None if caller_waits else 8.0)
+                    outcome.append("answered")
+                except ReadTimeoutError:
+                    outcome.append("timed out")
+
+            task = w.sched.spawn("a1.ctl", write)
+            w.sched.step(task)  # at the GET
+            w.sched.step(task)  # read; at the PUT
+            link.partition = "hang"
+            w.sched.step(task)  # sent: held
+            assert task.at == "kube.PUT held" and not task.runnable
+            w.clock.advance(30)
+            if not caller_waits:
+                w.sched.step(task)  # its timeout passed
+                assert outcome == ["timed out"] and task.done
+            assert link.heal(land=True) == (1, 0 if caller_waits else 1)
+            if caller_waits:
+                w.sched.step(task)
+                assert outcome == ["answered"]
+            stored = w.kube.get("provisioningrequests", "job", NAMESPACE)
+            assert stored is not None
+            assert stored["status"]["provisioningClassDetails"]["allset.dev/attempt"] == "r1-ab"
+            [written] = w.ledger.writes
+            assert (written.sender, written.epoch, written.late) == ("a1", 1, not caller_waits)
+            assert written.deposed  # no Lease names allset-a in epoch 1
+        finally:
+            w.close()
 
 
 # --- each checker can fail ---------------------------------------------------------------
