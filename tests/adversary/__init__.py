@@ -1,9 +1,14 @@
 """The adversary: a seeded, randomized run of the real service (CA's gRPC calls, the
 ProvisioningRequest controller on a Kubernetes API, the simulated cloud with faults and
-eventual consistency, crashes and restarts) under cooperative scheduling, with the
-invariants of design.md checked after every step and at quiescence.
+eventual consistency; one process that crashes and restarts, or two replicas elected on a
+Lease, cut off from the API server or the cloud, their wall clocks stepped, killed,
+restarted and rolled) under cooperative scheduling, with the invariants of design.md
+checked after every step and at quiescence.
 
-Modules: sched (cooperative scheduling of real threads), cloud (faults, lag, records),
-kube (the controller's gated API handle), endpoint (CA's gRPC side), world (the seed's
-world and provider incarnations), actions (the adversary's moves), state/observe (what
-the invariants read), invariants (the checks), run (one seed)."""
+Modules: sched (cooperative scheduling of real threads), cloud (faults, lag, records, a
+replica's link to the cloud), kube (a replica's link to the API server: partitions, held
+requests, who wrote each attempt record), election (the real Election made
+cooperative), endpoint (CA's gRPC side, routed as CA's Service is), world (the seed's
+world, its replicas and their processes), actions (the adversary's moves), state/observe
+(what the invariants read), invariants (the checks), fixes (which of issue 31's fixes the
+tree has), run (one seed)."""
