@@ -329,7 +329,8 @@ class Provider:
         ids = [i.id for i in doomed]
         # A placeholder that filled since the check: owed as well (its mark comes before
         # its terminate call, and its uncommitted instance is rolled back in any case).
-        late = [i for i in ids if i not in set(marked)]
+        checked = set(marked)
+        late = [i for i in ids if i not in checked]
         terminator.owe(late, self.executor.retrying(MARK_SECONDS), must_mark=False)
         if ids:
             self.workers.submit(terminator.terminate, ids, self.executor.retrying())

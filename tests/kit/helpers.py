@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+import grpc
 
 from adapters.fake import FakeCloud
 from adapters.registry import create_adapter
@@ -16,6 +19,8 @@ from provider.attempts.executor import inline_runner
 from provider.base.clock import ManualClock
 from provider.config import LoadedConfig, load_config_text
 from provider.domain.cloud import InstanceState
+from provider.service.server import Server
+from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 
 BASE_CONFIG = """\
 cluster: test
@@ -140,3 +145,16 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+@contextmanager
+def serving(provider: Provider) -> Iterator[pb_grpc.CloudProviderStub]:
+    """CA's view of one replica: its gRPC server on 127.0.0.1."""
+    server = Server(provider, "127.0.0.1:0", None)
+    server.start()
+    channel = grpc.insecure_channel(server.address)
+    try:
+        yield pb_grpc.CloudProviderStub(channel)
+    finally:
+        channel.close()
+        server.stop(grace=1.0)

@@ -6,8 +6,7 @@ terminated it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import grpc
 import pytest
@@ -25,26 +24,12 @@ from provider.domain.cloud import (
 from provider.domain.errors import FailedPrecondition, Unavailable
 from provider.domain.fleet import NodeState
 from provider.leadership.elector import AlwaysLeader, NotLeader
-from provider.service.server import Server
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
-from tests.kit.helpers import Harness, ManualPool, harness
+from tests.kit.helpers import Harness, ManualPool, harness, serving
 
 DELETING = pb.InstanceStatus.instanceDeleting
 RUNNING = pb.InstanceStatus.instanceRunning
-
-
-@contextmanager
-def serving(provider: Provider) -> Iterator[pb_grpc.CloudProviderStub]:
-    """CA's view of one replica: its gRPC server on 127.0.0.1."""
-    server = Server(provider, "127.0.0.1:0", None)
-    server.start()
-    channel = grpc.insecure_channel(server.address)
-    try:
-        yield pb_grpc.CloudProviderStub(channel)
-    finally:
-        channel.close()
-        server.stop(grace=1.0)
 
 
 def states(stub: pb_grpc.CloudProviderStub, group: str) -> dict[str, int]:

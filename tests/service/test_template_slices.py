@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import grpc
 import pytest
 from google.protobuf import json_format
 
@@ -15,13 +14,12 @@ from provider.domain.devices.model import Device, DeviceSlice, Version
 from provider.domain.devices.quantity import parse_milli
 from provider.domain.model import NodeGroup
 from provider.service.nodeinfo import template_name, template_slices
-from provider.service.server import Server
 from provider.service.slices import resource_slice, resource_slice_proto
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 from provider.wire import k8s_core_v1_pb2 as core
 from provider.wire import k8s_resource_v1_pb2 as rpb
-from tests.kit.helpers import Harness, config, harness
+from tests.kit.helpers import Harness, config, harness, serving
 
 GI = 2**30 * 1000  # milli-units
 
@@ -197,14 +195,10 @@ def test_json_and_proto_renderings_agree(gid: str) -> None:
 @pytest.fixture
 def stub() -> Iterator[pb_grpc.CloudProviderStub]:
     h: Harness = harness(DRA_CONFIG)
-    srv = Server(h.provider, "127.0.0.1:0", None)
-    srv.start()
-    chan = grpc.insecure_channel(srv.address)
     try:
-        yield pb_grpc.CloudProviderStub(chan)
+        with serving(h.provider) as served:
+            yield served
     finally:
-        chan.close()
-        srv.stop(grace=1.0)
         h.provider.stop()
 
 
