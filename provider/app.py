@@ -21,8 +21,8 @@ from provider.base.clock import Clock, SystemClock
 from provider.capacity.ledger import Ledger
 from provider.capacity.unavailable import UnavailableOfferings
 from provider.config import LoadedConfig
-from provider.domain.cloud import CapacityType, CloudAdapter, CloudError
-from provider.domain.errors import Unavailable
+from provider.domain.cloud import CapacityType, CloudAdapter, CloudError, CloudInstance
+from provider.domain.errors import DomainError, FailedPrecondition, Unavailable
 from provider.domain.fleet import Fleet
 from provider.domain.model import NodeGroup, Resources, ScaleUpMode
 from provider.leadership.elector import AlwaysLeader, Leadership
@@ -93,6 +93,9 @@ class Provider:
         self._booked: dict[str, set[str]] = {}  # request -> provider ids it holds
         self._booker: dict[str, str] = {}  # provider id -> the request that books it
         self._booked_lock = threading.Lock()
+        # Whether a request (key, uid) still holds its committed gang: True, False, or
+        # None while not known yet (the controller has not listed requests since start).
+        self._standing: Callable[[str, str | None], bool | None] = lambda key, uid: False
         self._refresh_lock = threading.Lock()
         # Guards only who watches and what they last heard; never held across I/O, so the
         # elector's thread is not kept from renewing the lease by a slow cloud listing.
@@ -267,6 +270,33 @@ class Provider:
             if self._booker.get(pid) == request:
                 del self._booker[pid]
 
+    def protect_gangs_with(self, standing: Callable[[str, str | None], bool | None]) -> None:
+        """Say which ProvisioningRequests stand (the controller): CA may not delete a node
+        of a standing request's committed gang, booked by this process yet or not. After
+        a restart or a failover bookings are empty until a pass books each gang again,
+        and a node CA deleted meanwhile would leave the gang short."""
+        self._standing = standing
+
+    def _protection(self, inst: CloudInstance) -> DomainError | None:
+        """Why CA may not delete this member now, or None."""
+        pid, request = inst.provider_id, inst.tags.request
+        with self._booked_lock:
+            booker = self._booker.get(pid)
+        if booker is not None:
+            return FailedPrecondition(f"node {pid} is booked by {booker} and cannot be removed")
+        if request is None or not inst.tags.committed:
+            return None
+        stands = self._standing(request, inst.tags.request_uid)
+        if stands is None:
+            return Unavailable(
+                f"node {pid} is in the gang of ProvisioningRequest {request}, and this "
+                f"replica has not listed ProvisioningRequests since it started; retry shortly")
+        if stands:
+            return FailedPrecondition(
+                f"node {pid} is in the gang of ProvisioningRequest {request}, which stands "
+                f"(not provisioned yet, or booked); it cannot be removed")
+        return None
+
     def bookings(self) -> dict[str, str]:
         """provider id -> the request that books it."""
         with self._booked_lock:
@@ -313,7 +343,7 @@ class Provider:
         terminator = self.executor.terminator
         # Until it is applied or cancelled, the checked deletion holds its nodes against
         # the group's minSize: a deletion checked meanwhile counts them gone.
-        deletion = self.fleet.deletion(group_id, provider_ids, protected=self.bookings())
+        deletion = self.fleet.deletion(group_id, provider_ids, protected=self._protection)
         marked = [i.id for i in deletion.instances]
         try:
             terminator.owe(marked, self.executor.retrying(MARK_SECONDS))
@@ -327,8 +357,9 @@ class Provider:
             raise
         doomed = self.fleet.apply_deletion(deletion)
         ids = [i.id for i in doomed]
-        # A placeholder that filled since the check: owed as well (its mark comes before
-        # its terminate call, and its uncommitted instance is rolled back in any case).
+        # A placeholder that filled since the check: owed as well. Its scale-up never
+        # commits it (Fleet.select_commit), so should this process not finish it, any
+        # leader's reconcile rolls back the uncommitted instance: no mark is needed.
         checked = set(marked)
         late = [i for i in ids if i not in checked]
         terminator.owe(late, self.executor.retrying(MARK_SECONDS), must_mark=False)

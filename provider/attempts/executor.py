@@ -238,6 +238,7 @@ class MemoryJournal:
 
 Build = Callable[[CapacityView, Sequence[Part]], Plan | Infeasible]
 LaunchResult = tuple[Part, list[CloudInstance], CloudError | None]
+Select = Callable[[Sequence[CloudInstance]], Sequence[CloudInstance]]
 
 
 @dataclass(slots=True)
@@ -462,7 +463,11 @@ class Executor:
         *,
         on_launched: Callable[[Sequence[CloudInstance]], None] | None = None,
         cancelled: Callable[[], bool] = lambda: False,
+        select: Select | None = None,
     ) -> Outcome:
+        """Run an attempt to its end. ``select``, asked right before the commit, names the
+        launched instances the caller still wants: only those are committed, the others
+        rolled back (a CA scale-up whose placeholders CA deleted while they launched)."""
         started = self._clock.now()
         with self._attempts_lock:
             self._in_flight.add(spec.id)
@@ -470,7 +475,7 @@ class Executor:
         failpoints.hit("executor.recorded")
         outcome: Outcome | None = None
         try:
-            outcome = self._run(spec, build, on_launched, cancelled)
+            outcome = self._run(spec, build, on_launched, cancelled, select)
         finally:
             committed = outcome.instances if outcome is not None else ()
             if spec.claims_size and not spec.ended_by_fleet and self._sizes is not None:
@@ -495,6 +500,7 @@ class Executor:
         build: Build,
         on_launched: Callable[[Sequence[CloudInstance]], None] | None,
         cancelled: Callable[[], bool],
+        select: Select | None = None,
     ) -> Outcome:
         # Monotonic, as a new leader's wait for this attempt to end (reconcile) is.
         deadline = self._clock.monotonic() + self._deadline
@@ -574,6 +580,33 @@ class Executor:
         # From here a crash may leave a commit half-written in the cloud; before here, a
         # crashed attempt can never commit and a restart rolls it back at once.
         self._fence()
+        unwanted: list[list[CloudInstance]] = []
+        if select is not None:
+            chosen = {i.id for i in select(instances)}
+            unwanted = [[i for i in insts if i.id not in chosen] for _, insts in kept]
+            kept = [(p, kept_insts) for p, insts in kept
+                    if (kept_insts := [i for i in insts if i.id in chosen])]
+            instances = [i for _, insts in kept for i in insts]
+            if not instances:
+                self._rollback(spec, unwanted)
+                return Outcome(spec.id, Result.CANCELLED, failures=tuple(failures),
+                               plans_tried=plans,
+                               rolled_back=rolled_back + sum(map(len, unwanted)))
+            if any(unwanted):
+                # They share a plan with what commits, which reconcile would take for a
+                # commit a crash cut short and finish: the deletion mark, written first,
+                # keeps them out of it (and is the debt any leader pays).
+                try:
+                    self.terminator.mark([i.id for part in unwanted for i in part],
+                                         self.retrying())
+                except CloudError as err:
+                    log.error("attempt %s: marking %d unwanted instances failed, rolling "
+                              "back: %s", spec.id, sum(map(len, unwanted)), err)
+                    everything = [insts for _, insts in kept] + unwanted
+                    self._rollback(spec, everything)
+                    return Outcome(spec.id, Result.FAILED, failures=tuple(failures),
+                                   plans_tried=plans,
+                                   rolled_back=rolled_back + sum(map(len, everything)))
         self.journal.committing(spec.id)
         try:
             for attempt in self.retrying():
@@ -581,11 +614,14 @@ class Executor:
                     self._adapter.commit([i.id for i in instances], spec.id)
         except CloudError as err:
             log.error("attempt %s: commit failed, rolling back: %s", spec.id, err)
-            self._rollback(spec, [insts for _, insts in kept])
-            rolled_back += len(instances)
+            self._rollback(spec, [insts for _, insts in kept] + unwanted)
+            rolled_back += len(instances) + sum(map(len, unwanted))
             return Outcome(spec.id, Result.FAILED, failures=tuple(failures),
                            plans_tried=plans, rolled_back=rolled_back)
         failpoints.hit("executor.committed")
+        if any(unwanted):  # never committed: a crash before this leaves them to reconcile
+            self._rollback(spec, unwanted)
+            rolled_back += sum(map(len, unwanted))
         committed = tuple(i.with_commit() for i in instances)
         result = Result.SUCCEEDED if complete else Result.PARTIAL
         return Outcome(spec.id, result, committed, infeasible=infeasible,

@@ -100,8 +100,11 @@ class ScaleUps:
             self._fleet.show_launched(attempt, instances)
 
         spec = AttemptSpec(attempt, self._cluster, partial=partial, ended_by_fleet=True)
+        def select(launched: Sequence[CloudInstance]) -> list[CloudInstance]:
+            return self._fleet.select_commit(attempt, launched)
+
         outcome = self._executor.execute(
-            spec, build, on_launched=show, cancelled=lambda: wanted() == 0
+            spec, build, on_launched=show, cancelled=lambda: wanted() == 0, select=select
         )
         surplus = self._fleet.settle(attempt, outcome.instances, error_info(outcome),
                                      self._clock.now())

@@ -63,13 +63,29 @@ class Controller:
         self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes,
                                       self.pods)
         self._cache: dict[str, dict[str, Any]] = {}
+        self._listed = False  # the cache holds a complete list (since this process began)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._label_wanted = threading.Event()
         self._labelling = threading.Lock()  # one label_sources pass at a time
         self._threads: list[threading.Thread] = []
+        provider.protect_gangs_with(self.standing)
         self._states = Gauge("allset_provisioning_requests", "ProvisioningRequests of our "
                              "class by state.", ["state"], registry=provider.metrics.registry)
+
+    def standing(self, key: str, uid: str | None) -> bool | None:
+        """Whether request ``key`` (of this uid) still holds its gang: it exists and has
+        not ended (its booking expired, its capacity revoked, or it failed); None before
+        the first list. A deleted request's gang is its own to end (RequestHandler)."""
+        with self._lock:
+            if not self._listed:
+                return None
+            obj = self._cache.get(key)
+        if obj is None or (uid is not None and uid_of(obj) != uid):
+            return False
+        conds = c.read((obj.get("status") or {}).get("conditions"))
+        ended = (conds.get(name) for name in (c.BOOKING_EXPIRED, c.CAPACITY_REVOKED, c.FAILED))
+        return not any(cond is not None and cond.true for cond in ended)
 
     def _fence(self) -> None:
         if not self._p.acting():
@@ -153,6 +169,7 @@ class Controller:
                 self.queue.add(key)
             gone = [k for k in self._cache if k not in seen]
             vanished += [(k, self._cache.pop(k)) for k in gone]
+            self._listed = True
         for key, last in vanished:
             self.handler.gone(key, last)
         return version

@@ -299,6 +299,12 @@ class RequestHandler:
             self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_NODES,
                                   _waiting_text(n, found.attempt))])
             return WAITING_RECHECK
+        # The gang as the fleet holds it now, booked: a node taken between this pass's
+        # look and its booking (CA's DeleteNodes, a loss) must not be reported Provisioned.
+        now = self._gang(obj, t)
+        if now is None or now.short or \
+                {i.id for i in now.instances} != {i.id for i in found.instances}:
+            return 0.0  # handled again at once, from the gang as it is
         self._w.update(obj, [(c.PROVISIONED, True, c.CAPACITY_IS_PROVISIONED,
                               f"{n} nodes registered, Ready and labelled; pods select "
                               f"them with {c.BOOKING_LABEL}={value}")],

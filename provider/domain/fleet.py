@@ -10,14 +10,17 @@ import dataclasses
 import enum
 import itertools
 import threading
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from provider.domain.cloud import CloudInstance, InstanceState
-from provider.domain.errors import FailedPrecondition, InvalidArgument, NotFound
+from provider.domain.errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
 from provider.domain.model import NodeGroup
 
 PLACEHOLDER_PREFIX = "allset-placeholder://"
+
+# Why CA may not delete this member now (raised as is), or None: it may.
+Protection = Callable[[CloudInstance], DomainError | None]
 
 
 class NodeState(enum.StrEnum):
@@ -94,6 +97,11 @@ class _GroupState:
     # Deletions checked and not yet applied (token -> ids of the members they take
     # away): the minSize check of another deletion counts those gone already.
     pending: dict[int, frozenset[str]] = field(default_factory=dict)
+    # Every node those deletions name (token -> provider ids and placeholders): a
+    # scale-up never commits an instance into a slot one of them takes (select_commit),
+    # so the deletion, applied, terminates an uncommitted instance there, which any
+    # leader's reconcile rolls back should this process never finish it.
+    pending_names: dict[int, frozenset[str]] = field(default_factory=dict)
 
 
 class Fleet:
@@ -245,7 +253,7 @@ class Fleet:
             self._publish(group_id)
 
     def delete_nodes(self, group_id: str, provider_ids: Sequence[str],
-                     protected: Mapping[str, str] | None = None) -> list[CloudInstance]:
+                     protected: Protection | None = None) -> list[CloudInstance]:
         """Remove these nodes from the group and lower its target. Returns the instances
         the caller must terminate. Validates everything first: a refused call changes
         nothing."""
@@ -253,7 +261,7 @@ class Fleet:
             return self._apply(self._deletion(group_id, provider_ids, protected))
 
     def deletion(self, group_id: str, provider_ids: Sequence[str],
-                 protected: Mapping[str, str] | None = None) -> Deletion:
+                 protected: Protection | None = None) -> Deletion:
         """Check a deletion and say which instances it would terminate, changing nothing
         CA sees (raises as delete_nodes does). The caller writes their debt down where it
         outlives this process, then applies it or, if it could not, cancels it; until
@@ -262,9 +270,10 @@ class Fleet:
             deletion = self._deletion(group_id, provider_ids, protected)
             state = self._state[group_id]
             members = frozenset(i.id for i in deletion.instances if i.id in state.instances)
-            if members:
+            if deletion.provider_ids:
                 deletion = dataclasses.replace(deletion, token=next(self._seq))
                 state.pending[deletion.token] = members
+                state.pending_names[deletion.token] = frozenset(deletion.provider_ids)
             return deletion
 
     def apply_deletion(self, deletion: Deletion) -> list[CloudInstance]:
@@ -273,16 +282,32 @@ class Fleet:
         meanwhile is skipped; a placeholder filled meanwhile is a launched node now, and is
         returned with the others for the caller to terminate)."""
         with self._lock:
-            self._state[deletion.group].pending.pop(deletion.token, None)
+            self._forget_pending(self._state[deletion.group], deletion.token)
             return self._apply(deletion)
 
     def cancel_deletion(self, deletion: Deletion) -> None:
         """Drop a deletion checked before and never applied."""
         with self._lock:
-            self._state[deletion.group].pending.pop(deletion.token, None)
+            self._forget_pending(self._state[deletion.group], deletion.token)
+
+    @staticmethod
+    def _forget_pending(state: _GroupState, token: int) -> None:
+        state.pending.pop(token, None)
+        state.pending_names.pop(token, None)
+
+    @staticmethod
+    def _named_slots(state: _GroupState, su: ScaleUp) -> set[str]:
+        """The slots of ``su`` that a deletion checked and not yet applied takes: named by
+        their placeholder or by the instance shown in them."""
+        names = frozenset().union(*state.pending_names.values())
+        if not names:
+            return set()
+        shown = [i.provider_id for i in su.launched]
+        return {slot for k, slot in enumerate(su.slots)
+                if slot in names or (k < len(shown) and shown[k] in names)}
 
     def _deletion(self, group_id: str, provider_ids: Sequence[str],
-                  protected: Mapping[str, str] | None) -> Deletion:
+                  protected: Protection | None) -> Deletion:
         state = self._get(group_id)
         instances: list[CloudInstance] = []
         by_provider = {i.provider_id: i for i in state.instances.values()}
@@ -292,10 +317,9 @@ class Fleet:
         adopted: set[str] = set()
         for pid in pids:
             if pid in by_provider:
-                if protected and pid in protected:
-                    raise FailedPrecondition(
-                        f"node {pid} is booked by {protected[pid]} and cannot be removed"
-                    )
+                refusal = protected(by_provider[pid]) if protected is not None else None
+                if refusal is not None:
+                    raise refusal
                 instances.append(by_provider[pid])
                 adopted.add(by_provider[pid].id)
                 continue
@@ -361,6 +385,32 @@ class Fleet:
                     su.launched.extend(i for i in instances if i.tags.node_group == su.group)
                     self._publish(su.group)
 
+    def select_commit(self, attempt: str, launched: Sequence[CloudInstance]
+                      ) -> list[CloudInstance]:
+        """Of a scale-up's launched instances, those it may commit: each fills a slot CA
+        still wants, not deleted and not named by a deletion checked meanwhile. The rest
+        stay uncommitted and are rolled back: a commit is what makes an instance CA's
+        node, so a surplus never committed is one any leader's reconcile terminates,
+        whatever becomes of this process (its debt needs no mark). A deletion checked
+        after this names a shown node, whose mark it writes before it answers."""
+        wanted = {i.id for i in launched}
+        with self._lock:
+            keep: list[CloudInstance] = []
+            for state in self._attempt_states(attempt):
+                su = state.scale_ups.get(attempt)
+                if su is None:
+                    continue
+                going = self._named_slots(state, su)
+                # A slot shows launched[k]; one of an earlier plan's parts, rolled back,
+                # may hold it, so the count comes from the slots, the instances from what
+                # this commit may take.
+                taken = {k for k, slot in enumerate(su.slots) if slot in going}
+                free = len(su.slots) - len(taken)
+                fits = [inst for k, inst in enumerate(su.launched)
+                        if k not in taken and inst.id in wanted and inst.id not in state.deleting]
+                keep += fits[:free]
+            return keep
+
     def settle(self, attempt: str, adopted: Sequence[CloudInstance], error: ErrorInfo | None,
                now: float) -> list[CloudInstance]:
         """End a scale-up: adopt what launched (up to what CA still wants); the rest of its
@@ -382,7 +432,15 @@ class Fleet:
                 keep, extra = mine[: su.wanted], mine[su.wanted:]
                 surplus.extend(extra)
                 by_group[su.group] = keep
-                remaining = su.slots[len(keep):]
+                # The slots left are those no kept instance fills; a slot a deletion
+                # checked meanwhile takes stays, for that deletion to remove by its name.
+                kept = {i.id for i in keep}
+                filled = {slot for slot, inst in zip(su.slots, su.launched, strict=False)
+                          if inst.id in kept}
+                going = self._named_slots(state, su)
+                rest = sorted((slot for slot in su.slots if slot not in filled),
+                              key=lambda slot: slot in going)
+                remaining = rest[len(keep) - len(filled):]
                 if remaining:
                     state.scale_ups[attempt] = ScaleUp(
                         attempt, su.group, remaining, su.created_at, [],
@@ -559,12 +617,13 @@ class Fleet:
 
     @staticmethod
     def _find_slot(state: _GroupState, pid: str) -> tuple[ScaleUp, int] | None:
-        """The scale-up and slot index showing ``pid`` (a launched node or a placeholder)."""
+        """The scale-up and slot index showing ``pid`` (a launched node or a placeholder;
+        a placeholder named after its instance filled it is that instance's slot)."""
         for su in state.scale_ups.values():
             for index, inst in enumerate(su.launched[: su.wanted]):
                 if inst.provider_id == pid:
                     return su, index
-            for index in range(len(su.launched), su.wanted):
+            for index in range(su.wanted):
                 if su.slots[index] == pid:
                     return su, index
         return None

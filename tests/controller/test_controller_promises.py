@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from provider.app import Provider
@@ -20,6 +21,7 @@ from provider.controller.controller import Controller
 from provider.controller.kube import KubeApi
 from provider.controller.requests import Backoff
 from provider.domain.cloud import InstanceState
+from provider.domain.errors import FailedPrecondition, Unavailable
 from tests.fakes.kube import objects
 from tests.kit.controller import NS, World, create, live, world
 from tests.kit.helpers import BASE_CONFIG, config
@@ -458,3 +460,65 @@ def test_a_dropped_groups_gang_being_terminated_is_never_provisioned(world: Worl
     w.sync(3)  # the cloud has not ended them yet; the listing still shows them running
     provisioned = w.condition(c.PROVISIONED)
     assert provisioned is not None and not provisioned.true, provisioned
+
+
+# --- issue 31: a gang this process has not booked yet is not CA's to delete -------------
+
+
+def test_a_standing_requests_gang_is_protected_before_any_pass_books_it(world: World
+                                                                         ) -> None:
+    """A new process (a restart, a failover) books a gang only when a pass reaches its
+    request. Before the fix CA's DeleteNodes of a gang node was accepted in between, and
+    the pass that had already read the gang booked it and wrote Provisioned with 0 of its
+    2 GPU nodes (adversary seed 2305, I2)."""
+    w = world
+    create(w)
+    w.sync()
+    gang = live(w)
+    gpu = next(i for i in gang if i.tags.node_group == "gpu")
+    w.controller.stop()
+    restart(w)
+    assert w.h.provider.bookings() == {}
+    # The requests are not listed yet: whether the node is a gang's is not known.
+    with pytest.raises(Unavailable, match="has not listed ProvisioningRequests"):
+        w.h.provider.delete_nodes("gpu", [gpu.provider_id])
+    w.controller._relist()  # listed, no pass has booked the gang yet
+    assert w.h.provider.bookings() == {}
+    with pytest.raises(FailedPrecondition, match="ProvisioningRequest ml/job, which stands"):
+        w.h.provider.delete_nodes("gpu", [gpu.provider_id])
+    assert ids(live(w)) == ids(gang) and not any(i.marked_deleting for i in live(w))
+    w.register_nodes()
+    w.sync(3)
+    assert w.condition(c.PROVISIONED).true  # type: ignore[union-attr]
+    # Once the booking ends, the nodes are CA's again.
+    delete_request(w)
+    w.sync(3)
+    w.h.provider.delete_nodes("gpu", [gpu.provider_id])
+
+
+def test_a_gang_node_taken_while_the_pass_books_is_never_reported_provisioned(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node of the gang goes between the pass's look at the gang and its booking (a
+    deletion checked before the booking): the pass must not write Provisioned from what
+    it read before."""
+    w = world
+    create(w)
+    w.sync()
+    w.register_nodes()
+    gpu = next(i for i in live(w) if i.tags.node_group == "gpu")
+    provider = w.h.provider
+    real_book = provider.book
+
+    def book(request: str, provider_ids: set[str]) -> None:
+        if gpu.provider_id in provider_ids and provider.fleet.instance(gpu.provider_id):
+            provider.fleet.delete_nodes("gpu", [gpu.provider_id])  # taken just now
+        real_book(request, provider_ids)
+
+    monkeypatch.setattr(provider, "book", book)
+    w.sync(1)
+    provisioned = w.condition(c.PROVISIONED)
+    assert provisioned is not None and not provisioned.true
+    w.sync(3)
+    provisioned = w.condition(c.PROVISIONED)
+    assert provisioned is not None and not provisioned.true
+    assert provisioned.reason == NODES_LOST

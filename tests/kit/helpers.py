@@ -19,6 +19,7 @@ from provider.attempts.executor import inline_runner
 from provider.base.clock import ManualClock
 from provider.config import LoadedConfig, load_config_text
 from provider.domain.cloud import InstanceState
+from provider.leadership.elector import AlwaysLeader, NotLeader
 from provider.service.server import Server
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 
@@ -110,6 +111,19 @@ class Harness:
 
     def run_workers(self) -> int:
         return self.pool.run_all()
+
+
+class Switchable(AlwaysLeader):
+    """A replica's leadership that the test hands over (or takes away)."""
+
+    leading = False
+
+    def is_leader(self) -> bool:
+        return self.leading
+
+    def check(self) -> None:
+        if not self.leading:
+            raise NotLeader("standby")
 
 
 def harness(text: str = BASE_CONFIG, clock: ManualClock | None = None) -> Harness:

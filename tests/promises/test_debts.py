@@ -23,10 +23,9 @@ from provider.domain.cloud import (
 )
 from provider.domain.errors import FailedPrecondition, Unavailable
 from provider.domain.fleet import NodeState
-from provider.leadership.elector import AlwaysLeader, NotLeader
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
-from tests.kit.helpers import Harness, ManualPool, harness, serving
+from tests.kit.helpers import Harness, ManualPool, Switchable, harness, serving
 
 DELETING = pb.InstanceStatus.instanceDeleting
 RUNNING = pb.InstanceStatus.instanceRunning
@@ -61,19 +60,6 @@ def successor(h: Harness) -> tuple[Provider, ManualPool]:
     provider = Provider(h.provider.config, h.cloud, h.clock, pool=pool, runner=inline_runner)
     provider.refresh_now()
     return provider, pool
-
-
-class Switchable(AlwaysLeader):
-    """A replica's leadership that the test hands over."""
-
-    leading = False
-
-    def is_leader(self) -> bool:
-        return self.leading
-
-    def check(self) -> None:
-        if not self.leading:
-            raise NotLeader("standby")
 
 
 def live_ids(h: Harness) -> set[str]:
