@@ -72,6 +72,7 @@ class Provider:
             sizes=self.fleet,
             fence=self.leadership.check,
         )
+        self.executor.terminator.on_marked = self.fleet.marked
         self.workers: Executor = pool or ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix="scaleup"
         )

@@ -256,6 +256,9 @@ class Terminator:
     backlog: dict[str, float] = field(default_factory=dict)  # instance id -> next try
     # Raises when this process may not act on the cluster's instances (not the leader).
     fence: Callable[[], None] = lambda: None
+    # Told the ids each mark was written on, at once: what CA and the controller see
+    # must not wait for the next listing to show those nodes leaving (Fleet.marked).
+    on_marked: Callable[[Sequence[str]], None] = lambda ids: None
     # Scale-up workers, DeleteNodes and reconcile all terminate at once.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # Instance ids the cloud carries the deletion mark for: written here, or listed.
@@ -306,6 +309,7 @@ class Terminator:
                 self.adapter.mark_deleting(todo, at)
         with self._lock:
             self._marked.update(todo)
+        self.on_marked(todo)
 
     def owing(self) -> set[str]:
         """Instance ids whose termination is owed and not yet confirmed."""

@@ -285,6 +285,23 @@ class Fleet:
             self._forget_pending(self._state[deletion.group], deletion.token)
             return self._apply(deletion)
 
+    def marked(self, instance_ids: Collection[str]) -> None:
+        """The deletion mark was just written on these instances: a member leaves its
+        group now, shown as deleting, as the next listing would show it (a gang being
+        rolled back must not look whole meanwhile: a listing may have adopted it between
+        its commit and its rollback). One a deletion under way takes is left for that
+        deletion to apply."""
+        ids = frozenset(instance_ids)
+        with self._lock:
+            for gid, state in self._state.items():
+                going = frozenset().union(*state.pending.values())
+                moved = [i for i in ids & state.instances.keys() if i not in going]
+                for iid in moved:
+                    state.deleting[iid] = state.instances.pop(iid)
+                    state.adopted_at.pop(iid, None)
+                if moved:
+                    self._publish(gid)
+
     def cancel_deletion(self, deletion: Deletion) -> None:
         """Drop a deletion checked before and never applied."""
         with self._lock:

@@ -8,6 +8,7 @@ before the first cloud listing (2)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from provider.controller import conditions as c
 from provider.controller.controller import Controller
 from provider.controller.kube import KubeApi
 from provider.controller.requests import Backoff
-from provider.domain.cloud import InstanceState
+from provider.domain.cloud import InstanceState, OutcomeUnknown
 from provider.domain.errors import FailedPrecondition, Unavailable
 from tests.fakes.kube import objects
 from tests.kit.controller import NS, World, create, live, world
@@ -522,3 +523,27 @@ def test_a_gang_node_taken_while_the_pass_books_is_never_reported_provisioned(
     provisioned = w.condition(c.PROVISIONED)
     assert provisioned is not None and not provisioned.true
     assert provisioned.reason == NODES_LOST
+
+
+def test_a_gang_rolled_back_after_a_listing_adopted_it_is_never_provisioned(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commit's tags land but its answer is lost, so the attempt rolls the gang back;
+    a listing taken in between adopted the committed instances, and their Nodes had
+    registered. The gang being terminated must not be reported Provisioned (adversary seed
+    20964 on fd9a573: "Provisioned with 0 of 1 nodes")."""
+    w = world
+    real = w.h.cloud.commit
+
+    def commit(instance_ids: Sequence[str], attempt: str) -> None:
+        real(instance_ids, attempt)
+        w.register_nodes()
+        w.h.provider.refresh_now()  # sees them committed: adopted
+        raise OutcomeUnknown("read timeout")
+
+    monkeypatch.setattr(w.h.cloud, "commit", commit)
+    create(w)
+    for _ in range(5):  # passes, and no listing since the rollback
+        w.sync(1)
+        provisioned = w.condition(c.PROVISIONED)
+        assert provisioned is None or not provisioned.true, provisioned
+    assert all(i.marked_deleting for i in w.h.cloud.live_instances())
