@@ -29,6 +29,7 @@ from provider.planner.timing import Wait, wait_or_buy
 log = logging.getLogger(__name__)
 
 HOLD_GRACE = 600.0  # seconds a window's held slots wait for their request after it opens
+HOLD_TRIES = 3  # decisions to wait, each refused because others held the slots meanwhile
 
 
 class Bookings(Protocol):
@@ -132,15 +133,20 @@ class GangAttempts:
             now = self._clock.now()
             demand = dataclasses.replace(demand, max_wait_seconds=max(0.0, created + window
                                                                       - now))
-        view = self._ledger.view(holder=key)
-        sizes = self._fleet.occupied()
-        wait = wait_or_buy(demand, view, self._matcher, sizes,
-                           plan(demand, view, self._matcher, sizes))
-        if wait is None:
-            self._ledger.unhold(key)
-            return None
-        self._ledger.hold(key, wait.reservation, wait.slots, wait.opens_at + HOLD_GRACE)
-        return wait
+        for _ in range(HOLD_TRIES):
+            view = self._ledger.view(holder=key)
+            sizes = self._fleet.occupied()
+            wait = wait_or_buy(demand, view, self._matcher, sizes,
+                               plan(demand, view, self._matcher, sizes))
+            if wait is None:
+                break
+            # Decided on a view; held only if the slots are still there (another request
+            # may have held them since): else decide again on what is left.
+            if self._ledger.hold(key, wait.reservation, wait.slots,
+                                 wait.opens_at + HOLD_GRACE):
+                return wait
+        self._ledger.unhold(key)
+        return None
 
     # --- the attempt ---------------------------------------------------------------------
 

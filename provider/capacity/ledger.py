@@ -102,10 +102,18 @@ class Ledger:
         with self._lock:
             return self._view(holder)
 
-    def hold(self, holder: str, reservation: str, slots: int, until: float) -> None:
-        """Keep ``slots`` of ``reservation`` for ``holder`` until it plans (or ``until``)."""
+    def hold(self, holder: str, reservation: str, slots: int, until: float) -> bool:
+        """Keep ``slots`` of ``reservation`` for ``holder`` until it plans (or ``until``),
+        if that many are promised to nobody else (claims, other holds): checked and held
+        in one step under the lock, as a claim is, so two holders deciding at once cannot
+        both take the same slots (I5). Refused: False, and nothing changes."""
         with self._lock:
+            free = next((r.free for r in self._view(holder).reservations
+                         if r.id == reservation), 0)
+            if free < slots:
+                return False
             self._holds[holder] = (reservation, slots, until)
+            return True
 
     def unhold(self, holder: str) -> None:
         with self._lock:

@@ -172,10 +172,10 @@ class Allset:
         sizes = self.provider.fleet.occupied()
         matcher = self.provider.matcher
         wait = wait_or_buy(demand, view, matcher, sizes, plan(demand, view, matcher, sizes))
-        if wait is None:
+        if wait is None or not ledger.hold(demand.name, wait.reservation, wait.slots,
+                                           wait.opens_at + HOLD_GRACE):
             ledger.unhold(demand.name)
             return False
-        ledger.hold(demand.name, wait.reservation, wait.slots, wait.opens_at + HOLD_GRACE)
         delay = max(0.0, wait.opens_at - self.world.clock.now())
         self._counts["windowWaits"] += 1
         job.window_wait += delay

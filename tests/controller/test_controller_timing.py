@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from provider.capacity.ledger import CapacityView
 from provider.controller import conditions as c
 from tests.kit.controller import World, create, kueue_request, live, running
 
@@ -136,3 +137,35 @@ def test_a_waiting_request_is_not_rewritten_while_its_wait_stands(timed: World) 
     assert w.kube.count("update", "provisioningrequests/status") == writes
     assert len(w.events("job")) == events
     assert w.h.provider.ledger.held()["ml/job"][:2] == ("cb-h100", 2)
+
+
+def test_two_requests_deciding_at_once_never_hold_the_same_slots(
+        timed: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32, finding 1 (I5): each request decided to wait on a view taken before the
+    other's hold, and both held the block's 2 slots: 4 promised of 2. The hold is checked
+    and taken in one step; the one refused decides again on what is left."""
+    w = timed
+    create(w, "a", {"workers": 16}, expectedRuntimeSeconds="21600", maxWaitSeconds="7200")
+    create(w, "b", {"workers": 16}, expectedRuntimeSeconds="21600", maxWaitSeconds="7200")
+    ledger = w.h.provider.ledger
+    real_view = ledger.view
+    raced: list[str] = []
+
+    def view(holder: str | None = None) -> CapacityView:
+        seen = real_view(holder)
+        if holder == "ml/a" and not raced:
+            raced.append("b")  # b is handled by another worker meanwhile, and holds
+            w.controller.handler.handle(w.request("b") or {})
+        return seen
+
+    monkeypatch.setattr(ledger, "view", view)
+    w.controller.nodes.relist()  # what a pass does first
+    w.controller.pods.relist()
+    w.controller.handler.handle(w.request("a") or {})  # a's pass, b's inside it
+    assert raced
+    held = ledger.held()
+    promised = sum(slots for rid, slots, _ in held.values() if rid == "cb-h100")
+    assert promised <= 2, held
+    assert held["ml/b"][:2] == ("cb-h100", 2)
+    assert "ml/a" not in held  # it saw the block held, and bought at once
+    assert {i.tags.reservation for i in live(w, "ml/a")} == {None}
