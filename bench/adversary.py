@@ -154,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     def add(summary: Summary) -> None:
         totals.add(summary)
+        if summary.broke:  # said at once: a long run's first break is worth a look now
+            print(f"... seed {summary.seed} broke: {', '.join(dict.fromkeys(summary.broke))}",
+                  file=sys.stderr, flush=True)
         if totals.seeds % 500 == 0:  # a long run says how far it is
             print(f"... {totals.seeds}/{args.seeds} seeds, {len(totals.failing)} broke, "
                   f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
