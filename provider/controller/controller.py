@@ -22,7 +22,7 @@ from provider.controller.nodes import Node, NodeCache, provider_id
 from provider.controller.pod_cache import PodCache
 from provider.controller.queue import WorkQueue
 from provider.controller.requests import NOT_READY_DELAY, Backoff, RequestHandler, ours
-from provider.controller.writes import key_of, uid_of
+from provider.controller.writes import key_of, newer, uid_of
 from provider.domain.cloud import CloudInstance
 from provider.leadership.elector import NotLeader
 
@@ -267,13 +267,53 @@ class Controller:
             return
         try:
             booked = self._p.bookings()  # their requests label them (RequestHandler._label)
+            kept = self._bookings_in_use()
             for node in self.nodes.all():
+                if kept is not None:
+                    self._unlabel_if_done(node, kept)
                 pid = provider_id(node)
                 inst = self._p.fleet.instance(pid) if pid and pid not in booked else None
                 if inst is not None:
                     self._label_source(node, inst)
         finally:
             self._labelling.release()
+
+    def _bookings_in_use(self) -> set[str] | None:
+        """The booking values whose Nodes keep their label (I12): every request that
+        exists and has not failed or lost its capacity (an expired booking's workload may
+        still run and replace pods). None until requests and pods are both listed."""
+        if not self.pods.synced.is_set():
+            return None
+        with self._lock:
+            if not self._listed:
+                return None
+            requests = list(self._cache.values())
+        kept = set()
+        for obj in requests:
+            conds = c.read((obj.get("status") or {}).get("conditions"))
+            if any(conds.get(t) is not None and conds[t].true
+                   for t in (c.FAILED, c.CAPACITY_REVOKED)):
+                continue
+            meta = obj.get("metadata") or {}
+            kept.add(c.booking_value(str(meta.get("namespace")), str(meta.get("name"))))
+        return kept
+
+    def _unlabel_if_done(self, node: Node, kept: set[str]) -> None:
+        """Take the booking label off a Node once nothing can ask for it: no request it
+        names stands and no live pod selects it."""
+        meta = node.get("metadata") or {}
+        value = (meta.get("labels") or {}).get(c.BOOKING_LABEL)
+        name = meta.get("name")
+        if not value or not name or value in kept or self.pods.selecting(str(value)) or \
+                not self._p.acting():
+            return
+        try:
+            read = str(meta.get("resourceVersion") or "")
+            self.nodes.wrote(self._kube.patch_node(str(name), {c.BOOKING_LABEL: None}, {}),
+                             read)
+        except Exception as err:  # the next resync tries again
+            log.warning("removing the ended booking %s from Node %s failed: %s", value,
+                        name, err)
 
     def _label_source(self, node: Node, inst: CloudInstance) -> None:
         changes = source_labels.missing(node, inst)
@@ -315,7 +355,7 @@ class Controller:
                 self.handler.gone(key)
                 return
             fresh = self.handler.latest(key)
-            if fresh is not None and _newer(fresh, obj):
+            if fresh is not None and newer(fresh, obj):
                 obj = fresh
             delay = self.handler.handle(obj)
         except NotLeader as err:
@@ -354,10 +394,3 @@ class Controller:
         for state, n in counts.items():
             self._states.labels(state=state).set(n)
 
-
-def _newer(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    def version(o: dict[str, Any]) -> int:
-        text = str((o.get("metadata") or {}).get("resourceVersion") or "0")
-        return int(text) if text.isdigit() else 0
-
-    return version(a) > version(b)

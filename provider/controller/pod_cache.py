@@ -33,6 +33,7 @@ class PodFacts:
     consumes: str | None  # the request its annotation names, in its namespace
     node: str | None
     live: bool  # not finished and not being deleted
+    selects: str | None = None  # the booking its nodeSelector asks for (Kueue wrote it)
 
 
 def facts(pod: Pod) -> PodFacts:
@@ -46,17 +47,27 @@ def facts(pod: Pod) -> PodFacts:
         consumes=str(consumes) if consumes else None,
         node=(pod.get("spec") or {}).get("nodeName") or None,
         live=not meta.get("deletionTimestamp") and phase in (None, "Pending", "Running"),
+        selects=_selected_booking(pod),
     )
+
+
+def _selected_booking(pod: Pod) -> str | None:
+    value = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(c.BOOKING_LABEL)
+    return str(value) if value else None
 
 
 def slim(pod: Pod) -> Pod:
     """The pod with only what allset reads of a placed pod (same shape as the object)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
+    kept = {k: spec[k] for k in ("nodeName", "schedulingGroup") if k in spec}
+    booking = _selected_booking(pod)
+    if booking is not None:
+        kept["nodeSelector"] = {c.BOOKING_LABEL: booking}
     return {
         "metadata": {k: meta[k] for k in ("namespace", "name", "uid", "labels",
                                           "annotations", "deletionTimestamp") if k in meta},
-        "spec": {k: spec[k] for k in ("nodeName", "schedulingGroup") if k in spec},
+        "spec": kept,
         "status": {"phase": (pod.get("status") or {}).get("phase")},
     }
 
@@ -77,6 +88,8 @@ class PodCache:
         self._by_namespace: dict[str, set[str]] = {}
         self._consumers: dict[tuple[str, str], set[str]] = {}  # (ns, request) -> placed pods
         self._pending: set[tuple[str, str]] = set()
+        # booking value -> live pods whose nodeSelector asks for it (placed or not)
+        self._selecting: dict[str, set[tuple[str, str]]] = {}
         self.synced = threading.Event()
 
     # --- reads -------------------------------------------------------------------------
@@ -85,6 +98,12 @@ class PodCache:
         """Pods of ``namespace`` that consume ``request`` and are on a node."""
         with self._lock:
             return len(self._consumers.get((namespace, request), ()))
+
+    def selecting(self, booking: str) -> int:
+        """Live pods, on a node or not, whose nodeSelector asks for ``booking``: while one
+        is there, the workload booked onto those Nodes still needs their label."""
+        with self._lock:
+            return len(self._selecting.get(booking, ()))
 
     def pending(self) -> list[Pod]:
         """Live pods not yet on a node, whole."""
@@ -102,6 +121,8 @@ class PodCache:
             (self._by_namespace, f.namespace, f.name)]
         if f.consumes and f.node:
             sets.append((self._consumers, (f.namespace, f.consumes), f.name))
+        if f.selects and f.live:
+            sets.append((self._selecting, f.selects, key))
         for index, bucket, item in sets:
             if add:
                 index.setdefault(bucket, set()).add(item)
@@ -130,6 +151,7 @@ class PodCache:
             old = self._facts
             self._facts, self._pods = fresh, kept
             self._by_namespace, self._consumers, self._pending = {}, {}, set()
+            self._selecting = {}
             for f in fresh.values():
                 self._index(f, add=True)
         self.synced.set()

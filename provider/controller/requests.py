@@ -23,7 +23,7 @@ from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, planned
 from provider.controller.kube import KUEUE_GROUP, Gone, KubeApi
 from provider.controller.nodes import NodeCache, is_ready
 from provider.controller.pod_cache import PodCache
-from provider.controller.writes import Change, Writer, key_of, uid_of
+from provider.controller.writes import Change, Writer, key_of, newer, uid_of
 from provider.domain.cloud import CloudInstance
 from provider.domain.demand import CLASS_NAME, Demand
 from provider.domain.plan import Infeasible, ReasonCode
@@ -100,6 +100,13 @@ class RequestHandler:
         it was provisioned: its gang is rolled back here instead."""
         with self._lock:
             tracked = self._tracked.pop(key, None)
+        # What this process last wrote may be newer than what a list or watch showed last
+        # (a pass that wrote Provisioned, then saw the deletion): a handed-over gang runs
+        # its workload and is never terminated here.
+        written = self._w.latest(key)
+        if written is not None and (last is None or (
+                uid_of(written) == uid_of(last) and newer(written, last))):
+            last = written
         self._w.forget(key)
         if tracked is not None:
             tracked.cancel.set()  # an attempt in flight rolls itself back
@@ -317,7 +324,7 @@ class RequestHandler:
         key = key_of(obj)
         if not self._gangs.terminate(list(found.instances)):
             return RETRY_TERMINATE
-        self._release(key, t.uid)
+        self._release(key, t.uid, unlabel=True)
         t.failures += 1
         delay = self._backoff.delay(t.failures)
         t.retry_at = self._p.clock.now() + delay
@@ -374,7 +381,8 @@ class RequestHandler:
         with self._lock:
             if self._tracked.get(key) is t:
                 del self._tracked[key]
-        self._w.forget(key)
+        # What was written is kept until the request is seen gone (gone() forgets it): a
+        # list that saw it last before that write must not pass for its last state.
         return None
 
     # --- the gang ------------------------------------------------------------------------
@@ -424,19 +432,23 @@ class RequestHandler:
                 done += 1
         return done
 
-    def _release(self, key: str, uid: str | None) -> None:
-        """End a booking: CA may scale the nodes down again, and pods no longer select
-        them."""
+    def _release(self, key: str, uid: str | None, *, unlabel: bool = False) -> None:
+        """End a booking: CA may scale the nodes down again. Their booking label stays
+        (I12): Kueue wrote it into the workload's pod template as a nodeSelector, and a
+        pod that replaces a failed one needs it, on the very nodes the workload runs on.
+        ``unlabel``: the gang is being terminated, nothing will run there. Otherwise the
+        label goes once no standing request and no live pod asks for it
+        (Controller.label_sources)."""
         for pid in self._gangs.release(key, uid):
             node = self._nodes.get(pid)
             if node is None:
                 continue
             meta = node.get("metadata") or {}
-            if c.BOOKING_LABEL in (meta.get("labels") or {}) or \
-                    c.SCALE_DOWN_DISABLED in (meta.get("annotations") or {}):
+            labels = {c.BOOKING_LABEL: None} \
+                if unlabel and c.BOOKING_LABEL in (meta.get("labels") or {}) else {}
+            if labels or c.SCALE_DOWN_DISABLED in (meta.get("annotations") or {}):
                 with contextlib.suppress(Gone):
-                    self._kube.patch_node(meta["name"], {c.BOOKING_LABEL: None},
-                                          {c.SCALE_DOWN_DISABLED: None})
+                    self._kube.patch_node(meta["name"], labels, {c.SCALE_DOWN_DISABLED: None})
 
     # --- helpers -------------------------------------------------------------------------
 

@@ -30,6 +30,15 @@ def key_of(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
+def newer(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether ``a`` is a later version of the object than ``b`` (its resourceVersion)."""
+    def version(o: Mapping[str, Any]) -> int:
+        text = str((o.get("metadata") or {}).get("resourceVersion") or "0")
+        return int(text) if text.isdigit() else 0
+
+    return version(a) > version(b)
+
+
 def uid_of(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("uid") or "")
 

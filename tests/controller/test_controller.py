@@ -4,6 +4,7 @@ over HTTP on 127.0.0.1) and the simulated cloud."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -12,7 +13,7 @@ from adapters.fake import Stockout
 from provider.controller import conditions as c
 from provider.domain.cloud import CapacityType, InstanceState, LaunchRequest
 from tests.fakes.kube import objects
-from tests.kit.controller import NS, World, create, live, templates, world
+from tests.kit.controller import NS, World, create, live, restart, templates, world
 from tests.kit.helpers import wait_until
 
 __all__ = ["world"]  # the fixture, shared with the other controller tests
@@ -130,7 +131,9 @@ def test_booking_expires(world: World) -> None:
     assert expired is not None and expired.true and expired.reason == c.BOOKING_TIME_EXPIRED
     for inst in live(w):
         node = w.node(inst.name)
-        assert c.BOOKING_LABEL not in (node["metadata"].get("labels") or {})
+        # CA may scale them down now; the label stays while the request stands, for a
+        # pod that replaces a failed one selects it (I12; issue 32, finding 6).
+        assert node["metadata"]["labels"][c.BOOKING_LABEL] == "ml.job"
         assert c.SCALE_DOWN_DISABLED not in (node["metadata"].get("annotations") or {})
     assert w.h.provider.bookings() == {}
 
@@ -236,3 +239,50 @@ def test_many_requests_never_share_a_reservation_slot(world: World) -> None:
 
 def _false() -> c.Condition:
     return c.Condition("", "False", "", "", "")
+
+
+def test_a_booked_workload_can_replace_a_failed_pod_after_its_booking_ended(world: World
+                                                                            ) -> None:
+    """Issue 32, finding 6 (I12): Kueue wrote the booking label into the Job's pods as a
+    nodeSelector. Once every pod was scheduled allset ended the booking and took the label
+    off the Nodes, so the pod the Job created for a failed one stayed Pending for good, on
+    the very nodes its workload ran on. The label stays while the request stands or a live
+    pod asks for it, through a restart too; then it goes."""
+    w = world
+    create(w, pod_sets={"workers": 8})
+    w.provision()
+    (inst,) = live(w)
+
+    def pod(name: str, node: str = "") -> dict[str, Any]:
+        made = objects.pod(NS, name, {"autoscaling.x-k8s.io/consume-provisioning-request":
+                                      "job"}, node)
+        made["spec"]["nodeSelector"] = {c.BOOKING_LABEL: "ml.job"}
+        return made
+
+    for i in range(8):
+        w.kube.create(pod(f"w{i}", inst.name))
+    w.sync(2)
+    assert w.condition(c.BOOKING_EXPIRED).reason == c.BOOKING_CONSUMED  # type: ignore[union-attr]
+
+    def labelled() -> bool:
+        return bool(w.node(inst.name)["metadata"]["labels"].get(c.BOOKING_LABEL) == "ml.job")
+
+    assert labelled()
+    assert c.SCALE_DOWN_DISABLED not in (w.node(inst.name)["metadata"].get("annotations") or {})
+    w.kube.delete("pods", "w3", NS)  # it failed; the Job makes a replacement
+    w.kube.create(pod("w8"))
+    w.sync(3)
+    assert labelled(), "the replacement can no longer land on its workload's nodes"
+    w.controller.stop()
+    restart(w)  # a new leader keeps it too
+    w.sync(3)
+    assert labelled()
+    # The workload ends: its pods go, then Kueue's garbage collection takes the request.
+    for name in [f"w{i}" for i in range(9) if i != 3]:
+        w.kube.delete("pods", name, NS)
+    w.sync(2)
+    assert labelled()  # the request still stands
+    client.CustomObjectsApi(w.api).delete_namespaced_custom_object(
+        "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", "job")
+    w.sync(3)
+    assert not labelled()

@@ -16,7 +16,6 @@ from kubernetes import client
 
 from provider.app import Provider
 from provider.attempts.executor import inline_runner
-from provider.config import LoadedConfig
 from provider.controller import conditions as c
 from provider.controller.controller import Controller
 from provider.controller.kube import KubeApi
@@ -24,7 +23,7 @@ from provider.controller.requests import Backoff
 from provider.domain.cloud import InstanceState, OutcomeUnknown
 from provider.domain.errors import FailedPrecondition, Unavailable
 from tests.fakes.kube import objects
-from tests.kit.controller import NS, World, create, live, world
+from tests.kit.controller import NS, World, create, live, restart, world
 from tests.kit.helpers import BASE_CONFIG, config
 
 __all__ = ["world"]
@@ -48,16 +47,6 @@ def reclaim(w: World, instance: Any) -> None:
     """A spot reclaim (or a person in the console): the cloud ends an instance."""
     w.h.cloud.terminate([instance.id])
     w.h.provider.refresh_now()
-
-
-def restart(w: World, cfg: LoadedConfig | None = None) -> None:
-    """A new process: a new Provider (first listing) and a new controller, same cloud and
-    API server (the old controller is stopped by the caller)."""
-    provider = Provider(cfg or w.h.provider.config, w.h.cloud, w.h.clock, pool=w.h.pool,
-                        runner=inline_runner)
-    provider.refresh_now()
-    w.h.provider = provider
-    w.controller = Controller(provider, KubeApi(w.api), workers=1, backoff=Backoff(60, 600))
 
 
 def delete_request(w: World, name: str = "job") -> None:
@@ -547,3 +536,33 @@ def test_a_gang_rolled_back_after_a_listing_adopted_it_is_never_provisioned(
         provisioned = w.condition(c.PROVISIONED)
         assert provisioned is None or not provisioned.true, provisioned
     assert all(i.marked_deleting for i in w.h.cloud.live_instances())
+
+
+def test_a_provisioned_gang_is_not_terminated_when_its_deletion_is_seen_late(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request is deleted just after a pass listed it; the pass writes Provisioned,
+    then sees the deletion and hands the gang over (the finalizer goes). The next list
+    finds the request gone and reports it as it last listed it, from before that write:
+    taken for a gang never provisioned, it was terminated under the workload running on
+    it (adversary seed 627818390)."""
+    w = world
+    create(w)
+    w.sync()
+    w.register_nodes()
+    api = w.controller._kube
+    real = api.list_requests
+    deleted: list[bool] = []
+
+    def list_requests() -> Any:
+        listed = real()
+        if not deleted:
+            deleted.append(True)
+            delete_request(w)  # after the list: the pass still sees it standing
+        return listed
+
+    monkeypatch.setattr(api, "list_requests", list_requests)
+    gang = live(w)
+    w.sync(3)
+    assert deleted and w.request() is None
+    assert ids(live(w)) == ids(gang), "a provisioned gang was terminated"
+    assert not any(i.marked_deleting for i in w.h.cloud.live_instances())

@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from provider.app import Provider
+from provider.attempts.executor import inline_runner
+from provider.config import LoadedConfig
 from provider.controller import conditions as c
 from provider.controller.controller import Controller
 from provider.controller.kube import KubeApi
@@ -94,6 +97,16 @@ def running(config: str | None = None, workers: int = 4) -> Iterator[World]:
         yield World(h, kube, api, controller)
         controller.stop()
         h.provider.stop()
+
+
+def restart(w: World, cfg: LoadedConfig | None = None) -> None:
+    """A new process: a new Provider (first listing) and a new controller, same cloud and
+    API server (the old controller is stopped by the caller)."""
+    provider = Provider(cfg or w.h.provider.config, w.h.cloud, w.h.clock, pool=w.h.pool,
+                        runner=inline_runner)
+    provider.refresh_now()
+    w.h.provider = provider
+    w.controller = Controller(provider, KubeApi(w.api), workers=1, backoff=Backoff(60, 600))
 
 
 def templates(kube: FakeKube) -> None:
