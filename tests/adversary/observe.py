@@ -47,7 +47,9 @@ class Observer:
     provisioned_seen: set[str] = field(default_factory=set)
     # Marks of runs with a state dir, by that dir: what a later run on it still owes.
     durable_marks: dict[Path, set[str]] = field(default_factory=dict)
-    owed_by: dict[str, Incarnation] = field(default_factory=dict)  # first process to mark
+    # Terminations some process promised (CA's DeleteNodes answered OK), by the first
+    # process that did: each ends whatever becomes of it.
+    owed_by: dict[str, Incarnation] = field(default_factory=dict)
     launch_count: int = 0
     kill_count: int = 0
     write_count: int = 0
@@ -79,7 +81,9 @@ class Observer:
         marks = {i: self._marks(i) for i in alive}
         marked: set[str] = set().union(*marks.values()) if marks else set()
         for who, ids in marks.items():
-            for iid in ids:
+            # A process's own decision (a rollback) that never reached the instance is
+            # not a promise: its successor may find the instance committed and wanted.
+            for iid in who.acknowledged:
                 self.owed_by.setdefault(iid, who)
             if who.state_dir is not None:
                 self.durable_marks.setdefault(who.state_dir, set()).update(ids)

@@ -37,6 +37,8 @@ from provider.config.units import duration_seconds
 from provider.controller import kube as kube_api
 from provider.controller.controller import Controller
 from provider.controller.requests import Backoff
+from provider.domain.cloud import CloudInstance
+from provider.domain.fleet import Deletion
 from provider.leadership.election import Election
 from provider.leadership.elector import NotLeader
 from provider.service.servicer import CloudProviderServicer
@@ -222,6 +224,8 @@ class Incarnation:
     owner: object = field(default_factory=object)  # its tasks are killed together
     acting_since: float | None = None  # world time it last started acting
     stopping: bool = False  # a graceful shutdown is under way
+    # Instances its DeleteNodes applied a deletion of, CA answered OK: promised to end.
+    acknowledged: set[str] = field(default_factory=set)
 
     @property
     def tag(self) -> str:
@@ -383,6 +387,7 @@ class World:
         inc = Incarnation(number, replica, provider, controller, cfg, directory,
                           election=election, api=api, journal=journal, owner=owner)
         holder["inc"] = inc
+        _record_acknowledged(inc)
         replica.kube.install(api, inc)
         self._count_fence(controller)
         self.incarnations.append(inc)
@@ -673,3 +678,17 @@ def _shared_kube() -> FakeKube:
 def _tmp_root() -> str | None:
     shm = Path("/dev/shm")
     return str(shm) if shm.is_dir() else None  # state files: fsync costs nothing there
+
+
+def _record_acknowledged(inc: Incarnation) -> None:
+    """Note what each applied deletion terminates: DeleteNodes applies one only once its
+    marks are written, and then answers CA OK."""
+    fleet = inc.provider.fleet
+    apply = fleet.apply_deletion
+
+    def applied(deletion: Deletion) -> list[CloudInstance]:
+        doomed = apply(deletion)
+        inc.acknowledged.update(i.id for i in doomed)
+        return doomed
+
+    fleet.apply_deletion = applied  # type: ignore[method-assign]
