@@ -129,6 +129,7 @@ class SizeGuard(Protocol):
     def claim(self, attempt: str, counts: Mapping[str, int]) -> str | None: ...
     def end_claim(self, attempt: str, committed: Sequence[CloudInstance], now: float
                   ) -> None: ...
+    def hold_leftovers(self, instances: Sequence[CloudInstance], since: float) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +312,11 @@ class Terminator:
             self._marked.update(todo)
         self.on_marked(todo)
 
+    def marked_ids(self, ids: Sequence[str]) -> set[str]:
+        """Those of ``ids`` this process wrote (or listed) the deletion mark on."""
+        with self._lock:
+            return self._marked.intersection(ids)
+
     def owing(self) -> set[str]:
         """Instance ids whose termination is owed and not yet confirmed."""
         with self._lock:
@@ -432,6 +438,8 @@ class Executor:
         self._remember = remember_seconds
         self._attempts_lock = threading.Lock()
         self._in_flight: set[str] = set()
+        # attempt -> the instances its launches brought up so far (until it ends)
+        self._launched: dict[str, list[CloudInstance]] = {}
         self._finished: dict[str, Finished] = {}
 
     @property
@@ -482,6 +490,9 @@ class Executor:
             outcome = self._run(spec, build, on_launched, cancelled, select)
         finally:
             committed = outcome.instances if outcome is not None else ()
+            with self._attempts_lock:
+                launched = self._launched.pop(spec.id, [])
+            self._hold_leftovers(launched, committed)
             if spec.claims_size and not spec.ended_by_fleet and self._sizes is not None:
                 self._sizes.end_claim(spec.id, committed, self._clock.now())
             self._ledger.settle(spec.id)
@@ -541,6 +552,9 @@ class Executor:
                 return self._launch_part(spec, n, item[0], item[1], total)
 
             results = self._runner(launch, list(enumerate(plan.parts)))
+            with self._attempts_lock:
+                self._launched.setdefault(spec.id, []).extend(
+                    i for _, insts, _ in results for i in insts)
             good = [(p, insts) for p, insts, err in results if err is None]
             bad = [PartFailure(p, err) for p, _, err in results if err is not None]
             for p, insts in good:
@@ -697,6 +711,18 @@ class Executor:
             return found
         raise StillUnknown(f"launch {request.token} outcome unknown; {len(found)} of "
                            f"{request.count} instances listed so far")
+
+    def _hold_leftovers(self, launched: Sequence[CloudInstance],
+                        committed: Sequence[CloudInstance]) -> None:
+        """What the attempt launched and leaves running neither committed nor marked for
+        deletion (it was deposed or failed mid-way, or a rollback's mark failed) holds room
+        against maxSize once the attempt's own claim is gone, until a listing counts it."""
+        if self._sizes is None or not launched:
+            return
+        done = {i.id for i in committed} | self.terminator.marked_ids([i.id for i in launched])
+        left = [i for i in launched if i.id not in done]
+        if left:
+            self._sizes.hold_leftovers(left, self._clock.now())
 
     def _rollback(self, spec: AttemptSpec, parts: Sequence[Sequence[CloudInstance]]) -> bool:
         """Terminate every launched part, one part at a time; False if some instances are

@@ -185,7 +185,7 @@ class Reconciler:
                          doomed=owed)
         if not acting:
             # A standby keeps its view warm and touches nothing.
-            self._hold(found.orphans, ())
+            self._hold(found.orphans, (), taken_at)
             if self._metrics is not None:
                 self._metrics.observe_snapshot(snapshot, len(found.orphans), len(owed))
             return found
@@ -194,7 +194,7 @@ class Reconciler:
         # are left alone: a request of theirs waits rather than pay for a second gang.
         doomed = self._due_orphans(settled, taken_at,
                                    predecessors=[i for i in found.orphans if i not in settled])
-        self._hold(found.orphans, doomed)
+        self._hold(found.orphans, doomed, taken_at)
         doomed += self._unknown_group(found.unknown_group)
         if doomed:
             failpoints.hit("reconcile.rolling-back")
@@ -214,16 +214,18 @@ class Reconciler:
             self._metrics.unknown_group.set(len(found.unknown_group))
         return found
 
-    def _hold(self, orphans: tuple[CloudInstance, ...], doomed: Collection[CloudInstance]
-              ) -> None:
+    def _hold(self, orphans: tuple[CloudInstance, ...], doomed: Collection[CloudInstance],
+              taken_at: float) -> None:
         """Uncommitted instances left running (in their grace period, or a previous
-        leader's) still hold room against their groups' maxSize."""
+        leader's) still hold room against their groups' maxSize. An attempt's leftovers
+        held since a grace period before this listing are among them by now (a listing
+        lags a launch by less)."""
         going = {i.id for i in doomed}
         counts: dict[str, int] = defaultdict(int)
         for inst in orphans:
             if inst.id not in going:
                 counts[inst.tags.node_group] += 1
-        self._fleet.hold_uncommitted(counts)
+        self._fleet.hold_uncommitted(counts, counted_before=taken_at - self._grace)
 
     def _settled(self, orphans: tuple[CloudInstance, ...], taken_mono: float
                  ) -> tuple[CloudInstance, ...]:

@@ -102,6 +102,10 @@ class _GroupState:
     # so the deletion, applied, terminates an uncommitted instance there, which any
     # leader's reconcile rolls back should this process never finish it.
     pending_names: dict[int, frozenset[str]] = field(default_factory=dict)
+    # Instances an attempt here launched and left running uncommitted and unmarked when it
+    # ended (deposed mid-way, a rollback's mark failed): id -> when. They hold room against
+    # maxSize until a listing taken a grace period later counts them (as uncommitted).
+    leftover: dict[str, float] = field(default_factory=dict)
 
 
 class Fleet:
@@ -508,12 +512,28 @@ class Fleet:
                 self._recount(gid)
             return None
 
-    def hold_uncommitted(self, counts: Mapping[str, int]) -> None:
-        """Set, per group, the live uncommitted instances that no attempt here runs."""
+    def hold_leftovers(self, instances: Sequence[CloudInstance], since: float) -> None:
+        """Count these uncommitted instances against their groups' maxSize from now until
+        a listing accounts for them (Fleet.sync)."""
+        with self._lock:
+            for inst in instances:
+                state = self._state.get(inst.tags.node_group)
+                if state is not None:
+                    state.leftover[inst.id] = since
+                    self._recount(state.group.id)
+
+    def hold_uncommitted(self, counts: Mapping[str, int],
+                         counted_before: float | None = None) -> None:
+        """Set, per group, the live uncommitted instances that no attempt here runs, as a
+        listing shows them; leftovers held since before ``counted_before`` are in those
+        counts now (committed, uncommitted or gone), and are let go in the same step."""
         with self._lock:
             for gid, state in self._state.items():
-                if state.uncommitted != counts.get(gid, 0):
+                kept = state.leftover if counted_before is None else {
+                    k: t for k, t in state.leftover.items() if t >= counted_before}
+                if state.uncommitted != counts.get(gid, 0) or kept != state.leftover:
                     state.uncommitted = counts.get(gid, 0)
+                    state.leftover = kept
                     self._recount(gid)
 
     def end_claim(self, attempt: str, committed: Iterable[CloudInstance], now: float) -> None:
@@ -593,7 +613,7 @@ class Fleet:
     @classmethod
     def _occupied(cls, state: _GroupState) -> int:
         attempts = set(state.scale_ups) | set(state.claims)
-        return len(state.instances) + state.uncommitted + \
+        return len(state.instances) + state.uncommitted + len(state.leftover) + \
             sum(cls._held_by(state, a) for a in attempts)
 
     def _attempt_states(self, attempt: str) -> list[_GroupState]:

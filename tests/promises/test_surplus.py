@@ -17,6 +17,7 @@ import pytest
 from provider.app import Provider
 from provider.attempts.executor import inline_runner
 from provider.base import failpoints
+from provider.domain.errors import FailedPrecondition
 from provider.domain.fleet import PLACEHOLDER_PREFIX
 from tests.kit.helpers import Harness, ManualPool, Switchable, harness
 
@@ -110,3 +111,36 @@ def test_a_placeholder_whose_deletion_is_being_marked_is_not_committed_meanwhile
     assert len(committed(h, "cpu")) == 1 and len(live) == 1
     assert a.fleet.view("cpu").target_size == 1
     assert placeholders(a, "cpu") == []
+
+
+def test_a_deposed_scale_ups_nodes_hold_max_size_until_a_listing_counts_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scale-up launched, then found at its commit that the replica no longer led: its
+    instances stay up uncommitted, and its claim on maxSize ended with it. The replica led
+    again at once, and CA's next scale-up was planned as if they were not there: 6
+    instances in a group of maxSize 5 (I3, adversary seed 983748381)."""
+    h = harness()
+    a, lead, pool = leading(h)
+    real = failpoints.hit
+
+    def hit(name: str) -> None:
+        if name == "executor.before-commit":
+            lead.leading = False  # the commit's fence refuses
+        real(name)
+
+    monkeypatch.setattr(failpoints, "hit", hit)
+    a.scaleups.increase("gpu-b", 3)
+    pool.run_all()
+    assert len(h.live("gpu-b")) == 3 and committed(h, "gpu-b") == []
+    lead.leading = True
+    monkeypatch.setattr(failpoints, "hit", real)
+    a.fleet.decrease_target("gpu-b", -3)  # CA drops the failed placeholders (its RPC)
+    with pytest.raises(FailedPrecondition, match="max"):
+        a.scaleups.increase("gpu-b", 2)  # 3 still up + 2 > maxSize 4
+    # A listing a grace period later counts them itself; past the orphan grace they go.
+    h.clock.advance(a.config.orphan_grace_seconds + 1)
+    a.refresh_now()
+    h.clock.advance(a.config.orphan_grace_seconds + 1)
+    a.refresh_now()
+    assert h.live("gpu-b") == []
+    a.scaleups.increase("gpu-b", 2)
