@@ -8,6 +8,9 @@ themselves, one per shape. Its pods are annotated as consuming it, which keeps C
 scale-up off them while it is open. The request's state is reported on the gang object:
 an annotation and an Event whenever its reason changes.
 
+A request's name carries the gang's API and its PodGroup's uid (``request_name``), so no
+two gangs share one.
+
 The booked nodes are where the pods fit: they could not be scheduled before, and the new
 nodes are labelled for the booking and kept from scale-down until the pods land. A pod's
 nodeSelector cannot be changed once it exists (only while it is gated), so the bridge does
@@ -50,15 +53,23 @@ class GangKey:
     name: str
 
 
-def request_name(gang: str, generation: int) -> str:
-    """A request per generation, named after the gang (DNS subdomain, stable)."""
-    digest = hashlib.sha256(gang.encode()).hexdigest()[:6]
+def request_name(source: GangSource, gang: str, uid: str, generation: int) -> str:
+    """A request per generation of a gang: ``<source>-<gang>-<uid hash>-<generation>``, a
+    DNS subdomain of at most 64 characters below generation 10, stable for the gang. The
+    API and the PodGroup's uid keep two APIs' gangs of one name (and a gang recreated under
+    its name) from sharing a request; the name, cut to 40 characters, keeps it readable.
+
+    Before issue 32 a request was named from the gang's name alone (``gang-<name>-<hash>-<n>``).
+    The bridge never finds a gang's request by computing its name: the gang names it
+    (REQUEST_ANNOTATION), so a gang asked for under the old name keeps that request, and
+    only its next generation gets a name of this form (see ``_current``)."""
+    digest = hashlib.sha256(uid.encode()).hexdigest()[:8]
     # Cut where it may, a subdomain can end in "." or "-": ".-" is not a DNS subdomain.
-    return f"gang-{gang[:40].rstrip('.-')}-{digest}-{generation}"
+    return f"{source.name.value}-{gang[:40].rstrip('.-')}-{digest}-{generation}"
 
 
 def generation_of(request: str) -> int:
-    """The generation a request_name() carries at its end."""
+    """The generation a request's name carries at its end (in either form)."""
     last = request.rsplit("-", 1)[-1]
     return int(last) if last.isdigit() else 1
 
@@ -97,6 +108,12 @@ def _unschedulable(pod: Mapping[str, Any]) -> bool:
     return False
 
 
+def _owned_by(request: Mapping[str, Any], gang: Mapping[str, Any]) -> bool:
+    uid = (gang.get("metadata") or {}).get("uid")
+    refs = (request.get("metadata") or {}).get("ownerReferences") or []
+    return bool(uid) and any(ref.get("uid") == uid for ref in refs)
+
+
 def _member(pod: Mapping[str, Any]) -> Member:
     meta = pod.get("metadata") or {}
     notes = meta.get("annotations") or {}
@@ -107,6 +124,11 @@ def _member(pod: Mapping[str, Any]) -> Member:
         consuming=notes.get(c.CONSUME_ANNOTATIONS[0]),
         shape=shape_of(pod),
     )
+
+
+def _request_name(key: GangKey, gang: Mapping[str, Any], generation: int) -> str:
+    return request_name(key.source, key.name, str((gang.get("metadata") or {}).get("uid")),
+                        generation)
 
 
 def _live(pod: Mapping[str, Any]) -> bool:
@@ -253,7 +275,7 @@ class GangBridge:
             # bridge's first pass. Later generations are the leader's (it reads them).
             named = ((obj.get("metadata") or {}).get("annotations") or {}).get(
                 REQUEST_ANNOTATION)
-            upcoming = request_name(key.name, 1)
+            upcoming = _request_name(key, obj, 1)
             early = tuple(m for m in members if not m.scheduled and m.consuming != upcoming)
             if not named and early:
                 self._mark(key.namespace, upcoming, early)
@@ -263,7 +285,7 @@ class GangBridge:
             obj = self._report(key, obj, current)
         decision = decide(members, min_member, current)
         if isinstance(decision, Ask):
-            name = request_name(key.name, decision.generation)
+            name = _request_name(key, obj, decision.generation)
             stuck = [p for p in pods if not _scheduled(p)]
             # The gang names its request before the request exists: a crash in between
             # finds the name and creates the same request, never a second one. Only onto
@@ -279,12 +301,15 @@ class GangBridge:
             # Not asked for yet (not whole, or the scheduler has not tried every pod): its
             # pods already name the request they will consume, so CA's per-pod scale-up
             # leaves them alone meanwhile instead of half-building the gang.
-            upcoming = request_name(key.name, 1 if current is None else current.generation + 1)
+            upcoming = _request_name(key, obj,
+                                     1 if current is None else current.generation + 1)
             early = tuple(m for m in members if not m.scheduled and m.consuming != upcoming)
             if early:
                 self._mark(key.namespace, upcoming, early)
 
     def _current(self, key: GangKey, obj: Mapping[str, Any]) -> RequestState | None:
+        """The gang's request, as the gang names it: whatever its name's form, so a gang
+        asked for before names carried the API and uid keeps its request."""
         name = ((obj.get("metadata") or {}).get("annotations") or {}).get(REQUEST_ANNOTATION)
         if not name:
             return None
@@ -298,6 +323,11 @@ class GangBridge:
             if pods:
                 self._create(key, obj, str(name), pods)
             return RequestState(str(name), generation, RequestPhase.OPEN)
+        if not _owned_by(found, obj):
+            # Another gang's: a name from the gang's name alone, shared by two APIs'
+            # PodGroups of that name before issue 32 (its owner was whichever was asked for
+            # first). That one keeps it; this gang asks for its own.
+            return None
         return request_state(found, generation)
 
     def _create(self, key: GangKey, gang: Mapping[str, Any], name: str,
