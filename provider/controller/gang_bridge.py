@@ -8,8 +8,9 @@ themselves, one per shape. Its pods are annotated as consuming it, which keeps C
 scale-up off them while it is open. The request's state is reported on the gang object:
 an annotation and an Event whenever its reason changes.
 
-A request's name carries the gang's API and its PodGroup's uid (``request_name``), so no
-two gangs share one.
+A pod belongs to one gang, of the first API in ``gangs.sources`` that names it; one named
+by two APIs is told so (provider/controller/gang_conflicts.py). A request's name carries
+the gang's API and its PodGroup's uid (``request_name``), so no two gangs share one.
 
 The booked nodes are where the pods fit: they could not be scheduled before, and the new
 nodes are labelled for the booking and kept from scale-down until the pods land. A pod's
@@ -30,10 +31,11 @@ from typing import Any, Protocol
 from provider.base.clock import Clock, rfc3339
 from provider.controller import conditions as c
 from provider.controller.gang_api import GangApi
-from provider.controller.kube import Conflict
+from provider.controller.gang_conflicts import CONFLICT_REASON, ConflictTeller
+from provider.controller.kube import Conflict, event
 from provider.domain.demand import CLASS_NAME
 from provider.domain.gangs.decide import Ask, Mark, Member, RequestPhase, RequestState, decide
-from provider.domain.gangs.sources import GangSource
+from provider.domain.gangs.sources import GangRef, GangSource, Naming, naming
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +108,12 @@ def _unschedulable(pod: Mapping[str, Any]) -> bool:
                 cond.get("reason") in ("Unschedulable", "SchedulerError"):
             return True
     return False
+
+
+def _belongs(pod: Mapping[str, Any], key: GangKey, sources: Sequence[GangSource]) -> bool:
+    """Is the pod of this gang: the first of ``sources`` that names a gang names this one?"""
+    found = naming(pod, sources)
+    return found is not None and found.gang == GangRef(key.source, key.name)
 
 
 def _owned_by(request: Mapping[str, Any], gang: Mapping[str, Any]) -> bool:
@@ -191,6 +199,7 @@ class GangBridge:
         self._swept_at = float("-inf")
         self._wake = threading.Event()
         self._acting: Callable[[], bool] = lambda: True  # on its own (tests): always
+        self._conflicts = ConflictTeller(api, clock)
 
     def wake(self) -> None:
         """A pod that may belong to a gang appeared or changed: pass now, before CA's own
@@ -228,16 +237,21 @@ class GangBridge:
 
     def pass_once(self) -> None:
         acting = self._acting()
+        # In the configured order, which is also the order of precedence: a pod named by
+        # two APIs belongs to the first one's gang (sources.naming).
         sources = [s for s in self._sources if self._api.served(s)]
         if not sources:
             return
         keys: set[GangKey] = set()
+        overlaps: list[tuple[dict[str, Any], Naming]] = []
         for pod in self._pods.pending():
+            found = naming(pod, sources)
+            if found is None:
+                continue
             namespace = str((pod.get("metadata") or {}).get("namespace"))
-            for source in sources:
-                name = source.gang_of(pod)
-                if name:
-                    keys.add(GangKey(source, namespace, name))
+            keys.add(GangKey(found.gang.source, namespace, found.gang.name))
+            if found.passed_over:
+                overlaps.append((pod, found))
         pods: dict[str, list[dict[str, Any]]] = {}
         for key in sorted(keys, key=lambda k: (k.namespace, k.name, k.source.name)):
             if key.namespace not in pods:
@@ -245,27 +259,37 @@ class GangBridge:
             try:
                 # Leadership can end within a pass: each gang asks again.
                 acting = acting and self._acting()
-                self._gang(key, pods[key.namespace], acting)
+                self._gang(key, pods[key.namespace], sources, acting)
             except Exception as err:
                 log.warning("gang %s/%s (%s): %s", key.namespace, key.name, key.source.name,
                             err)
+        if acting:
+            self._tell_conflicts(overlaps, sources)
         now = self._clock.now()
         if acting and now - self._swept_at >= self._sweep:
             self._swept_at = now
             self._drop_orphans(sources)
 
+    def _tell_conflicts(self, overlaps: Sequence[tuple[dict[str, Any], Naming]],
+                        sources: Sequence[GangSource]) -> None:
+        try:
+            self._conflicts.tell(overlaps, sources)
+        except Exception as err:  # told on a later pass; the gangs are asked for regardless
+            log.warning("%s not told: %s", CONFLICT_REASON, err)
+
     # --- one gang -------------------------------------------------------------------------
 
     def _gang(self, key: GangKey, namespace_pods: list[dict[str, Any]],
-              acting: bool = True) -> None:
+              sources: Sequence[GangSource], acting: bool = True) -> None:
         obj = self._api.gang(key.source, key.namespace, key.name)
         if obj is None:
             return  # pods name a gang that does not exist (yet)
         min_member = key.source.min_member(obj)
         if min_member is None:
             return  # not a gang
-        pods = [p for p in namespace_pods
-                if _live(p) and key.source.gang_of(p) == key.name]
+        # Only the pods that belong to it: one that also names a gang of an earlier source
+        # is that gang's (two gangs would each ask for it and mark it theirs, every pass).
+        pods = [p for p in namespace_pods if _live(p) and _belongs(p, key, sources)]
         members = tuple(_member(p) for p in pods)
         if not acting:
             # A standby asks for nothing, but marks the pods of a gang never asked for
@@ -280,7 +304,7 @@ class GangBridge:
             if not named and early:
                 self._mark(key.namespace, upcoming, early)
             return
-        current = self._current(key, obj)
+        current = self._current(key, obj, sources)
         if current is not None:
             obj = self._report(key, obj, current)
         decision = decide(members, min_member, current)
@@ -307,7 +331,8 @@ class GangBridge:
             if early:
                 self._mark(key.namespace, upcoming, early)
 
-    def _current(self, key: GangKey, obj: Mapping[str, Any]) -> RequestState | None:
+    def _current(self, key: GangKey, obj: Mapping[str, Any], sources: Sequence[GangSource]
+                 ) -> RequestState | None:
         """The gang's request, as the gang names it: whatever its name's form, so a gang
         asked for before names carried the API and uid keeps its request."""
         name = ((obj.get("metadata") or {}).get("annotations") or {}).get(REQUEST_ANNOTATION)
@@ -319,7 +344,7 @@ class GangBridge:
             # Named but not there: created by a pass that died, or deleted by a person.
             # Either way the gang is asked for again under the same name.
             pods = [p for p in self._pods.in_namespace(key.namespace)
-                    if _live(p) and key.source.gang_of(p) == key.name and not _scheduled(p)]
+                    if _live(p) and _belongs(p, key, sources) and not _scheduled(p)]
             if pods:
                 self._create(key, obj, str(name), pods)
             return RequestState(str(name), generation, RequestPhase.OPEN)
@@ -390,20 +415,12 @@ class GangBridge:
         warning = state.phase is RequestPhase.FAILED or state.reason not in (
             c.CAPACITY_IS_PROVISIONED, c.WAITING_FOR_NODES, c.BOOKING_CONSUMED)
         meta = obj.get("metadata") or {}
-        stamp = rfc3339(self._clock.now())
+        involved = {"apiVersion": key.source.api_version, "kind": key.source.kind,
+                    "name": key.name, "namespace": key.namespace, "uid": meta.get("uid")}
         try:
-            self._api.create_event(key.namespace, {
-                "apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{key.name}.", "namespace": key.namespace},
-                "involvedObject": {"apiVersion": key.source.api_version,
-                                   "kind": key.source.kind, "name": key.name,
-                                   "namespace": key.namespace, "uid": meta.get("uid")},
-                "reason": state.reason, "message": f"request {state.name}: {state.message}"
-                [:1024],
-                "type": "Warning" if warning else "Normal",
-                "source": {"component": "allset"},
-                "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-            })
+            self._api.create_event(key.namespace, event(
+                involved, state.reason, f"request {state.name}: {state.message}",
+                warning=warning, stamp=rfc3339(self._clock.now())))
         except Exception as err:  # best effort: the annotation is the record
             log.warning("event for gang %s/%s not recorded: %s", key.namespace, key.name, err)
         return written

@@ -1,6 +1,7 @@
 """Gangs of two APIs in one namespace (issue 32): PodGroups of one name in two APIs each get
-their own request, and requests named the way the bridge named them before stay their
-gang's across an upgrade."""
+their own request, a pod named by two APIs belongs to one gang (the first of gangs.sources
+that names it) and the conflict is told once, and requests named the way the bridge named
+them before stay their gang's across an upgrade."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from provider.controller import conditions as c
 from provider.controller.gang_bridge import GANG_ANNOTATION, GANG_LABEL, REQUEST_ANNOTATION
-from provider.domain.gangs.sources import SourceName
+from provider.domain.gangs.sources import SOURCES, SourceName
 from tests.fakes.kube import objects
 from tests.kit.gangs import (
     CONSUME,
@@ -18,7 +19,9 @@ from tests.kit.gangs import (
     GPU,
     NS,
     VOLCANO,
+    VOLCANO_ANNOTATION,
     Cluster,
+    cluster,
     gang_pod,
     k,
     pod_sets,
@@ -27,6 +30,7 @@ from tests.kit.gangs import (
 
 __all__ = ["k"]
 
+CONFLICT_REASON = "GangSourceConflict"  # what a person filters Events by
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -42,6 +46,28 @@ def consumes(k: Cluster, pod: str) -> str | None:
 
 def writes(k: Cluster) -> list[tuple[str, str, str]]:
     return [call for call in k.kube.calls if call[1] in ("create", "patch", "update", "delete")]
+
+
+def two_apis_pod(name: str, cosched: str, volcano: str) -> dict[str, Any]:
+    """A GPU pod labelled for a scheduler-plugins PodGroup and annotated for a Volcano one."""
+    pod = gang_pod(name, GPU, gang=cosched)
+    pod["metadata"]["annotations"][VOLCANO_ANNOTATION] = volcano
+    return pod
+
+
+def named_twice(k: Cluster) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A scheduler-plugins PodGroup "ca" and a Volcano PodGroup "vb" (minMember 2 each),
+    and two stuck pods p0, p1 that name both; returns the two PodGroups."""
+    ca = k.kube.create(objects.coscheduling_pod_group(NS, "ca", 2))
+    vb = k.kube.create(objects.volcano_pod_group(NS, "vb", 2))
+    for name in ("p0", "p1"):
+        k.kube.create(two_apis_pod(name, "ca", "vb"))
+    stuck(k, "p0", "p1")
+    return ca, vb
+
+
+def conflict_events(k: Cluster) -> list[dict[str, Any]]:
+    return [e for e in k.kube.list("events", NS) if e["reason"] == CONFLICT_REASON]
 
 
 # --- finding 4: a request per gang, whatever the other APIs' gangs are called -----------------
@@ -183,3 +209,66 @@ def test_a_gang_whose_old_named_request_belongs_to_another_api_gets_its_own(
     assert pod_sets(k, own) == [(3, GPU)]
     assert {consumes(k, p) for p in ("v0", "v1", "v2")} == {own["metadata"]["name"]}
     assert {consumes(k, p) for p in ("c0", "c1")} == {shared}
+
+
+# --- finding 5: a pod named by two APIs belongs to one gang -----------------------------------
+
+
+def test_a_pod_named_by_two_gang_apis_belongs_to_one_gang_and_is_told_once(
+        k: Cluster) -> None:
+    """Both gangs asked for the pods (two requests, two gangs of GPU nodes) and each pass
+    rewrote their consume annotation, one gang's request, then the other's. They belong to
+    the coscheduling gang (before volcano in gangs.sources); a Warning on the pods and on
+    both PodGroups says so, once."""
+    ca, vb = named_twice(k)
+    k.pass_once()
+    (request,) = k.requests()
+    assert owner_uid(request) == ca["metadata"]["uid"]
+    assert pod_sets(k, request) == [(2, GPU)]
+    assert {consumes(k, p) for p in ("p0", "p1")} == {request["metadata"]["name"]}
+    assert REQUEST_ANNOTATION not in (k.podgroup("vb", VOLCANO.group)["metadata"].get(
+        "annotations") or {})
+    events = conflict_events(k)
+    assert sorted((e["involvedObject"]["kind"], e["involvedObject"]["name"],
+                   e["involvedObject"]["apiVersion"], e["type"]) for e in events) == [
+        ("Pod", "p0", "v1", "Warning"), ("Pod", "p1", "v1", "Warning"),
+        ("PodGroup", "ca", COSCHED.api_version, "Warning"),
+        ("PodGroup", "vb", VOLCANO.api_version, "Warning")]
+    assert {e["involvedObject"]["uid"] for e in events if e["involvedObject"]["kind"] ==
+            "PodGroup"} == {ca["metadata"]["uid"], vb["metadata"]["uid"]}
+    for event in events:
+        assert "coscheduling/ca" in event["message"] and "volcano/vb" in event["message"]
+        assert "gangs.sources" in event["message"]  # why that one won
+
+    before = k.kube.resource_version
+    k.kube.reset_counts()
+    for _ in range(3):
+        k.pass_once()
+    assert k.kube.resource_version == before  # not one write: no annotation, no Event
+    assert writes(k) == []
+
+
+def test_the_first_source_in_gangs_sources_wins() -> None:
+    with cluster(sources=[SOURCES[SourceName.VOLCANO], COSCHED]) as k:
+        _, vb = named_twice(k)
+        k.pass_once()
+        (request,) = k.requests()
+        assert owner_uid(request) == vb["metadata"]["uid"]
+        assert {consumes(k, p) for p in ("p0", "p1")} == {request["metadata"]["name"]}
+
+
+def test_a_standby_marks_a_pod_of_two_apis_for_one_gang_once_and_tells_nothing(
+        k: Cluster) -> None:
+    """A standby marks the pods of a gang never asked for; of two gangs each marked them
+    for its own upcoming request, on every pass."""
+    k.bridge.act_while(lambda: False)
+    named_twice(k)
+    k.pass_once()
+    before = k.kube.resource_version
+    k.kube.reset_counts()
+    for _ in range(2):
+        k.pass_once()
+    assert k.kube.resource_version == before
+    assert writes(k) == []
+    assert conflict_events(k) == []  # the leader tells
+    assert {consumes(k, p) for p in ("p0", "p1")} == {k.request_name("ca", 1)}
