@@ -472,7 +472,8 @@ class Gangs(Model):
         default_factory=lambda: list(SourceName), description="gang APIs watched: podgroup "
         "(Kubernetes' Workload / PodGroup, behind its feature gates), coscheduling "
         "(scheduler-plugins), volcano; each only where the cluster serves it; [] turns the "
-        "bridge off")
+        "bridge off. In order of precedence: a pod that names gangs of two APIs belongs to "
+        "the gang of the one listed first")
     resync: Duration = Field("10s", description="how often pending gang pods are looked at")
 
     @model_validator(mode="after")

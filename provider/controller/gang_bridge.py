@@ -8,6 +8,10 @@ themselves, one per shape. Its pods are annotated as consuming it, which keeps C
 scale-up off them while it is open. The request's state is reported on the gang object:
 an annotation and an Event whenever its reason changes.
 
+A pod belongs to one gang, of the first API in ``gangs.sources`` that names it; one named
+by two APIs is told so (provider/controller/gang_conflicts.py). A request's name carries
+the gang's API and its PodGroup's uid (``request_name``), so no two gangs share one.
+
 The booked nodes are where the pods fit: they could not be scheduled before, and the new
 nodes are labelled for the booking and kept from scale-down until the pods land. A pod's
 nodeSelector cannot be changed once it exists (only while it is gated), so the bridge does
@@ -27,10 +31,11 @@ from typing import Any, Protocol
 from provider.base.clock import Clock, rfc3339
 from provider.controller import conditions as c
 from provider.controller.gang_api import GangApi
-from provider.controller.kube import Conflict
+from provider.controller.gang_conflicts import CONFLICT_REASON, ConflictTeller
+from provider.controller.kube import Conflict, event
 from provider.domain.demand import CLASS_NAME
 from provider.domain.gangs.decide import Ask, Mark, Member, RequestPhase, RequestState, decide
-from provider.domain.gangs.sources import GangSource
+from provider.domain.gangs.sources import GangRef, GangSource, Naming, naming
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +55,23 @@ class GangKey:
     name: str
 
 
-def request_name(gang: str, generation: int) -> str:
-    """A request per generation, named after the gang (DNS subdomain, stable)."""
-    digest = hashlib.sha256(gang.encode()).hexdigest()[:6]
+def request_name(source: GangSource, gang: str, uid: str, generation: int) -> str:
+    """A request per generation of a gang: ``<source>-<gang>-<uid hash>-<generation>``, a
+    DNS subdomain of at most 64 characters below generation 10, stable for the gang. The
+    API and the PodGroup's uid keep two APIs' gangs of one name (and a gang recreated under
+    its name) from sharing a request; the name, cut to 40 characters, keeps it readable.
+
+    Before issue 32 a request was named from the gang's name alone (``gang-<name>-<hash>-<n>``).
+    The bridge never finds a gang's request by computing its name: the gang names it
+    (REQUEST_ANNOTATION), so a gang asked for under the old name keeps that request, and
+    only its next generation gets a name of this form (see ``_current``)."""
+    digest = hashlib.sha256(uid.encode()).hexdigest()[:8]
     # Cut where it may, a subdomain can end in "." or "-": ".-" is not a DNS subdomain.
-    return f"gang-{gang[:40].rstrip('.-')}-{digest}-{generation}"
+    return f"{source.name.value}-{gang[:40].rstrip('.-')}-{digest}-{generation}"
 
 
 def generation_of(request: str) -> int:
-    """The generation a request_name() carries at its end."""
+    """The generation a request's name carries at its end (in either form)."""
     last = request.rsplit("-", 1)[-1]
     return int(last) if last.isdigit() else 1
 
@@ -97,6 +110,18 @@ def _unschedulable(pod: Mapping[str, Any]) -> bool:
     return False
 
 
+def _belongs(pod: Mapping[str, Any], key: GangKey, sources: Sequence[GangSource]) -> bool:
+    """Is the pod of this gang: the first of ``sources`` that names a gang names this one?"""
+    found = naming(pod, sources)
+    return found is not None and found.gang == GangRef(key.source, key.name)
+
+
+def _owned_by(request: Mapping[str, Any], gang: Mapping[str, Any]) -> bool:
+    uid = (gang.get("metadata") or {}).get("uid")
+    refs = (request.get("metadata") or {}).get("ownerReferences") or []
+    return bool(uid) and any(ref.get("uid") == uid for ref in refs)
+
+
 def _member(pod: Mapping[str, Any]) -> Member:
     meta = pod.get("metadata") or {}
     notes = meta.get("annotations") or {}
@@ -107,6 +132,11 @@ def _member(pod: Mapping[str, Any]) -> Member:
         consuming=notes.get(c.CONSUME_ANNOTATIONS[0]),
         shape=shape_of(pod),
     )
+
+
+def _request_name(key: GangKey, gang: Mapping[str, Any], generation: int) -> str:
+    return request_name(key.source, key.name, str((gang.get("metadata") or {}).get("uid")),
+                        generation)
 
 
 def _live(pod: Mapping[str, Any]) -> bool:
@@ -169,6 +199,7 @@ class GangBridge:
         self._swept_at = float("-inf")
         self._wake = threading.Event()
         self._acting: Callable[[], bool] = lambda: True  # on its own (tests): always
+        self._conflicts = ConflictTeller(api, clock)
 
     def wake(self) -> None:
         """A pod that may belong to a gang appeared or changed: pass now, before CA's own
@@ -206,16 +237,21 @@ class GangBridge:
 
     def pass_once(self) -> None:
         acting = self._acting()
+        # In the configured order, which is also the order of precedence: a pod named by
+        # two APIs belongs to the first one's gang (sources.naming).
         sources = [s for s in self._sources if self._api.served(s)]
         if not sources:
             return
         keys: set[GangKey] = set()
+        overlaps: list[tuple[dict[str, Any], Naming]] = []
         for pod in self._pods.pending():
+            found = naming(pod, sources)
+            if found is None:
+                continue
             namespace = str((pod.get("metadata") or {}).get("namespace"))
-            for source in sources:
-                name = source.gang_of(pod)
-                if name:
-                    keys.add(GangKey(source, namespace, name))
+            keys.add(GangKey(found.gang.source, namespace, found.gang.name))
+            if found.passed_over:
+                overlaps.append((pod, found))
         pods: dict[str, list[dict[str, Any]]] = {}
         for key in sorted(keys, key=lambda k: (k.namespace, k.name, k.source.name)):
             if key.namespace not in pods:
@@ -223,27 +259,37 @@ class GangBridge:
             try:
                 # Leadership can end within a pass: each gang asks again.
                 acting = acting and self._acting()
-                self._gang(key, pods[key.namespace], acting)
+                self._gang(key, pods[key.namespace], sources, acting)
             except Exception as err:
                 log.warning("gang %s/%s (%s): %s", key.namespace, key.name, key.source.name,
                             err)
+        if acting:
+            self._tell_conflicts(overlaps, sources)
         now = self._clock.now()
         if acting and now - self._swept_at >= self._sweep:
             self._swept_at = now
             self._drop_orphans(sources)
 
+    def _tell_conflicts(self, overlaps: Sequence[tuple[dict[str, Any], Naming]],
+                        sources: Sequence[GangSource]) -> None:
+        try:
+            self._conflicts.tell(overlaps, sources)
+        except Exception as err:  # told on a later pass; the gangs are asked for regardless
+            log.warning("%s not told: %s", CONFLICT_REASON, err)
+
     # --- one gang -------------------------------------------------------------------------
 
     def _gang(self, key: GangKey, namespace_pods: list[dict[str, Any]],
-              acting: bool = True) -> None:
+              sources: Sequence[GangSource], acting: bool = True) -> None:
         obj = self._api.gang(key.source, key.namespace, key.name)
         if obj is None:
             return  # pods name a gang that does not exist (yet)
         min_member = key.source.min_member(obj)
         if min_member is None:
             return  # not a gang
-        pods = [p for p in namespace_pods
-                if _live(p) and key.source.gang_of(p) == key.name]
+        # Only the pods that belong to it: one that also names a gang of an earlier source
+        # is that gang's (two gangs would each ask for it and mark it theirs, every pass).
+        pods = [p for p in namespace_pods if _live(p) and _belongs(p, key, sources)]
         members = tuple(_member(p) for p in pods)
         if not acting:
             # A standby asks for nothing, but marks the pods of a gang never asked for
@@ -253,17 +299,17 @@ class GangBridge:
             # bridge's first pass. Later generations are the leader's (it reads them).
             named = ((obj.get("metadata") or {}).get("annotations") or {}).get(
                 REQUEST_ANNOTATION)
-            upcoming = request_name(key.name, 1)
+            upcoming = _request_name(key, obj, 1)
             early = tuple(m for m in members if not m.scheduled and m.consuming != upcoming)
             if not named and early:
                 self._mark(key.namespace, upcoming, early)
             return
-        current = self._current(key, obj)
+        current = self._current(key, obj, sources)
         if current is not None:
             obj = self._report(key, obj, current)
         decision = decide(members, min_member, current)
         if isinstance(decision, Ask):
-            name = request_name(key.name, decision.generation)
+            name = _request_name(key, obj, decision.generation)
             stuck = [p for p in pods if not _scheduled(p)]
             # The gang names its request before the request exists: a crash in between
             # finds the name and creates the same request, never a second one. Only onto
@@ -279,12 +325,16 @@ class GangBridge:
             # Not asked for yet (not whole, or the scheduler has not tried every pod): its
             # pods already name the request they will consume, so CA's per-pod scale-up
             # leaves them alone meanwhile instead of half-building the gang.
-            upcoming = request_name(key.name, 1 if current is None else current.generation + 1)
+            upcoming = _request_name(key, obj,
+                                     1 if current is None else current.generation + 1)
             early = tuple(m for m in members if not m.scheduled and m.consuming != upcoming)
             if early:
                 self._mark(key.namespace, upcoming, early)
 
-    def _current(self, key: GangKey, obj: Mapping[str, Any]) -> RequestState | None:
+    def _current(self, key: GangKey, obj: Mapping[str, Any], sources: Sequence[GangSource]
+                 ) -> RequestState | None:
+        """The gang's request, as the gang names it: whatever its name's form, so a gang
+        asked for before names carried the API and uid keeps its request."""
         name = ((obj.get("metadata") or {}).get("annotations") or {}).get(REQUEST_ANNOTATION)
         if not name:
             return None
@@ -294,10 +344,15 @@ class GangBridge:
             # Named but not there: created by a pass that died, or deleted by a person.
             # Either way the gang is asked for again under the same name.
             pods = [p for p in self._pods.in_namespace(key.namespace)
-                    if _live(p) and key.source.gang_of(p) == key.name and not _scheduled(p)]
+                    if _live(p) and _belongs(p, key, sources) and not _scheduled(p)]
             if pods:
                 self._create(key, obj, str(name), pods)
             return RequestState(str(name), generation, RequestPhase.OPEN)
+        if not _owned_by(found, obj):
+            # Another gang's: a name from the gang's name alone, shared by two APIs'
+            # PodGroups of that name before issue 32 (its owner was whichever was asked for
+            # first). That one keeps it; this gang asks for its own.
+            return None
         return request_state(found, generation)
 
     def _create(self, key: GangKey, gang: Mapping[str, Any], name: str,
@@ -360,20 +415,12 @@ class GangBridge:
         warning = state.phase is RequestPhase.FAILED or state.reason not in (
             c.CAPACITY_IS_PROVISIONED, c.WAITING_FOR_NODES, c.BOOKING_CONSUMED)
         meta = obj.get("metadata") or {}
-        stamp = rfc3339(self._clock.now())
+        involved = {"apiVersion": key.source.api_version, "kind": key.source.kind,
+                    "name": key.name, "namespace": key.namespace, "uid": meta.get("uid")}
         try:
-            self._api.create_event(key.namespace, {
-                "apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{key.name}.", "namespace": key.namespace},
-                "involvedObject": {"apiVersion": key.source.api_version,
-                                   "kind": key.source.kind, "name": key.name,
-                                   "namespace": key.namespace, "uid": meta.get("uid")},
-                "reason": state.reason, "message": f"request {state.name}: {state.message}"
-                [:1024],
-                "type": "Warning" if warning else "Normal",
-                "source": {"component": "allset"},
-                "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
-            })
+            self._api.create_event(key.namespace, event(
+                involved, state.reason, f"request {state.name}: {state.message}",
+                warning=warning, stamp=rfc3339(self._clock.now())))
         except Exception as err:  # best effort: the annotation is the record
             log.warning("event for gang %s/%s not recorded: %s", key.namespace, key.name, err)
         return written

@@ -328,6 +328,22 @@ class KubeApi:
              _request_timeout=self._write_timeout)
 
 
+def event(involved: Mapping[str, Any], reason: str, message: str, *, warning: bool,
+          stamp: str) -> dict[str, Any]:
+    """A core/v1 Event from allset about ``involved`` (its apiVersion, kind, name,
+    namespace and uid), at ``stamp`` (RFC 3339)."""
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": f"{involved['name']}.",
+                     "namespace": involved["namespace"]},
+        "involvedObject": dict(involved),
+        "reason": reason, "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": "allset"},
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+    }
+
+
 def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         out = fn(*args, **kwargs)

@@ -16,7 +16,7 @@ from provider.attempts.ids import later_epoch
 from provider.base.clock import Clock, rfc3339
 from provider.controller import conditions as c
 from provider.controller.gang import ATTEMPT_DETAIL
-from provider.controller.kube import Conflict, Gone, KubeApi
+from provider.controller.kube import Conflict, Gone, KubeApi, event
 
 log = logging.getLogger(__name__)
 
@@ -151,23 +151,12 @@ class Writer:
 
     def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
         meta = obj["metadata"]
-        stamp = rfc3339(self._clock.now())
+        involved = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                    "name": meta["name"], "namespace": meta["namespace"],
+                    "uid": meta.get("uid")}
         try:
-            self._kube.create_event(meta["namespace"], {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-                "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
-                                   "name": meta["name"], "namespace": meta["namespace"],
-                                   "uid": meta.get("uid")},
-                "reason": reason,
-                "message": message[:1024],
-                "type": "Warning" if warning else "Normal",
-                "source": {"component": "allset"},
-                "firstTimestamp": stamp,
-                "lastTimestamp": stamp,
-                "count": 1,
-            })
+            self._kube.create_event(meta["namespace"], event(
+                involved, reason, message, warning=warning, stamp=rfc3339(self._clock.now())))
         except Exception as err:  # events are best effort; the status is the record
             log.warning("event for %s not recorded: %s", key_of(obj), err)
 

@@ -5,14 +5,11 @@ changes (pods added later, partly scheduled, deleted) or the request reports bac
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from provider.base.clock import ManualClock, rfc3339
+from provider.base.clock import ManualClock
 from provider.controller import conditions as c
 from provider.controller.gang_api import GangApi
 from provider.controller.gang_bridge import (
@@ -22,128 +19,27 @@ from provider.controller.gang_bridge import (
     request_name,
 )
 from provider.controller.kube import KubeApi
-from provider.controller.pod_cache import PodCache
 from provider.domain.demand import CLASS_NAME
 from provider.domain.gangs.sources import SOURCES, SourceName
 from tests.fakes.kube import FakeKube, objects
 from tests.kit.controller import GPU_TOLERATION, World, live, world
+from tests.kit.gangs import (
+    CONSUME,
+    COSCHED,
+    CPU,
+    GPU,
+    NS,
+    VOLCANO,
+    Cluster,
+    cluster,
+    gang_pod,
+    k,
+    pod_sets,
+    stuck,
+    whole_gang,
+)
 
-__all__ = ["world"]
-
-NS = "ml"
-COSCHED = SOURCES[SourceName.COSCHEDULING]
-VOLCANO = SOURCES[SourceName.VOLCANO]
-GPU = {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}
-CPU = {"cpu": "1", "memory": "2Gi"}
-CONSUME = c.CONSUME_ANNOTATIONS[0]
-
-
-@dataclass
-class Cluster:
-    kube: FakeKube
-    api: GangApi
-    bridge: GangBridge
-    clock: ManualClock
-    cache: PodCache | None  # the controller's pod cache, or None: the bridge lists pods
-
-    def pass_once(self) -> None:
-        """One pass of the bridge; with the pod cache, as the controller's sync_once runs
-        it (after the cache has listed again)."""
-        if self.cache is not None:
-            self.cache.relist()
-        self.bridge.pass_once()
-
-    def requests(self) -> list[dict[str, Any]]:
-        return self.kube.list("provisioningrequests", NS)
-
-    def podgroup(self, name: str = "train", group: str = COSCHED.group) -> dict[str, Any]:
-        got = self.kube.get("podgroups", name, NS, group=group)
-        assert got is not None
-        return got
-
-    def pod(self, name: str) -> dict[str, Any]:
-        got = self.kube.get("pods", name, NS)
-        assert got is not None
-        return got
-
-    def set_request_condition(self, name: str, ctype: str, status: str, reason: str,
-                              message: str = "") -> None:
-        """What the controller writes on the request's status."""
-        stamp = rfc3339(self.clock.now())
-
-        def change(obj: dict[str, Any]) -> None:
-            conds = obj.setdefault("status", {}).setdefault("conditions", [])
-            conds[:] = [x for x in conds if x["type"] != ctype]
-            conds.append({"type": ctype, "status": status, "reason": reason,
-                          "message": message, "lastTransitionTime": stamp})
-
-        self.kube.modify("provisioningrequests", name, change, NS)
-
-
-@contextmanager
-def cluster(absent_groups: tuple[str, ...] = (), *, cached: bool = True
-            ) -> Iterator[Cluster]:
-    clock = ManualClock()
-
-    def now() -> dt.datetime:
-        return dt.datetime.fromtimestamp(clock.now(), dt.UTC)
-
-    with FakeKube(clock=now, absent_groups=absent_groups) as kube, kube.client() as client:
-        api = GangApi(client, monotonic=clock.now)
-        cache = PodCache(KubeApi(client)) if cached else None
-        bridge = GangBridge(api, list(SOURCES.values()), clock, pods=cache)
-        yield Cluster(kube, api, bridge, clock, cache)
-
-
-@pytest.fixture(params=["pod-cache", "listed"])
-def k(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    """The bridge as the controller runs it (pods from its cache), and on its own."""
-    with cluster(cached=request.param == "pod-cache") as made:
-        yield made
-
-
-def gang_pod(name: str, requests: dict[str, str], *, gang: str = "train",
-             source: SourceName = SourceName.COSCHEDULING) -> dict[str, Any]:
-    """A pod of ``gang`` as each API names it; GPU pods select and tolerate GPU nodes."""
-    if source is SourceName.COSCHEDULING:
-        pod = objects.pod(NS, name, labels={"scheduling.x-k8s.io/pod-group": gang,
-                                            "app": "train"}, requests=requests)
-    else:
-        pod = objects.pod(NS, name, {"scheduling.k8s.io/group-name": gang},
-                          labels={"app": "train"}, requests=requests)
-    if "nvidia.com/gpu" in requests:
-        pod["spec"]["nodeSelector"] = {"example.com/gpu": "nvidia-h100-80gb"}
-        pod["spec"]["tolerations"] = GPU_TOLERATION
-    return pod
-
-
-def stuck(k: Cluster, *names: str) -> None:
-    """The scheduler tried these pods and found no node."""
-    for name in names:
-        k.kube.set_pod_unschedulable(NS, name)
-
-
-def whole_gang(k: Cluster) -> str:
-    """A coscheduling gang of 2 x 8-GPU pods + 1 CPU pod (minMember 3) the scheduler
-    cannot place; one pass asks for it. Returns the request's name."""
-    k.kube.create(objects.coscheduling_pod_group(NS, "train", 3))
-    for name, req in (("w0", GPU), ("w1", GPU), ("ps", CPU)):
-        k.kube.create(gang_pod(name, req))
-    stuck(k, "w0", "w1", "ps")
-    k.pass_once()
-    (made,) = k.requests()
-    return str(made["metadata"]["name"])
-
-
-def pod_sets(k: Cluster, request: dict[str, Any]) -> list[tuple[int, dict[str, str]]]:
-    """(count, the template's requests) of each pod set, sorted."""
-    out = []
-    for ps in request["spec"]["podSets"]:
-        template = k.kube.get("podtemplates", ps["podTemplateRef"]["name"], NS)
-        assert template is not None
-        (container,) = template["template"]["spec"]["containers"]
-        out.append((ps["count"], container["resources"]["requests"]))
-    return sorted(out, key=lambda x: (x[0], sorted(x[1].items())))
+__all__ = ["k", "world"]
 
 
 # --- when a gang is asked for -------------------------------------------------------------
@@ -158,7 +54,7 @@ def test_a_whole_stuck_gang_becomes_one_request_owned_by_its_podgroup(k: Cluster
     assert k.requests() == []  # 2 of its 3 pods exist
     # Not asked for yet, but its pods already name the request they will consume: CA
     # (which scales an unschedulable pod up once it is 2 s old) leaves them to allset.
-    upcoming = request_name("train", 1)
+    upcoming = k.request_name("train", 1)
     for pod in ("w0", "w1"):
         assert k.pod(pod)["metadata"]["annotations"][CONSUME] == upcoming
 
@@ -170,7 +66,7 @@ def test_a_whole_stuck_gang_becomes_one_request_owned_by_its_podgroup(k: Cluster
     stuck(k, "ps")
     k.pass_once()
     (request,) = k.requests()
-    name = request_name("train", 1)
+    name = k.request_name("train", 1)
     assert request["metadata"]["name"] == name
     assert request["spec"]["provisioningClassName"] == CLASS_NAME
     assert request["metadata"]["ownerReferences"] == [{
@@ -229,7 +125,7 @@ def test_pods_added_after_the_request_ran_its_course_get_a_second_request(k: Clu
     k.kube.create(gang_pod("w2", GPU))
     stuck(k, "w2")
     k.pass_once()
-    second = request_name("train", 2)
+    second = k.request_name("train", 2)
     assert sorted(r["metadata"]["name"] for r in k.requests()) == sorted([first, second])
     made = k.kube.get("provisioningrequests", second, NS)
     assert made is not None and pod_sets(k, made) == [(1, GPU)]
@@ -280,7 +176,7 @@ def test_a_gang_api_not_served_is_ignored_and_not_asked_about_again_soon() -> No
         k.clock.advance(60)
         k.pass_once()
         # The coscheduling gang is asked for; the Volcano pods are not.
-        assert [r["metadata"]["name"] for r in k.requests()] == [request_name("train", 1)]
+        assert [r["metadata"]["name"] for r in k.requests()] == [k.request_name("train", 1)]
         assert CONSUME not in (k.pod("v0")["metadata"].get("annotations") or {})
         # One list of the served groups answers for every source, within its TTL once.
         assert k.kube.discoveries("/apis") == 1
@@ -304,7 +200,7 @@ def test_a_gang_api_installed_later_is_bridged_once_the_groups_are_listed_again(
         assert k.requests() == []  # what the last list said stands for its TTL
         k.clock.advance(300)
         k.pass_once()
-        assert [r["metadata"]["name"] for r in k.requests()] == [request_name("vj", 1)]
+        assert [r["metadata"]["name"] for r in k.requests()] == [k.request_name("vj", 1, VOLCANO)]
 
 
 def test_a_volcano_gang_is_asked_for_where_volcano_is_installed(k: Cluster) -> None:
@@ -379,14 +275,14 @@ def test_a_crash_between_naming_the_request_and_creating_it_makes_exactly_one(
     k.pass_once()
     assert k.requests() == []  # the gang names a request that does not exist
     assert k.podgroup()["metadata"]["annotations"][REQUEST_ANNOTATION] == \
-        request_name("train", 1)
+        k.request_name("train", 1)
     for _ in range(3):
         k.pass_once()
     (request,) = k.requests()
-    assert request["metadata"]["name"] == request_name("train", 1)
+    assert request["metadata"]["name"] == k.request_name("train", 1)
     assert pod_sets(k, request) == [(1, CPU), (2, GPU)]
     for pod in ("w0", "w1", "ps"):
-        assert k.pod(pod)["metadata"]["annotations"][CONSUME] == request_name("train", 1)
+        assert k.pod(pod)["metadata"]["annotations"][CONSUME] == k.request_name("train", 1)
 
 
 # --- the whole controller --------------------------------------------------------------------
@@ -396,12 +292,12 @@ def test_the_controller_plans_launches_and_books_a_gangs_request(world: World) -
     w = world
     w.controller.gangs = GangBridge(GangApi(w.api, monotonic=w.h.clock.now),
                                     list(SOURCES.values()), w.h.clock, pods=w.controller.pods)
-    w.kube.create(objects.coscheduling_pod_group(NS, "train", 3))
+    made = w.kube.create(objects.coscheduling_pod_group(NS, "train", 3))
     for name, req in (("w0", GPU), ("w1", GPU), ("ps", CPU)):
         w.kube.create(gang_pod(name, req))
     for name in ("w0", "w1", "ps"):
         w.kube.set_pod_unschedulable(NS, name)
-    name = request_name("train", 1)
+    name = request_name(COSCHED, "train", made["metadata"]["uid"], 1)
     w.sync()
     assert w.request(name) is not None
     w.register_nodes()
@@ -438,8 +334,8 @@ def test_a_long_dotted_gang_name_still_makes_a_valid_request_name(k: Cluster) ->
     stuck(k, "w0")
     k.pass_once()
     (request,) = k.requests()
-    assert request["metadata"]["name"] == request_name(gang, 1)
-    assert k.pod("w0")["metadata"]["annotations"][CONSUME] == request_name(gang, 1)
+    assert request["metadata"]["name"] == k.request_name(gang, 1)
+    assert k.pod("w0")["metadata"]["annotations"][CONSUME] == k.request_name(gang, 1)
 
 
 def test_a_gang_recreated_under_its_name_does_not_inherit_the_old_failed_request(
@@ -482,13 +378,13 @@ def test_a_bridge_that_may_not_act_asks_for_nothing_and_only_marks_a_new_gangs_p
     # Its pods name the request they will consume: CA's per-pod scale-up leaves them
     # alone from the moment this replica (or another) serves CA.
     for pod in ("w0", "w1", "ps"):
-        assert k.pod(pod)["metadata"]["annotations"][CONSUME] == request_name("train", 1)
+        assert k.pod(pod)["metadata"]["annotations"][CONSUME] == k.request_name("train", 1)
     acting["now"] = True
     k.pass_once()
     (made,) = k.requests()
-    assert made["metadata"]["name"] == request_name("train", 1)
+    assert made["metadata"]["name"] == k.request_name("train", 1)
     assert k.podgroup()["metadata"]["annotations"][REQUEST_ANNOTATION] == \
-        request_name("train", 1)
+        k.request_name("train", 1)
 
 
 def test_the_controller_bridges_gangs_only_while_its_replica_leads() -> None:
@@ -527,7 +423,7 @@ def test_the_controller_bridges_gangs_only_while_its_replica_leads() -> None:
         bridge = GangBridge(GangApi(api, monotonic=clock.now), list(SOURCES.values()), clock)
         controller = Controller(provider, KubeApi(api), workers=1, gangs=bridge)
         try:
-            kube.create(objects.coscheduling_pod_group(NS, "train", 3))
+            group = kube.create(objects.coscheduling_pod_group(NS, "train", 3))
             for name, req in (("w0", GPU), ("w1", GPU), ("ps", CPU)):
                 kube.create(gang_pod(name, req))
             for name in ("w0", "w1", "ps"):
@@ -545,7 +441,8 @@ def test_the_controller_bridges_gangs_only_while_its_replica_leads() -> None:
             assert provider.acting() and bridge._wake.is_set()
             controller.sync_once()
             (made,) = kube.list("provisioningrequests", NS)
-            assert made["metadata"]["name"] == request_name("train", 1)
+            assert made["metadata"]["name"] == request_name(
+                COSCHED, "train", group["metadata"]["uid"], 1)
         finally:
             controller.stop()
             provider.stop()

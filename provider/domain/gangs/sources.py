@@ -9,14 +9,21 @@
   (github.com/kubernetes-sigs/scheduler-plugins, apis/scheduling/v1alpha1).
 - Volcano: annotation `scheduling.k8s.io/group-name` on the pod, PodGroup
   `scheduling.volcano.sh/v1beta1` with `spec.minMember` (volcano.sh/apis,
-  pkg/apis/scheduling/v1beta1)."""
+  pkg/apis/scheduling/v1beta1).
+
+A pod may name gangs of more than one API (a label one tool wrote, an annotation another's
+controller added): it belongs to one, the first of the sources in the order given (the
+configured ``gangs.sources``), whether or not that gang exists."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
+VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
 
 
 class SourceName(enum.StrEnum):
@@ -38,6 +45,15 @@ class GangSource:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
 
+    @property
+    def named_by(self) -> str:
+        """Where a pod names its gang of this API, as a person would look for it."""
+        if self.name is SourceName.NATIVE:
+            return "spec.schedulingGroup.podGroupName"
+        if self.name is SourceName.COSCHEDULING:
+            return f"label {COSCHEDULING_LABEL}"
+        return f"annotation {VOLCANO_ANNOTATION}"
+
     def gang_of(self, pod: Mapping[str, Any]) -> str | None:
         """The name of the pod's gang object (in the pod's namespace), if it has one."""
         meta = pod.get("metadata") or {}
@@ -45,8 +61,8 @@ class GangSource:
             group = ((pod.get("spec") or {}).get("schedulingGroup") or {})
             return _name(group.get("podGroupName"))
         if self.name is SourceName.COSCHEDULING:
-            return _name((meta.get("labels") or {}).get("scheduling.x-k8s.io/pod-group"))
-        return _name((meta.get("annotations") or {}).get("scheduling.k8s.io/group-name"))
+            return _name((meta.get("labels") or {}).get(COSCHEDULING_LABEL))
+        return _name((meta.get("annotations") or {}).get(VOLCANO_ANNOTATION))
 
     def min_member(self, obj: Mapping[str, Any]) -> int | None:
         """The gang's minimum size; None when the object is not a gang (a PodGroup with a
@@ -57,6 +73,35 @@ class GangSource:
         else:
             value = spec.get("minMember")
         return value if isinstance(value, int) and value > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class GangRef:
+    """A gang as a pod names it: its API and its name (in the pod's namespace)."""
+
+    source: GangSource
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.source.name.value}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Naming:
+    """Every gang a pod names: the one it belongs to, and those it names too but that come
+    later in the order of sources (empty unless the pod is named by two APIs)."""
+
+    gang: GangRef
+    passed_over: tuple[GangRef, ...] = ()
+
+
+def naming(pod: Mapping[str, Any], sources: Sequence[GangSource]) -> Naming | None:
+    """The gangs ``pod`` names among ``sources``, first the one it belongs to: the first
+    source's. Decided by the pod alone, so every pass and every replica with the same
+    sources (configured and served) puts it in the same gang, and it never moves when a
+    PodGroup appears."""
+    named = [GangRef(s, n) for s in sources if (n := s.gang_of(pod))]
+    return Naming(named[0], tuple(named[1:])) if named else None
 
 
 def _name(value: Any) -> str | None:
