@@ -110,7 +110,7 @@ def nodes_version(rest: Rest) -> str:
 
 def ever_booked(rest: Rest, value: str, since: str) -> set[str]:
     """Nodes that carried the booking label at any moment since ``since`` (the server
-    replays the watch; the label goes again once every pod of the gang is on a node)."""
+    replays the watch, so a label taken off again would be seen too)."""
     events = rest.watch_events(f"/api/v1/nodes?labelSelector={BOOKING_LABEL}%3D{value}"
                                f"&resourceVersion={since}")
     return {e["object"]["metadata"]["name"] for e in events
