@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from provider.attempts.executor import Journal
 from provider.controller import conditions as c
 from provider.controller.controller import Controller
 from provider.controller.kube import KubeApi
@@ -81,9 +82,10 @@ def world() -> Iterator[World]:
     yield from running()
 
 
-def running(config: str | None = None, workers: int = 4) -> Iterator[World]:
+def running(config: str | None = None, workers: int = 4,
+            journal: Journal | None = None) -> Iterator[World]:
     """A controller on the fake API server, both on the harness' simulated clock."""
-    h = harness() if config is None else harness(config)
+    h = harness(journal=journal) if config is None else harness(config, journal=journal)
 
     def now() -> dt.datetime:  # the API server's clock is the simulated one
         return dt.datetime.fromtimestamp(h.clock.now(), dt.UTC)
