@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
@@ -117,6 +117,7 @@ class Outcome:
     plans_tried: int = 0
     rolled_back: int = 0
     seconds: float = 0.0
+    error: str | None = None  # what ended it when planning or launching raised
 
     @property
     def last_error(self) -> CloudError | None:
@@ -185,6 +186,7 @@ class Journal(Protocol):
     def owed(self) -> list[str]: ...
     def open_attempts(self) -> list[OpenAttempt]: ...
     def close_interrupted(self, attempts: Sequence[str]) -> None: ...
+    def prune(self, now: float, settled: Collection[str] = ()) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +237,9 @@ class MemoryJournal:
 
     def close_interrupted(self, attempts: Sequence[str]) -> None:
         pass
+
+    def prune(self, now: float, settled: Collection[str] = ()) -> int:
+        return sum(1 for a in settled if self.open.pop(a, None) is not None)
 
 
 Build = Callable[[CapacityView, Sequence[Part]], Plan | Infeasible]
@@ -485,29 +490,41 @@ class Executor:
             self._in_flight.add(spec.id)
         self.journal.begin(spec, self._clock.now())
         failpoints.hit("executor.recorded")
-        outcome: Outcome | None = None
         try:
             outcome = self._run(spec, build, on_launched, cancelled, select)
-        finally:
-            committed = outcome.instances if outcome is not None else ()
-            with self._attempts_lock:
-                launched = self._launched.pop(spec.id, [])
-            self._hold_leftovers(launched, committed)
-            if spec.claims_size and not spec.ended_by_fleet and self._sizes is not None:
-                self._sizes.end_claim(spec.id, committed, self._clock.now())
-            self._ledger.settle(spec.id)
-            now = self._clock.now()
-            with self._attempts_lock:
-                # Remembered before it leaves the in-flight set: no reader sees neither.
-                self._finished[spec.id] = Finished(now, frozenset(i.id for i in committed))
-                self._in_flight.discard(spec.id)
-                for old in [a for a, f in self._finished.items()
-                            if f.at < now - self._remember]:
-                    del self._finished[old]
+        except Exception as err:
+            # A plan that could not be built (or anything else that raised) still ends the
+            # attempt, in the journal too: one left open there would stay open for good.
+            self._ended(spec, Outcome(spec.id, Result.FAILED,
+                                      error=f"{type(err).__name__}: {err}"), started)
+            raise
+        except BaseException:
+            self._release(spec, ())  # a crash: the journal keeps it open for the next start
+            raise
+        return self._ended(spec, outcome, started)
+
+    def _ended(self, spec: AttemptSpec, outcome: Outcome, started: float) -> Outcome:
+        self._release(spec, outcome.instances)
         outcome = replace(outcome, seconds=self._clock.now() - started)
         self.journal.finished(outcome)
         self._observer.finished(outcome)
         return outcome
+
+    def _release(self, spec: AttemptSpec, committed: Sequence[CloudInstance]) -> None:
+        """The attempt no longer runs: its claims end and reconcile may judge its instances."""
+        with self._attempts_lock:
+            launched = self._launched.pop(spec.id, [])
+        self._hold_leftovers(launched, committed)
+        if spec.claims_size and not spec.ended_by_fleet and self._sizes is not None:
+            self._sizes.end_claim(spec.id, committed, self._clock.now())
+        self._ledger.settle(spec.id)
+        now = self._clock.now()
+        with self._attempts_lock:
+            # Remembered before it leaves the in-flight set: no reader sees neither.
+            self._finished[spec.id] = Finished(now, frozenset(i.id for i in committed))
+            self._in_flight.discard(spec.id)
+            for old in [a for a, f in self._finished.items() if f.at < now - self._remember]:
+                del self._finished[old]
 
     def _run(
         self,

@@ -4,7 +4,7 @@ part's instances as they launch, its outcome, and terminations still owed."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from provider.attempts.executor import AttemptSpec, OpenAttempt, Outcome
@@ -86,7 +86,8 @@ class SqliteJournal:
     def finished(self, outcome: Outcome) -> None:
         detail = {"plans": outcome.plans_tried, "rolledBack": outcome.rolled_back,
                   "instances": [i.id for i in outcome.instances],
-                  "errors": [str(f.error) for f in outcome.failures]}
+                  "errors": [str(f.error) for f in outcome.failures]
+                  + ([outcome.error] if outcome.error else [])}
         with self._db.transaction() as db:
             db.execute("UPDATE attempts SET state = ?, finished_at = started_at + ?, "
                        "detail = ? WHERE id = ?",
@@ -122,15 +123,19 @@ class SqliteJournal:
                                    (attempt,)).fetchone()
         return None if row is None else str(row[0])
 
-    def prune(self, now: float) -> int:
+    def prune(self, now: float, settled: Collection[str] = ()) -> int:
         """Delete finished attempts (and their parts) older than the retention, then the
-        oldest finished ones beyond the cap. Open attempts are never pruned (recovery
-        needs them) and neither are terminations owed (another table). Returns how many
-        attempts went."""
+        oldest finished ones beyond the cap, and the open ones in ``settled`` (reconcile
+        found nothing running them and nothing of them in the cloud). Other open attempts
+        are never pruned (recovery needs them), nor are terminations owed (another table).
+        Returns how many attempts went."""
         finished = "state != 'open'"
         at = "COALESCE(finished_at, started_at)"  # an interrupted attempt has no finish
         with self._db.transaction() as db:
-            doomed = [r[0] for r in db.execute(
+            doomed = [a for a in settled if db.execute(
+                "SELECT 1 FROM attempts WHERE id = ? AND state IN ('open', 'committing')",
+                (a,)).fetchone()]
+            doomed += [r[0] for r in db.execute(
                 f"SELECT id FROM attempts WHERE {finished} AND {at} < ?",
                 (now - self._retention,))]
             doomed += [r[0] for r in db.execute(

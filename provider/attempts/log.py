@@ -7,7 +7,7 @@ The attempt id and request ride on each line as fields (`attempt`, `request`) fo
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from provider.attempts.executor import AttemptSpec, Journal, OpenAttempt, Outcome, Result
 from provider.domain.plan import Part, Plan
@@ -47,7 +47,8 @@ class LoggedJournal:
         self._inner.finished(outcome)
         ids = self._ids(outcome.attempt)
         self._requests.pop(outcome.attempt, None)
-        failures = "; ".join(f"part {_part(f.part)} failed: {f.error}" for f in outcome.failures)
+        failed = [f"part {_part(f.part)} failed: {f.error}" for f in outcome.failures]
+        failures = "; ".join(failed + ([f"raised {outcome.error}"] if outcome.error else []))
         why = "; ".join(r.message for r in outcome.infeasible.reasons) \
             if outcome.infeasible is not None else ""
         level = logging.INFO if outcome.result is Result.SUCCEEDED else logging.WARNING
@@ -72,6 +73,9 @@ class LoggedJournal:
 
     def close_interrupted(self, attempts: Sequence[str]) -> None:
         self._inner.close_interrupted(attempts)
+
+    def prune(self, now: float, settled: Collection[str] = ()) -> int:
+        return self._inner.prune(now, settled)  # reconcile logs the settled ones
 
     def _ids(self, attempt: str) -> dict[str, str]:
         request = self._requests.get(attempt)

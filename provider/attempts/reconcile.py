@@ -4,7 +4,10 @@ interrupted, and roll back instances of attempts that will never commit.
 An instance is only terminated as an orphan when nothing says it may still commit: its
 attempt is not running here, did not commit here, and it has been seen uncommitted for a
 grace period in two listings (the cloud's tags and listings are eventually consistent, and
-a listing can be overtaken by an attempt that commits while it is in flight)."""
+a listing can be overtaken by an attempt that commits while it is in flight).
+
+An attempt is settled once nothing runs it and the cloud holds nothing of it: its record
+may then go from the journal even if it was never closed there (`_forget_settled`)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from provider.attempts.executor import Executor, Finished
+from provider.attempts.journal import PRUNE_EVERY_SECONDS
 from provider.attempts.metrics import Metrics
 from provider.base import failpoints
 from provider.base.clock import Clock
@@ -140,6 +144,7 @@ class Reconciler:
         self._abandoned: set[str] = set()  # attempts known never to commit
         self._suspect_owner: dict[str, tuple[str, str | None]] = {}
         self._reported_unknown: frozenset[str] = frozenset()
+        self._pruned_at = float("-inf")  # monotonic: when settled attempts were last sought
         self.last_error: str | None = None
 
     def abandoned(self, attempts: Collection[str]) -> None:
@@ -209,6 +214,7 @@ class Reconciler:
         # the backlog's own backoff, as any termination that failed here.
         terminator.listed(found.deleting)
         left = terminator.retry_backlog(self._executor.retrying())
+        self._forget_settled(snapshot, flying_before | flying_after, taken_mono)
         if self._metrics is not None:
             self._metrics.observe_snapshot(snapshot, len(found.orphans), left)
             self._metrics.unknown_group.set(len(found.unknown_group))
@@ -268,6 +274,26 @@ class Reconciler:
             log.info("%d uncommitted instances not in flight here; terminated if still "
                      "uncommitted after %.0fs", waiting, self._orphan_grace)
         return due
+
+    def _forget_settled(self, snapshot: CloudSnapshot, flying: set[str], taken_mono: float
+                        ) -> None:
+        """Prune the journal's open attempts that are settled: not running here (read
+        after the journal, so one begun since is seen running: its record is written after
+        it joins the in-flight set), not ended recently (its own close is on its way), and
+        nothing of them in this listing."""
+        if taken_mono - self._pruned_at < PRUNE_EVERY_SECONDS:
+            return
+        self._pruned_at = taken_mono
+        journal = self._executor.journal
+        recorded = {a.id for a in journal.open_attempts()}
+        running, ended = self._executor.known()
+        in_cloud = {i.tags.attempt for i in snapshot.instances}
+        settled = recorded - flying - running - set(ended) - in_cloud
+        if settled:
+            log.warning("%d attempts left open in the journal are settled (nothing runs "
+                        "them, the cloud holds nothing of them); pruning them: %s",
+                        len(settled), ", ".join(sorted(settled)))
+            journal.prune(self._clock.now(), settled)
 
     def _unknown_group(self, instances: tuple[CloudInstance, ...]) -> list[CloudInstance]:
         ids = frozenset(i.id for i in instances)

@@ -457,9 +457,10 @@ class RequestHandler:
         namespace = str(meta.get("namespace"))
         templates: dict[str, Any] = {}
         for index, pod_set in enumerate((obj.get("spec") or {}).get("podSets") or []):
-            name = ((pod_set or {}).get("podTemplateRef") or {}).get("name")
-            if not name:
-                continue
+            ref = pod_set.get("podTemplateRef") if isinstance(pod_set, Mapping) else None
+            name = ref.get("name") if isinstance(ref, Mapping) else None
+            if not isinstance(name, str) or not name:
+                continue  # demand_from names what is wrong with it
             try:
                 templates[name] = self._kube.get_pod_template(namespace, name)
             except Gone:

@@ -29,6 +29,7 @@ from provider.domain.devices.from_api import (
 from provider.domain.devices.quantity import quantity_milli
 from provider.domain.model import Resources
 from provider.domain.pods import container_requests, pod_requests
+from provider.domain.shapes import Problems, items, mapping, text
 
 API_GROUP = "autoscaling.x-k8s.io"
 VERSIONS = ("v1", "v1beta1")
@@ -70,8 +71,15 @@ _FLAGS = {"noRetry": "no_retry", "waitForNodes": "wait_for_nodes",
 
 
 def request_name(request: Mapping[str, Any]) -> str:
-    meta = request.get("metadata") or {}
+    meta = _metadata(request)
     return f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
+
+
+def _metadata(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A document's metadata; one that is not an object names nothing (the document is
+    then not found, or reported by its index)."""
+    meta = doc.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
 
 
 def split_documents(docs: Iterable[Any], source: str
@@ -86,7 +94,7 @@ def split_documents(docs: Iterable[Any], source: str
         if kind == "ProvisioningRequest":
             requests.append(doc)
         elif kind == "PodTemplate":
-            templates[(doc.get("metadata") or {}).get("name", "")] = doc
+            templates[str(_metadata(doc).get("name") or "")] = doc
         elif isinstance(doc, dict) and is_dra_document(doc):
             dra.append(doc)
         else:
@@ -151,13 +159,13 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
     """The gang a ProvisioningRequest of our class asks for; its pods' DRA claims are
     looked up in ``objects``. Raises BadRequest."""
     name = request_name(request)
-    namespace = str((request.get("metadata") or {}).get("namespace") or "default")
-    problems: list[tuple[str, str]] = []
+    namespace = str(_metadata(request).get("namespace") or "default")
+    problems: Problems = []
     api = str(request.get("apiVersion", ""))
     group, _, version = api.partition("/")
     if group != API_GROUP or version not in VERSIONS:
         problems.append(("apiVersion", f"{api!r} is not {API_GROUP}/v1 or /v1beta1"))
-    spec = request.get("spec") or {}
+    spec = mapping(request.get("spec"), "spec", problems)
     klass = spec.get("provisioningClassName")
     if klass != CLASS_NAME:
         problems.append(("spec.provisioningClassName",
@@ -167,15 +175,18 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
         problems.append(("spec.podSets", f"needs 1 to {MAX_POD_SETS} pod sets"))
         raw_sets = []
     try:
-        params = parse_parameters(spec.get("parameters") or {}, name)
+        params = parse_parameters(mapping(spec.get("parameters"), "spec.parameters",
+                                          problems), name)
     except BadRequest as err:
         problems.extend(err.problems)
         params = Parameters()
     pod_sets = []
     for index, raw in enumerate(raw_sets):
         where = f"spec.podSets[{index}]"
-        ref = ((raw or {}).get("podTemplateRef") or {}).get("name")
-        count = (raw or {}).get("count")
+        raw = mapping(raw, where, problems)
+        ref = text(mapping(raw.get("podTemplateRef"), f"{where}.podTemplateRef", problems)
+                   .get("name"), f"{where}.podTemplateRef.name", problems)
+        count = raw.get("count")
         if not isinstance(count, int) or count < 1:
             problems.append((f"{where}.count", f"{count!r} must be an integer >= 1"))
             continue
@@ -215,13 +226,16 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
 
 def pod_set_from(name: str, count: int, template: Mapping[str, Any], namespace: str = "default",
                  objects: DraObjects | None = None) -> PodSet:
-    problems: list[tuple[str, str]] = []
-    spec = ((template.get("template") or {}).get("spec")) or {}
+    problems: Problems = []
+    spec = mapping(mapping(template.get("template"), "template", problems).get("spec"),
+                   "template.spec", problems)
+    if problems:
+        raise BadRequest(name, problems)
     if not spec.get("containers"):
         raise BadRequest(name, [("template.spec.containers", "a pod needs a container")])
 
-    def resources(where: str, req: Mapping[str, Any] | None) -> Resources:
-        req = req or {}
+    def resources(where: str, raw: Any) -> Resources:
+        req = mapping(raw, where, problems)
         try:
             return container_requests(_quantities(req.get("requests")),
                                       _quantities(req.get("limits")))
@@ -230,10 +244,10 @@ def pod_set_from(name: str, count: int, template: Mapping[str, Any], namespace: 
             return Resources()
 
     containers = [resources(f"template.spec.containers[{i}].resources", c.get("resources"))
-                  for i, c in enumerate(spec.get("containers") or [])]
+                  for i, c in enumerate(_objects(spec, "containers", problems))]
     inits = [(resources(f"template.spec.initContainers[{i}].resources", c.get("resources")),
               c.get("restartPolicy") == "Always")
-             for i, c in enumerate(spec.get("initContainers") or [])]
+             for i, c in enumerate(_objects(spec, "initContainers", problems))]
     try:
         overhead = Resources.of(_quantities(spec.get("overhead")))
     except ValueError as err:
@@ -241,10 +255,11 @@ def pod_set_from(name: str, count: int, template: Mapping[str, Any], namespace: 
         overhead = Resources()
     pod_level = resources("template.spec.resources", spec["resources"]) \
         if spec.get("resources") else None
-    affinity = _affinity(spec.get("affinity") or {}, problems)
+    affinity = _affinity(mapping(spec.get("affinity"), "template.spec.affinity", problems),
+                         problems)
     tolerations = tuple(_toleration(t, i, problems)
-                        for i, t in enumerate(spec.get("tolerations") or []))
-    selector = spec.get("nodeSelector") or {}
+                        for i, t in enumerate(_objects(spec, "tolerations", problems)))
+    selector = mapping(spec.get("nodeSelector"), "template.spec.nodeSelector", problems)
     claims = pod_claims(spec, namespace, objects or NoObjects(), problems)
     if problems:
         raise BadRequest(name, problems)
@@ -259,40 +274,57 @@ def pod_set_from(name: str, count: int, template: Mapping[str, Any], namespace: 
     )
 
 
-def _quantities(raw: Mapping[str, Any] | None) -> dict[str, int]:
+def _objects(spec: Mapping[str, Any], key: str, problems: Problems) -> list[Mapping[str, Any]]:
+    """A pod spec's list of objects (containers, tolerations, ...), each one an object."""
+    where = f"template.spec.{key}"
+    return [mapping(raw, f"{where}[{i}]", problems)
+            for i, raw in enumerate(items(spec.get(key), where, problems))]
+
+
+def _quantities(raw: Any) -> dict[str, int]:
+    if raw is not None and not isinstance(raw, Mapping):
+        raise ValueError("requests, limits and overhead must be objects of quantities")
     return {str(k): quantity_milli(v) for k, v in (raw or {}).items()}
 
 
-def _affinity(raw: Mapping[str, Any], problems: list[tuple[str, str]]
+def _affinity(raw: Mapping[str, Any], problems: Problems
               ) -> tuple[tuple[Requirement, ...], ...]:
-    required = ((raw.get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution")) or {}
+    at = "template.spec.affinity.nodeAffinity"
+    node = mapping(raw.get("nodeAffinity"), at, problems)
+    at += ".requiredDuringSchedulingIgnoredDuringExecution"
+    required = mapping(node.get("requiredDuringSchedulingIgnoredDuringExecution"), at,
+                       problems)
     terms = []
-    for ti, term in enumerate(required.get("nodeSelectorTerms") or []):
-        where = ("template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnored"
-                 f"DuringExecution.nodeSelectorTerms[{ti}]")
+    listed = items(required.get("nodeSelectorTerms"), f"{at}.nodeSelectorTerms", problems)
+    for ti, raw_term in enumerate(listed):
+        where = f"{at}.nodeSelectorTerms[{ti}]"
+        term = mapping(raw_term, where, problems)
         if term.get("matchFields"):
             problems.append((f"{where}.matchFields", "not supported: select nodes by labels"))
         reqs = []
-        for ei, expr in enumerate(term.get("matchExpressions") or []):
+        exprs = items(term.get("matchExpressions"), f"{where}.matchExpressions", problems)
+        for ei, raw_expr in enumerate(exprs):
+            expr = mapping(raw_expr, f"{where}.matchExpressions[{ei}]", problems)
             try:
-                op = Operator(expr.get("operator"))
+                op = Operator(str(expr.get("operator")))
             except ValueError:
                 problems.append((f"{where}.matchExpressions[{ei}].operator",
                                  f"{expr.get('operator')!r} is not one of "
                                  + ", ".join(o.value for o in Operator)))
                 continue
-            reqs.append(Requirement(str(expr.get("key", "")), op,
-                                    tuple(str(v) for v in expr.get("values") or [])))
+            values = items(expr.get("values"), f"{where}.matchExpressions[{ei}].values",
+                           problems)
+            reqs.append(Requirement(str(expr.get("key", "")), op, tuple(map(str, values))))
         terms.append(tuple(reqs))
     return tuple(terms)
 
 
-def _toleration(raw: Mapping[str, Any], index: int,
-                problems: list[tuple[str, str]]) -> Toleration:
+def _toleration(raw: Mapping[str, Any], index: int, problems: Problems) -> Toleration:
     operator = raw.get("operator") or "Equal"
     if operator not in ("Equal", "Exists"):
         problems.append((f"template.spec.tolerations[{index}].operator",
                          f"{operator!r} is not Equal or Exists"))
-    return Toleration(key=raw.get("key") or None, operator=operator,
-                      value=str(raw.get("value") or ""), effect=raw.get("effect") or None)
+    at = f"template.spec.tolerations[{index}]"
+    return Toleration(key=text(raw.get("key"), f"{at}.key", problems) or None,
+                      operator=operator, value=str(raw.get("value") or ""),
+                      effect=text(raw.get("effect"), f"{at}.effect", problems) or None)

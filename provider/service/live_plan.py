@@ -55,7 +55,8 @@ def live_plan(provider: Provider, documents: Sequence[Any], source: str,
 
 def _dry_run(provider: Provider, pod: Mapping[str, Any], objects: DocumentObjects
              ) -> dict[str, Any]:
-    meta = pod.get("metadata") or {}
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
     name = str(meta.get("name") or "pod")
     # The pod as a one-pod request: the same parsing and matching a request gets.
     request = {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",

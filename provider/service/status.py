@@ -55,6 +55,7 @@ def _outcome(o: Outcome) -> dict[str, Any]:
     reasons = [f"{r.code}: {r.message}" for r in o.infeasible.reasons] if o.infeasible else []
     reasons += [f"{f.part.group} ({f.part.reservation or f.part.capacity_type.value}): "
                 f"{f.error}" for f in o.failures]
+    reasons += [o.error] if o.error else []
     return {"attempt": o.attempt, "result": o.result.value, "nodes": len(o.instances),
             "rolledBack": o.rolled_back, "plans": o.plans_tried,
             "seconds": round(o.seconds, 1), "reasons": reasons}

@@ -3,18 +3,29 @@ restart of the service."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 from adapters.fake import FakeCloud
 from adapters.registry import create_adapter
 from provider.app import Provider
 from provider.attempts.executor import AttemptSpec, Executor, Outcome, Result
-from provider.attempts.journal import SqliteJournal
+from provider.attempts.journal import PRUNE_EVERY_SECONDS, SqliteJournal
 from provider.base.clock import ManualClock
-from provider.domain.cloud import CapacityType, InsufficientCapacity, TransientError
-from provider.domain.plan import Part, Plan
+from provider.capacity.ledger import CapacityView
+from provider.domain.cloud import (
+    CapacityType,
+    CloudInstance,
+    InsufficientCapacity,
+    LaunchRequest,
+    OwnerTags,
+    TransientError,
+)
+from provider.domain.plan import Infeasible, Part, Plan
 from tests.attempts.test_executor import CONFIG, build_for
-from tests.kit.helpers import ManualPool, config
+from tests.kit.helpers import ManualPool, config, harness
 
 
 def test_attempts_are_recorded_and_closed(tmp_path: Path) -> None:
@@ -124,3 +135,55 @@ def test_begin_prunes_now_and_then_without_being_asked(tmp_path: Path) -> None:
     _finish(journal, "old", 0.0)
     _finish(journal, "new", 2 * DAY)  # its begin prunes: "old" finished a day before
     assert journal.attempts() == ["new"]
+
+
+def test_an_attempt_whose_plan_raises_is_closed_in_the_journal(tmp_path: Path) -> None:
+    """Planning that raises (issue 32: a selector nested 300 deep, a RecursionError out of
+    the CEL compile) still ends the attempt: the journal closes it, with the error, rather
+    than keep one more open attempt per try."""
+    journal = SqliteJournal(tmp_path / "j.db")
+    h = harness(CONFIG, journal=journal)
+
+    def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    with pytest.raises(RecursionError):
+        h.provider.executor.execute(AttemptSpec("r-bad", "x", request="ml/job"), build)
+    assert journal.open_attempts() == []
+    assert journal.attempt_state("r-bad") == "failed"
+    assert h.provider.executor.in_flight == set()
+    assert (h.provider.recent.last()[0].error or "").startswith("RecursionError")
+
+
+def test_reconcile_prunes_the_open_attempts_it_has_settled(tmp_path: Path) -> None:
+    """An attempt left open in the journal (its close never written) is settled once
+    nothing runs it and the cloud lists nothing of it: pruning removes it. One running now,
+    or with an instance still listed, stays."""
+    journal = SqliteJournal(tmp_path / "j.db")
+    h = harness(CONFIG, journal=journal)  # its first listing found nothing open
+    journal.begin(AttemptSpec("r-left", "x"), h.clock.now())
+    journal.begin(AttemptSpec("r-listed", "x"), h.clock.now())
+    (listed,) = h.cloud.launch(LaunchRequest("r-listed/0.0", "g", "z1", "p5", 1, OwnerTags(
+        "x", "g", "r-listed", "0.0", CapacityType.ON_DEMAND)))
+    h.clock.advance(PRUNE_EVERY_SECONDS)
+    states: dict[str, str | None] = {}
+    launch = h.cloud.launch
+
+    def listed_while_running(request: LaunchRequest) -> Sequence[CloudInstance]:
+        # Reconcile lists the cloud while this attempt launches: it is open and running.
+        h.provider.refresh_now()
+        states.update({a: journal.attempt_state(a) for a in ("r-left", "r-listed", "r-run")})
+        return launch(request)
+
+    h.cloud.launch = listed_while_running  # type: ignore[method-assign]
+    h.provider.executor.execute(AttemptSpec("r-run", "x"), build_for(h.provider, 1))
+    assert states == {"r-left": None, "r-listed": "open", "r-run": "open"}
+    assert journal.attempt_state("r-run") == "succeeded"
+
+    h.cloud.terminate([listed.id])  # the last of r-listed is gone from the cloud
+    h.provider.refresh_now()  # not due yet: pruning looks at most every 10 minutes
+    assert journal.attempt_state("r-listed") == "open"
+    h.clock.advance(PRUNE_EVERY_SECONDS)
+    h.provider.refresh_now()
+    assert journal.open_attempts() == []
+    assert journal.attempts() == ["r-run"]

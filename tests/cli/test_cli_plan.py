@@ -99,6 +99,19 @@ def test_plan_reads_dra_claims_and_explains_a_miss_by_group(tmp_path: Path) -> N
            "false)" in result.stdout
 
 
+
+def test_plan_refuses_a_selector_beyond_the_limits_by_its_field(tmp_path: Path) -> None:
+    """Issue 32: a selector nested 300 deep ended `allset plan` in a RecursionError."""
+    deep = tmp_path / "dra-deep.yaml"
+    deep.write_text(DRA.read_text().replace(
+        'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("80Gi")) >= 0',
+        "(" * 300 + "true" + ")" * 300))
+    result = allset_plan("--config", str(config(tmp_path)), "--request", str(deep))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert ("PodTemplate trainer: ResourceClaimTemplate four-80gi: spec.devices.requests[0]"
+            ".exactly.selectors[0].cel.expression: the selector nests brackets 300 deep"
+            ) in result.stderr
+
 WINDOW_CONFIG = """\
 cluster: test
 cloud:

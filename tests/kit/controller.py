@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 
 from provider.app import Provider
-from provider.attempts.executor import inline_runner
+from provider.attempts.executor import Journal, inline_runner
 from provider.config import LoadedConfig
 from provider.controller import conditions as c
 from provider.controller.controller import Controller
@@ -84,9 +84,10 @@ def world() -> Iterator[World]:
     yield from running()
 
 
-def running(config: str | None = None, workers: int = 4) -> Iterator[World]:
+def running(config: str | None = None, workers: int = 4,
+            journal: Journal | None = None) -> Iterator[World]:
     """A controller on the fake API server, both on the harness' simulated clock."""
-    h = harness() if config is None else harness(config)
+    h = harness(journal=journal) if config is None else harness(config, journal=journal)
 
     def now() -> dt.datetime:  # the API server's clock is the simulated one
         return dt.datetime.fromtimestamp(h.clock.now(), dt.UTC)

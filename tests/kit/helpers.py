@@ -15,7 +15,7 @@ import grpc
 from adapters.fake import FakeCloud
 from adapters.registry import create_adapter
 from provider.app import Provider
-from provider.attempts.executor import inline_runner
+from provider.attempts.executor import Journal, inline_runner
 from provider.base.clock import ManualClock
 from provider.config import LoadedConfig, load_config_text
 from provider.domain.cloud import InstanceState
@@ -126,13 +126,14 @@ class Switchable(AlwaysLeader):
             raise NotLeader("standby")
 
 
-def harness(text: str = BASE_CONFIG, clock: ManualClock | None = None) -> Harness:
+def harness(text: str = BASE_CONFIG, clock: ManualClock | None = None,
+            journal: Journal | None = None) -> Harness:
     cfg = config(text)
     clock = clock or ManualClock()
     cloud = create_adapter(cfg, clock)
     assert isinstance(cloud, FakeCloud)
     pool = ManualPool()
-    provider = Provider(cfg, cloud, clock, pool=pool, runner=inline_runner)
+    provider = Provider(cfg, cloud, clock, pool=pool, runner=inline_runner, journal=journal)
     provider.refresh_now()
     return Harness(provider, cloud, clock, pool)
 
@@ -162,13 +163,21 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(provider: Provider) -> Iterator[pb_grpc.CloudProviderStub]:
-    """CA's view of one replica: its gRPC server on 127.0.0.1."""
+def channel_to(provider: Provider) -> Iterator[grpc.Channel]:
+    """A channel to one replica's gRPC server (CA's service and the admin one) on
+    127.0.0.1."""
     server = Server(provider, "127.0.0.1:0", None)
     server.start()
     channel = grpc.insecure_channel(server.address)
     try:
-        yield pb_grpc.CloudProviderStub(channel)
+        yield channel
     finally:
         channel.close()
         server.stop(grace=1.0)
+
+
+@contextmanager
+def serving(provider: Provider) -> Iterator[pb_grpc.CloudProviderStub]:
+    """CA's view of one replica: its gRPC server on 127.0.0.1."""
+    with channel_to(provider) as channel:
+        yield pb_grpc.CloudProviderStub(channel)

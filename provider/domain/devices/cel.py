@@ -9,10 +9,15 @@ Kubernetes' quantity and semver libraries (`quantity("80Gi")`, `.compareTo()`,
 A selector that uses anything else cannot be judged here; it is an
 `UnsupportedSelector`, never a silent match. A runtime error on one device (an
 attribute the device does not have) makes that device not match, as the scheduler's
-allocator treats it."""
+allocator treats it.
+
+A selector beyond Kubernetes' bounds (length, cost) or nested deeper than the evaluator
+can follow (provider.domain.devices.limits) is a `SelectorOverLimit`: refused before it
+is evaluated, never a RecursionError."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,6 +29,7 @@ from celpy import celtypes
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
 
+from provider.domain.devices import limits
 from provider.domain.devices.explain import term_summary
 from provider.domain.devices.model import AttrValue, Device, Version
 from provider.domain.devices.quantity import parse_milli
@@ -36,9 +42,48 @@ class UnsupportedSelector(Exception):
     """A selector allset cannot evaluate (syntax, or a function it does not model)."""
 
     def __init__(self, expression: str, why: str) -> None:
-        super().__init__(f"selector {expression!r}: {why}")
+        super().__init__(f"selector {_short(expression)!r}: {why}")
         self.expression = expression
         self.why = why
+
+
+class SelectorOverLimit(UnsupportedSelector):
+    """A selector longer, deeper or costlier than allset (or Kubernetes) allows."""
+
+
+def _parsed(env: celpy.Environment, expression: str) -> lark.Tree[Any]:
+    """The selector's tree within the limits; raises SelectorOverLimit or CELParseError."""
+    why = limits.before_parse(expression)
+    if why is not None:
+        raise SelectorOverLimit(expression, why)
+    tree = env.compile(expression)  # LALR: no recursion, however deep it nests
+    why = limits.after_parse(tree)
+    if why is not None:
+        raise SelectorOverLimit(expression, why)
+    return tree
+
+
+@functools.cache
+def _checker() -> celpy.Environment:
+    return celpy.Environment()
+
+
+@functools.lru_cache(maxsize=1024)
+def selector_problem(expression: str) -> str | None:
+    """Why a selector is beyond the limits, or None (one that does not parse is not: the
+    planner reports it as unsupported, as it does a function allset does not model)."""
+    try:
+        _parsed(_checker(), expression)
+    except SelectorOverLimit as err:
+        return err.why
+    except CELParseError:
+        return None
+    return None
+
+
+def _short(expression: str) -> str:
+    """A selector as messages quote it: a 10 KiB one is not repeated whole."""
+    return expression if len(expression) <= 120 else f"{expression[:100]}...{expression[-10:]}"
 
 
 class CelQuantity(celtypes.IntType):
@@ -204,7 +249,18 @@ class CelEnvironment:
         if found is not None:
             return found
         try:
-            tree = self._env.compile(expression)
+            compiled = self._compile(expression)
+        except RecursionError as err:  # the limits should make this unreachable
+            raise SelectorOverLimit(expression, "nests too deep to evaluate") from err
+        with self._lock:
+            if len(self._compiled) >= _MAX_REMEMBERED:
+                self._compiled.clear()
+            self._compiled[expression] = compiled
+        return compiled
+
+    def _compile(self, expression: str) -> Compiled:
+        try:
+            tree = _parsed(self._env, expression)
         except CELParseError as err:
             where = " ".join(str(err).split())
             raise UnsupportedSelector(expression, f"does not parse ({where})") from err
@@ -213,13 +269,8 @@ class CelEnvironment:
             raise UnsupportedSelector(
                 expression, f"uses {', '.join(unknown)}, which allset does not evaluate")
         program = self._env.program(tree, functions=self._functions)
-        compiled = Compiled(expression, program, tuple(_conjuncts(tree, expression)),
-                            _names_read(tree))
-        with self._lock:
-            if len(self._compiled) >= _MAX_REMEMBERED:
-                self._compiled.clear()
-            self._compiled[expression] = compiled
-        return compiled
+        return Compiled(expression, program, tuple(_conjuncts(tree, expression)),
+                        _names_read(tree))
 
     def check(self, expression: str) -> None:
         self.compile(expression)
@@ -235,6 +286,8 @@ class CelEnvironment:
             result = compiled.program.evaluate(self._activation(driver, device))
         except (CELEvalError, ValueError, TypeError, ArithmeticError) as err:
             verdict = _error_text(err)
+        except RecursionError:  # within the limits it is not reached: never a crash
+            verdict = "nests too deep to evaluate"
         else:
             if isinstance(result, celtypes.BoolType):
                 verdict = bool(result)

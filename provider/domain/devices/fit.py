@@ -128,8 +128,9 @@ def fit(env: CelEnvironment, claims: Sequence[Claim], slices: Sequence[DeviceSli
             continue
         break
     if pods == 0:
-        failing = next(c for c in per_pod if _allocate_claim(env, c, list(
-            node_devices(slices))) is None) if per_pod else None
+        # None when each claim fits an empty node alone: the shared ones leave too little.
+        empty = list(node_devices(slices))
+        failing = next((c for c in per_pod if _allocate_claim(env, c, empty) is None), None)
         reasons = why_not(env, failing, slices) if failing else [
             "the claims together need more devices than a node has"]
         return DeviceFit(0, tuple(reasons))

@@ -4,13 +4,18 @@ claims with their DeviceClasses resolved. Every problem names the field it is ab
 Field names follow https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/
 (ResourceClaimTemplate, ResourceClaim, DeviceClass, v1). A pod's `spec.resourceClaims[]`
 names each claim and either a template (one claim per pod) or a ResourceClaim (one claim
-shared by every pod that names it)."""
+shared by every pod that names it).
+
+A selector beyond Kubernetes' bounds (its length, its cost) or nested deeper than allset
+evaluates (provider.domain.devices.limits) is a problem of its field, as the API server
+would make it: the request is invalid, not merely unplannable."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from provider.domain.devices.cel import selector_problem
 from provider.domain.devices.claims import (
     AllocationMode,
     Claim,
@@ -19,6 +24,8 @@ from provider.domain.devices.claims import (
     RequestOption,
     Selector,
 )
+from provider.domain.devices.limits import MAX_SELECTORS
+from provider.domain.shapes import items, mapping, text
 
 GROUP = "resource.k8s.io"
 KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
@@ -55,7 +62,8 @@ class DocumentObjects:
     def __init__(self, documents: Iterable[Mapping[str, Any]]) -> None:
         self._by: dict[tuple[str, str, str], Mapping[str, Any]] = {}
         for doc in documents:
-            meta = doc.get("metadata") or {}
+            meta = doc.get("metadata")
+            meta = meta if isinstance(meta, Mapping) else {}  # then it is never found
             namespace = "" if doc.get("kind") == "DeviceClass" else str(
                 meta.get("namespace") or "")
             self._by[(str(doc.get("kind")), namespace, str(meta.get("name") or ""))] = doc
@@ -81,10 +89,7 @@ def is_dra_document(doc: Mapping[str, Any]) -> bool:
 def pod_claims(spec: Mapping[str, Any], namespace: str, objects: DraObjects,
                problems: Problems, where: str = "template.spec") -> tuple[Claim, ...]:
     """The claims of a pod spec, resolved; problems are appended, not raised."""
-    raw = spec.get("resourceClaims") or []
-    if not isinstance(raw, list):
-        problems.append((f"{where}.resourceClaims", "must be a list"))
-        return ()
+    raw = items(spec.get("resourceClaims"), f"{where}.resourceClaims", problems)
     out = []
     classes: dict[str, tuple[Selector, ...] | None] = {}
     for index, entry in enumerate(raw):
@@ -107,8 +112,8 @@ def pod_claims(spec: Mapping[str, Any], namespace: str, objects: DraObjects,
                                  f"ResourceClaimTemplate {template!r} not found in namespace "
                                  f"{namespace}"))
                 continue
-            devices = ((found.get("spec") or {}).get("spec") or {}).get("devices") or {}
             origin = f"ResourceClaimTemplate {template}"
+            devices = _field(found, ("spec", "spec", "devices"), origin, problems)
         else:
             found = objects.resource_claim(namespace, str(claim_name))
             if found is None:
@@ -116,18 +121,25 @@ def pod_claims(spec: Mapping[str, Any], namespace: str, objects: DraObjects,
                                  f"ResourceClaim {claim_name!r} not found in namespace "
                                  f"{namespace}"))
                 continue
-            allocation = (found.get("status") or {}).get("allocation")
-            if allocation:
+            origin = f"ResourceClaim {claim_name}"
+            if _field(found, ("status",), origin, problems).get("allocation"):
                 problems.append((f"{at}.resourceClaimName",
                                  f"ResourceClaim {claim_name!r} is already allocated; its "
                                  "pods go where its devices are, not to new nodes"))
                 continue
-            devices = (found.get("spec") or {}).get("devices") or {}
-            origin = f"ResourceClaim {claim_name}"
+            devices = _field(found, ("spec", "devices"), origin, problems)
         claim = _claim(name, devices, bool(claim_name), objects, classes, problems, origin)
         if claim is not None:
             out.append(claim)
     return tuple(out)
+
+
+def _field(obj: Mapping[str, Any], path: tuple[str, ...], origin: str, problems: Problems,
+           ) -> Mapping[str, Any]:
+    """The object at ``path`` in an API object (empty when absent or not an object)."""
+    for depth, key in enumerate(path, 1):
+        obj = mapping(obj.get(key), f"{origin}: {'.'.join(path[:depth])}", problems)
+    return obj
 
 
 def _claim(name: str, devices: Mapping[str, Any], shared: bool, objects: DraObjects,
@@ -135,7 +147,8 @@ def _claim(name: str, devices: Mapping[str, Any], shared: bool, objects: DraObje
            origin: str) -> Claim | None:
     before = len(problems)
     requests = []
-    for index, raw in enumerate(devices.get("requests") or []):
+    for index, raw in enumerate(items(devices.get("requests"),
+                                      f"{origin}: spec.devices.requests", problems)):
         at = f"{origin}: spec.devices.requests[{index}]"
         raw = raw if isinstance(raw, Mapping) else {}
         rname = str(raw.get("name") or "")
@@ -146,12 +159,15 @@ def _claim(name: str, devices: Mapping[str, Any], shared: bool, objects: DraObje
             problems.append((at, "give one of exactly and firstAvailable"))
             continue
         if raw.get("firstAvailable"):
-            options = [_option(f"{rname}/{sub.get('name')}", sub, objects, classes, problems,
-                               f"{at}.firstAvailable[{i}]")
-                       for i, sub in enumerate(raw["firstAvailable"])]
+            subs = items(raw["firstAvailable"], f"{at}.firstAvailable", problems)
+            bodies = [mapping(sub, f"{at}.firstAvailable[{i}]", problems)
+                      for i, sub in enumerate(subs)]
+            options = [_option(f"{rname}/{body.get('name')}", body, objects, classes,
+                               problems, f"{at}.firstAvailable[{i}]")
+                       for i, body in enumerate(bodies)]
         else:
             # v1 puts the request under `exactly`; v1beta1 wrote it on the request itself.
-            body = raw.get("exactly") or raw
+            body = mapping(raw.get("exactly") or raw, f"{at}.exactly", problems)
             options = [_option(rname, body, objects, classes, problems, f"{at}.exactly")]
         kept = tuple(o for o in options if o is not None)
         if kept:
@@ -160,7 +176,8 @@ def _claim(name: str, devices: Mapping[str, Any], shared: bool, objects: DraObje
         problems.append((f"{origin}: spec.devices.requests", "a claim needs a request"))
     names = {r.name for r in requests}
     constraints = []
-    for index, raw in enumerate(devices.get("constraints") or []):
+    for index, raw in enumerate(items(devices.get("constraints"),
+                                      f"{origin}: spec.devices.constraints", problems)):
         at = f"{origin}: spec.devices.constraints[{index}]"
         raw = raw if isinstance(raw, Mapping) else {}
         attribute = raw.get("matchAttribute")
@@ -169,7 +186,7 @@ def _claim(name: str, devices: Mapping[str, Any], shared: bool, objects: DraObje
                              "needs a fully qualified attribute (domain/name); allset "
                              "models matchAttribute constraints only"))
             continue
-        listed = tuple(str(r) for r in raw.get("requests") or [])
+        listed = tuple(str(r) for r in items(raw.get("requests"), f"{at}.requests", problems))
         unknown = [r for r in listed if r.split("/")[0] not in names]
         if unknown:
             problems.append((f"{at}.requests", f"unknown request {', '.join(unknown)}"))
@@ -189,9 +206,10 @@ def _option(name: str, body: Mapping[str, Any], objects: DraObjects,
         return None
     if class_name not in classes:
         found = objects.device_class(class_name)
-        classes[class_name] = None if found is None else tuple(
-            Selector(expr, f"DeviceClass {class_name}")
-            for expr in _expressions((found.get("spec") or {}).get("selectors")))
+        origin = f"DeviceClass {class_name}"
+        classes[class_name] = None if found is None else _selectors(
+            _field(found, ("spec",), origin, problems).get("selectors"), origin,
+            f"{origin}: spec.selectors", problems)
     class_selectors = classes[class_name]
     if class_selectors is None:
         problems.append((f"{at}.deviceClassName", f"DeviceClass {class_name!r} not found"))
@@ -210,15 +228,26 @@ def _option(name: str, body: Mapping[str, Any], objects: DraObjects,
         problems.append((f"{at}.capacity", "consumable capacity requests are not planned by "
                                            "allset"))
         return None
-    own = tuple(Selector(expr, f"request {name}")
-                for expr in _expressions(body.get("selectors")))
+    own = _selectors(body.get("selectors"), f"request {name}", f"{at}.selectors", problems)
     return RequestOption(name, class_name, class_selectors + own, mode, int(count))
 
 
-def _expressions(raw: Any) -> list[str]:
+def _selectors(raw: Any, origin: str, at: str, problems: Problems) -> tuple[Selector, ...]:
+    """The CEL selectors of a request or a DeviceClass, each within the limits Kubernetes
+    and allset's evaluator set (a problem of its field when not)."""
+    listed = items(raw, at, problems)
+    if len(listed) > MAX_SELECTORS:
+        problems.append((at, f"has {len(listed)} selectors; Kubernetes allows at most "
+                             f"{MAX_SELECTORS} (resource.k8s.io DeviceSelectorsMaxSize)"))
+        return ()
     out = []
-    for item in raw or []:
-        expr = ((item or {}).get("cel") or {}).get("expression")
-        if expr:
-            out.append(str(expr))
-    return out
+    for index, item in enumerate(listed):
+        field = f"{at}[{index}].cel"
+        cel = mapping(mapping(item, f"{at}[{index}]", problems).get("cel"), field, problems)
+        expr = text(cel.get("expression"), f"{field}.expression", problems)
+        why = selector_problem(expr) if expr else None
+        if why is not None:
+            problems.append((f"{field}.expression", f"the selector {why}"))
+        elif expr:
+            out.append(Selector(expr, origin))
+    return tuple(out)

@@ -136,3 +136,21 @@ def test_a_shared_claims_verdict_counts_the_pods_of_each_pod_set() -> None:
     together = plan(both, p.ledger.view(), p.matcher)
     assert isinstance(together, Infeasible), together
     assert "the 4 pods share claim s" in together.summary()
+
+
+def test_a_shared_claim_that_leaves_too_few_devices_is_a_reason_not_a_crash() -> None:
+    """A shared claim takes 7 of a node's 8 GPUs, each pod's own claim wants 2: each
+    fits an empty node alone, both together fit none. Planning once ended in a
+    StopIteration here (issue 32, found by the shapes test)."""
+    from tests.domain.devices.test_shape_table import claimed, planned
+
+    gpu = 'device.attributes["gpu.nvidia.com"].type == "gpu"'  # whole GPUs, not MIG
+    rc = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+          "metadata": {"name": "shared", "namespace": "ml"},
+          "spec": {"devices": {"requests": [exactly("n", gpu, count=7)]}}}
+    spec = claimed("own")
+    spec["resourceClaims"].append({"name": "s", "resourceClaimName": "shared"})
+    own = claim_template("own", exactly("g", gpu, count=2))
+    found = planned(spec, [NVIDIA_CLASS, rc, own])
+    assert isinstance(found, Infeasible)
+    assert "the claims together need more devices than a node has" in found.summary()
