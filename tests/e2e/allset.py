@@ -52,6 +52,10 @@ nodeGroups:
      gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
      price: {{onDemand: 98.32}},
      taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
+  - {{id: mend, zone: us-east-1a, instanceType: p5.48xlarge, maxSize: 4,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
+     price: {{onDemand: 98.32}},
+     taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
   - {{id: gang-gpu-a, zone: us-east-1a, instanceType: g6.12xlarge, maxSize: 4,
      gpu: {{type: nvidia-l4, count: 4}}, cpu: 47, memory: 180Gi, price: {{onDemand: 4.6}}}}
   - {{id: gang-gpu-b, zone: us-east-1b, instanceType: g6.12xlarge, maxSize: 4,

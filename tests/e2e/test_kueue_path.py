@@ -4,10 +4,6 @@ admits with the booking nodeSelector → the pods run on exactly the booked node
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
-
 from tests.e2e import kueue
 from tests.e2e.conftest import World
 from tests.e2e.look import (
@@ -145,34 +141,18 @@ def test_a_workloads_execution_limit_keeps_a_job_off_a_block_that_ends_sooner(
             rest.delete("batch/v1", "Job", name, "default")
 
 
-GATE = "e2e.allset.dev/hold"
-
-
-def _ungate(rest: Any, pod: Obj) -> None:
-    """Let the scheduler place a pod held by the test's scheduling gate."""
-    rest.merge_patch("v1", "Pod", pod["metadata"]["name"], {"spec": {"schedulingGates": [
-        g for g in pod["spec"].get("schedulingGates") or [] if g["name"] != GATE]}},
-        "default")
-
-
-@pytest.mark.parametrize("ended_by", ["consumed", "time"])
 def test_a_jobs_replacement_pod_runs_on_its_booked_nodes_after_the_booking(
-        world: World, ended_by: str) -> None:
+        world: World) -> None:
     """Issue 32, finding 6 (I12), on real Kueue and kube-scheduler: once the booking ends
-    (every pod scheduled, or its time up), a pod of the Job fails and the Job makes a
-    replacement, which selects the booking label Kueue wrote into the pod template. It
-    must run on the gang's nodes, within 30 s. Before the fix the label was gone from
-    them and the replacement stayed Pending ("didn't match Pod's node affinity/selector").
-    For "time" the pods are held by a scheduling gate until the booking (5 s) ran out."""
+    (every pod scheduled), a pod of the Job fails and the Job makes a replacement, which
+    selects the booking label Kueue wrote into the pod template. It must run on the gang's
+    nodes, within 30 s. Before the fix the label was gone from them and the replacement
+    stayed Pending ("didn't match Pod's node affinity/selector")."""
     rest = world.cluster.rest
-    name = f"mend-{ended_by}"
-    spec = kueue.pod_spec({"allset.dev/node-group": "job"}, {"nvidia.com/gpu": "8",
-                                                             "cpu": "16"}, gpu_taint=True)
-    notes = {}
-    if ended_by == "time":
-        spec["schedulingGates"] = [{"name": GATE}]
-        notes = {"provreq.kueue.x-k8s.io/bookingDurationSeconds": "5"}
-    job = kueue.job(name, 2, spec, annotations=notes)
+    name = "mend"
+    spec = kueue.pod_spec({"allset.dev/node-group": "mend"}, {"nvidia.com/gpu": "8",
+                                                              "cpu": "16"}, gpu_taint=True)
+    job = kueue.job(name, 2, spec)
     job["spec"]["backoffLimit"] = 4  # a failed pod is replaced, not the Job failed
     rest.create(job)
     try:
@@ -183,35 +163,21 @@ def test_a_jobs_replacement_pod_runs_on_its_booked_nodes_after_the_booking(
             got = rest.find(f"{PROVREQ}/v1", "ProvisioningRequest", rname, "default")
             return got if is_true(got, "BookingExpired") else None
 
-        if ended_by == "time":
-            wait_for("Kueue to admit the Workload", lambda: admitted(
-                workload_of(rest, name)), 60, explain=world.logs)
-            ended = wait_for("the booking to run out", expired, 60, explain=world.logs)
-            why = (condition(ended, "BookingExpired") or {}).get("reason")
-            assert why == "CapacityReservationTimeExpired", why
-            gated = wait_for("the Job's 2 pods", lambda: (
-                lambda ps: ps if len(ps) == 2 else None)(pods_of(rest, name)), 60)
-            for pod in gated:
-                _ungate(rest, pod)
         placed = _placed_on_booked_nodes(world, name, request, 2)
         nodes = {p["spec"]["nodeName"] for p in placed}
-        if ended_by == "consumed":
-            ended = wait_for("the booking to end", expired, 60, explain=world.logs)
-            why = (condition(ended, "BookingExpired") or {}).get("reason")
-            assert why == "CapacityBookingConsumed", why
+        ended = wait_for("the booking to end", expired, 60, explain=world.logs)
+        why = (condition(ended, "BookingExpired") or {}).get("reason")
+        assert why == "CapacityBookingConsumed", why
         victim = placed[0]["metadata"]["name"]
         rest.delete("v1", "Pod", victim, "default")  # it failed; the Job replaces it
+        others = {p["metadata"]["name"] for p in placed[1:]}
 
         def replacement() -> Obj | None:
             for pod in pods_of(rest, name):
-                if pod["metadata"]["name"] == victim or pod["metadata"].get(
-                        "deletionTimestamp"):
+                meta = pod["metadata"]
+                if meta["name"] in others | {victim} or meta.get("deletionTimestamp"):
                     continue
-                if pod["spec"].get("schedulingGates"):
-                    _ungate(rest, pod)
-                if pod["spec"].get("nodeName") and pod["status"].get("phase") == "Running" \
-                        and pod["metadata"]["name"] not in {p["metadata"]["name"]
-                                                           for p in placed[1:]}:
+                if pod["spec"].get("nodeName") and pod["status"].get("phase") == "Running":
                     return pod
             return None
 
