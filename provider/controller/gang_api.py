@@ -127,6 +127,14 @@ class GangApi:
                  namespace, PLURAL, name, _request_timeout=self._write_timeout,
                  body=client.V1DeleteOptions(preconditions=preconditions))
 
+    def pod_template(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = call(self._core.read_namespaced_pod_template, name,
+                                          namespace, _preload_content=False)
+        except Gone:
+            return None
+        return found
+
     def create_pod_template(self, namespace: str, body: Mapping[str, Any]) -> None:
         self._fence()
         call(self._core.create_namespaced_pod_template, namespace, dict(body),

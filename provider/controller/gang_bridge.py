@@ -8,6 +8,11 @@ themselves, one per shape. Its pods are annotated as consuming it, which keeps C
 scale-up off them while it is open. The request's state is reported on the gang object:
 an annotation and an Event whenever its reason changes.
 
+An open request counts only the pods it planned: each pod it counted carries the pod set
+that counted it (POD_SET_ANNOTATION), a pod that joins later takes a place no live pod
+holds (it replaces one that failed), and one without a place consumes the gang's next
+request instead and is told so (provider/controller/gang_latecomers.py).
+
 A pod belongs to one gang, of the first API in ``gangs.sources`` that names it; one named
 by two APIs is told so (provider/controller/gang_conflicts.py). A request's name carries
 the gang's API and its PodGroup's uid (``request_name``), so no two gangs share one.
@@ -20,11 +25,11 @@ not steer pods; it makes sure the nodes exist."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
-import json
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -32,9 +37,30 @@ from provider.base.clock import Clock, rfc3339
 from provider.controller import conditions as c
 from provider.controller.gang_api import GangApi
 from provider.controller.gang_conflicts import CONFLICT_REASON, ConflictTeller
+from provider.controller.gang_latecomers import LatecomerTeller
+from provider.controller.gang_objects import (
+    POD_SET_ANNOTATION,
+    live,
+    member,
+    planned_spec,
+    pod_sets,
+    request_state,
+    scheduled,
+    shape_of,
+    template_name,
+    template_shape,
+)
 from provider.controller.kube import Conflict, event
 from provider.domain.demand import CLASS_NAME
-from provider.domain.gangs.decide import Ask, Mark, Member, RequestPhase, RequestState, decide
+from provider.domain.gangs.decide import (
+    Ask,
+    Mark,
+    Member,
+    PodSet,
+    RequestPhase,
+    RequestState,
+    decide,
+)
 from provider.domain.gangs.sources import GangRef, GangSource, Naming, naming
 
 log = logging.getLogger(__name__)
@@ -44,8 +70,6 @@ GANG_LABEL = "allset.dev/gang"  # on requests the bridge made
 GANG_ANNOTATION = "allset.dev/gang"  # on such a request: "<source>/<gang name>"
 REQUEST_ANNOTATION = "allset.dev/gang-request"  # on the gang: its current request
 STATUS_ANNOTATION = "allset.dev/provisioning"  # on the gang: "<reason>: <message>"
-_PLANNED_FIELDS = ("nodeSelector", "affinity", "tolerations", "resourceClaims", "overhead",
-                   "resources", "priorityClassName", "runtimeClassName")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,40 +100,6 @@ def generation_of(request: str) -> int:
     return int(last) if last.isdigit() else 1
 
 
-def planned_spec(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """What of a pod decides where it fits: containers' resources and the placement
-    rules. Nothing that names this pod or its node."""
-    spec = pod.get("spec") or {}
-
-    def containers(key: str) -> list[dict[str, Any]]:
-        return [{k: v for k, v in ct.items() if k in ("name", "image", "resources",
-                                                       "restartPolicy")}
-                for ct in spec.get(key) or []]
-
-    out: dict[str, Any] = {"containers": containers("containers")}
-    if spec.get("initContainers"):
-        out["initContainers"] = containers("initContainers")
-    out.update({k: spec[k] for k in _PLANNED_FIELDS if spec.get(k)})
-    return out
-
-
-def shape_of(pod: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(planned_spec(pod), sort_keys=True).encode()
-                          ).hexdigest()[:16]
-
-
-def _scheduled(pod: Mapping[str, Any]) -> bool:
-    return bool((pod.get("spec") or {}).get("nodeName"))
-
-
-def _unschedulable(pod: Mapping[str, Any]) -> bool:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and \
-                cond.get("reason") in ("Unschedulable", "SchedulerError"):
-            return True
-    return False
-
-
 def _belongs(pod: Mapping[str, Any], key: GangKey, sources: Sequence[GangSource]) -> bool:
     """Is the pod of this gang: the first of ``sources`` that names a gang names this one?"""
     found = naming(pod, sources)
@@ -122,44 +112,16 @@ def _owned_by(request: Mapping[str, Any], gang: Mapping[str, Any]) -> bool:
     return bool(uid) and any(ref.get("uid") == uid for ref in refs)
 
 
-def _member(pod: Mapping[str, Any]) -> Member:
-    meta = pod.get("metadata") or {}
-    notes = meta.get("annotations") or {}
-    return Member(
-        name=str(meta.get("name")),
-        scheduled=_scheduled(pod),
-        unschedulable=_unschedulable(pod),
-        consuming=notes.get(c.CONSUME_ANNOTATIONS[0]),
-        shape=shape_of(pod),
-    )
+def _uid(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid"))
 
 
 def _request_name(key: GangKey, gang: Mapping[str, Any], generation: int) -> str:
-    return request_name(key.source, key.name, str((gang.get("metadata") or {}).get("uid")),
-                        generation)
+    return request_name(key.source, key.name, _uid(gang), generation)
 
 
-def _live(pod: Mapping[str, Any]) -> bool:
-    meta = pod.get("metadata") or {}
-    phase = (pod.get("status") or {}).get("phase")
-    return not meta.get("deletionTimestamp") and phase in (None, "Pending", "Running")
-
-
-def request_state(obj: Mapping[str, Any], generation: int) -> RequestState:
-    conds = c.read((obj.get("status") or {}).get("conditions"))
-    name = str((obj.get("metadata") or {}).get("name"))
-    failed = conds.get(c.FAILED)
-    if failed is not None and failed.status == "True":
-        return RequestState(name, generation, RequestPhase.FAILED, failed.reason,
-                            failed.message)
-    expired = conds.get(c.BOOKING_EXPIRED)
-    if expired is not None and expired.status == "True":
-        return RequestState(name, generation, RequestPhase.DONE, expired.reason,
-                            expired.message)
-    prov = conds.get(c.PROVISIONED)
-    if prov is not None:
-        return RequestState(name, generation, RequestPhase.OPEN, prov.reason, prov.message)
-    return RequestState(name, generation, RequestPhase.OPEN)
+def _gang_id(key: GangKey) -> str:
+    return f"{key.source.name.value}/{key.name}"
 
 
 class PodSource(Protocol):
@@ -200,6 +162,7 @@ class GangBridge:
         self._wake = threading.Event()
         self._acting: Callable[[], bool] = lambda: True  # on its own (tests): always
         self._conflicts = ConflictTeller(api, clock)
+        self._latecomers = LatecomerTeller(api, clock)
 
     def wake(self) -> None:
         """A pod that may belong to a gang appeared or changed: pass now, before CA's own
@@ -289,38 +252,30 @@ class GangBridge:
             return  # not a gang
         # Only the pods that belong to it: one that also names a gang of an earlier source
         # is that gang's (two gangs would each ask for it and mark it theirs, every pass).
-        pods = [p for p in namespace_pods if _live(p) and _belongs(p, key, sources)]
-        members = tuple(_member(p) for p in pods)
+        pods = [p for p in namespace_pods if live(p) and _belongs(p, key, sources)]
+        members = tuple(member(p) for p in pods)
         if not acting:
-            # A standby asks for nothing, but marks the pods of a gang never asked for
-            # with the request they will consume, as the leader does: after a failover
-            # the new leader serves CA the moment it acts, and pods that went pending
-            # while no replica acted would be open to CA's per-pod scale-up until its
-            # bridge's first pass. Later generations are the leader's (it reads them).
-            named = ((obj.get("metadata") or {}).get("annotations") or {}).get(
-                REQUEST_ANNOTATION)
-            upcoming = _request_name(key, obj, 1)
-            early = tuple(m for m in members if not m.scheduled and m.consuming != upcoming)
-            if not named and early:
-                self._mark(key.namespace, upcoming, early)
+            self._standby(key, obj, members)
             return
-        current = self._current(key, obj, sources)
+        current = self._current(key, obj, pods, members)
         if current is not None:
             obj = self._report(key, obj, current)
+            if current.phase is RequestPhase.OPEN:  # before this pass marks any pod
+                self._latecomers.retry(key.namespace, _gang_id(key), {
+                    m.name: m.consuming for m in members if not m.scheduled})
         decision = decide(members, min_member, current)
+        if isinstance(decision, Mark) and decision.deferred and current is not None and \
+                any(ps.shape is None for ps in current.pod_sets):
+            # Before a pod is left for the next request: pod sets whose template's name
+            # said nothing of its shape are read (reads only a pass that would defer).
+            current = self._read_shapes(key.namespace, current)
+            decision = decide(members, min_member, current)
         if isinstance(decision, Ask):
-            name = _request_name(key, obj, decision.generation)
-            stuck = [p for p in pods if not _scheduled(p)]
-            # The gang names its request before the request exists: a crash in between
-            # finds the name and creates the same request, never a second one. Only onto
-            # the gang as read: a deposed leader's late write never renames its request.
-            self._api.annotate_gang(key.source, key.namespace, key.name,
-                                    {REQUEST_ANNOTATION: name},
-                                    str((obj.get("metadata") or {}).get("resourceVersion") or ""))
-            self._create(key, obj, name, stuck)
-            self._mark(key.namespace, name, decision.pods)
+            self._ask(key, obj, decision, pods)
         elif isinstance(decision, Mark):
-            self._mark(key.namespace, decision.request, decision.pods)
+            self._mark(key.namespace, decision.request,
+                       [(x.pod, x.pod_set) for x in decision.pods])
+            self._defer(key, decision, pods)
         elif current is None or current.phase is RequestPhase.DONE:
             # Not asked for yet (not whole, or the scheduler has not tried every pod): its
             # pods already name the request they will consume, so CA's per-pod scale-up
@@ -329,47 +284,100 @@ class GangBridge:
                                      1 if current is None else current.generation + 1)
             early = tuple(m for m in members if not m.scheduled and m.consuming != upcoming)
             if early:
-                self._mark(key.namespace, upcoming, early)
+                self._mark(key.namespace, upcoming, [(m, None) for m in early])
 
-    def _current(self, key: GangKey, obj: Mapping[str, Any], sources: Sequence[GangSource]
+    def _standby(self, key: GangKey, obj: Mapping[str, Any], members: Sequence[Member]
+                 ) -> None:
+        """A standby asks for nothing, but marks the pods of a gang never asked for with
+        the request they will consume, as the leader does: after a failover the new leader
+        serves CA the moment it acts, and pods that went pending while no replica acted
+        would be open to CA's per-pod scale-up until its bridge's first pass. Later
+        generations are the leader's (it reads them)."""
+        named = ((obj.get("metadata") or {}).get("annotations") or {}).get(REQUEST_ANNOTATION)
+        upcoming = _request_name(key, obj, 1)
+        early = tuple(m for m in members if not m.scheduled and m.consuming != upcoming)
+        if not named and early:
+            self._mark(key.namespace, upcoming, [(m, None) for m in early])
+
+    def _ask(self, key: GangKey, obj: Mapping[str, Any], decision: Ask,
+             pods: Sequence[Mapping[str, Any]]) -> None:
+        name = _request_name(key, obj, decision.generation)
+        stuck = [p for p in pods if not scheduled(p)]
+        # The gang names its request before the request exists: a crash in between finds
+        # the name and creates the same request, never a second one. Only onto the gang as
+        # read: a deposed leader's late write never renames its request.
+        self._api.annotate_gang(key.source, key.namespace, key.name,
+                                {REQUEST_ANNOTATION: name},
+                                str((obj.get("metadata") or {}).get("resourceVersion") or ""))
+        made = {ps.shape: ps.name for ps in self._create(key, obj, name, stuck)}
+        self._mark(key.namespace, name, [(m, made.get(m.shape)) for m in decision.pods])
+
+    def _defer(self, key: GangKey, decision: Mark, pods: Sequence[Mapping[str, Any]]
+               ) -> None:
+        """Pods the open request has no place for consume its successor, and are told."""
+        if not decision.deferred:
+            return
+        self._mark(key.namespace, decision.successor,
+                   [(d.pod, None) for d in decision.deferred])
+        by_name = {str((p.get("metadata") or {}).get("name")): p for p in pods}
+        for d in decision.deferred:
+            log.info("gang %s/%s (%s): pod %s waits for %s, not counted in %s",
+                     key.namespace, key.name, key.source.name, d.pod.name,
+                     decision.successor, decision.request)
+            self._latecomers.tell(_gang_id(key), decision.request, decision.successor,
+                                  by_name[d.pod.name], d)
+
+    def _read_shapes(self, namespace: str, state: RequestState) -> RequestState:
+        """The request with each pod set of unknown shape given its template's (a
+        template that is gone stays unknown: no pod is counted in it)."""
+        return dataclasses.replace(state, pod_sets=tuple(
+            ps if ps.shape is not None else dataclasses.replace(
+                ps, shape=template_shape(self._api.pod_template(namespace, ps.name)))
+            for ps in state.pod_sets))
+
+    def _current(self, key: GangKey, obj: Mapping[str, Any],
+                 pods: Sequence[Mapping[str, Any]], members: Sequence[Member]
                  ) -> RequestState | None:
         """The gang's request, as the gang names it: whatever its name's form, so a gang
-        asked for before names carried the API and uid keeps its request."""
+        asked for before names carried the API and uid keeps its request. ``pods``: the
+        gang's live pods; ``members``: theirs."""
         name = ((obj.get("metadata") or {}).get("annotations") or {}).get(REQUEST_ANNOTATION)
         if not name:
             return None
         generation = generation_of(str(name))
+        successor = _request_name(key, obj, generation + 1)
         found = self._api.request(key.namespace, str(name))
         if found is None:
             # Named but not there: created by a pass that died, or deleted by a person.
-            # Either way the gang is asked for again under the same name.
-            pods = [p for p in self._pods.in_namespace(key.namespace)
-                    if _live(p) and _belongs(p, key, sources) and not _scheduled(p)]
-            if pods:
-                self._create(key, obj, str(name), pods)
-            return RequestState(str(name), generation, RequestPhase.OPEN)
+            # Either way the gang is asked for again under the same name, for its pods not
+            # on a node but those told they wait for the next request.
+            stuck = [p for p, m in zip(pods, members, strict=True)
+                     if not m.scheduled and m.consuming != successor]
+            made = self._create(key, obj, str(name), stuck) if stuck else ()
+            return RequestState(str(name), generation, RequestPhase.OPEN, pod_sets=made,
+                                successor=successor)
         if not _owned_by(found, obj):
             # Another gang's: a name from the gang's name alone, shared by two APIs'
             # PodGroups of that name before issue 32 (its owner was whichever was asked for
             # first). That one keeps it; this gang asks for its own.
             return None
-        return request_state(found, generation)
+        return dataclasses.replace(
+            request_state(found, generation), successor=successor,
+            pod_sets=pod_sets(found, _uid(obj), {m.shape for m in members}))
 
     def _create(self, key: GangKey, gang: Mapping[str, Any], name: str,
-                pods: Sequence[Mapping[str, Any]]) -> None:
+                pods: Sequence[Mapping[str, Any]]) -> tuple[PodSet, ...]:
+        """Make request ``name`` (and its PodTemplates) for ``pods``; returns its pod sets
+        as this pass cut them (a request an earlier pass made is left as it is)."""
         meta = gang.get("metadata") or {}
         owner = [{"apiVersion": key.source.api_version, "kind": key.source.kind,
                   "name": key.name, "uid": meta.get("uid"), "blockOwnerDeletion": False}]
         shapes: dict[str, list[Mapping[str, Any]]] = {}
         for pod in pods:
             shapes.setdefault(shape_of(pod), []).append(pod)
-        pod_sets = []
+        made = []
         for shape, same in sorted(shapes.items()):
-            # Named for this gang (its uid) and this shape, so a template that exists
-            # already is this one, made by an earlier pass: never a same-named template
-            # of a gang deleted and recreated under its name, which may hold other pods.
-            digest = hashlib.sha256(f"{meta.get('uid')}/{shape}".encode()).hexdigest()[:10]
-            template = f"{name}-{digest}"
+            template = template_name(name, str(meta.get("uid")), shape)
             labels = (same[0].get("metadata") or {}).get("labels") or {}
             with contextlib.suppress(Conflict):  # made by an earlier pass
                 self._api.create_pod_template(key.namespace, {
@@ -379,7 +387,7 @@ class GangBridge:
                     "template": {"metadata": {"labels": dict(labels)},
                                  "spec": planned_spec(same[0])},
                 })
-            pod_sets.append({"podTemplateRef": {"name": template}, "count": len(same)})
+            made.append(PodSet(template, shape, len(same)))
         with contextlib.suppress(Conflict):
             self._api.create_request(key.namespace, {
                 "apiVersion": f"autoscaling.x-k8s.io/{self._api.version}",
@@ -388,16 +396,22 @@ class GangBridge:
                              "labels": {GANG_LABEL: "true"},
                              "annotations": {GANG_ANNOTATION: f"{key.source.name}/{key.name}"},
                              "ownerReferences": owner},
-                "spec": {"provisioningClassName": CLASS_NAME, "podSets": pod_sets},
+                "spec": {"provisioningClassName": CLASS_NAME, "podSets": [
+                    {"podTemplateRef": {"name": ps.name}, "count": ps.count} for ps in made]},
             })
             log.info("gang %s/%s (%s): asked for %d pods in request %s", key.namespace,
                      key.name, key.source.name, len(pods), name)
+        return tuple(made)
 
-    def _mark(self, namespace: str, request: str, members: Sequence[Member]) -> None:
-        for m in members:
+    def _mark(self, namespace: str, request: str,
+              marks: Iterable[tuple[Member, str | None]]) -> None:
+        """Each pod as consuming ``request``, counted in the pod set named; None clears
+        the pod set a pod named (not counted yet, or waiting for ``request`` to exist)."""
+        for m, pod_set in marks:
             self._api.annotate_pod(namespace, m.name, {
                 c.CONSUME_ANNOTATIONS[0]: request,
                 "autoscaling.x-k8s.io/provisioning-class-name": CLASS_NAME,
+                POD_SET_ANNOTATION: pod_set,
             })
 
     def _report(self, key: GangKey, obj: dict[str, Any], state: RequestState

@@ -1,6 +1,7 @@
 """The gang bridge against our fake API server, through the real client (GangApi): when a
 PodGroup's pods become one request, what that request holds, and what happens as the gang
-changes (pods added later, partly scheduled, deleted) or the request reports back."""
+changes (pods added later, partly scheduled, deleted) or the request reports back. What an
+open request counts of pods added later: test_gang_generations.py."""
 
 from __future__ import annotations
 
@@ -132,17 +133,6 @@ def test_pods_added_after_the_request_ran_its_course_get_a_second_request(k: Clu
     assert k.pod("w2")["metadata"]["annotations"][CONSUME] == second
     assert k.pod("w0")["metadata"]["annotations"][CONSUME] == first
     assert k.podgroup()["metadata"]["annotations"][REQUEST_ANNOTATION] == second
-
-
-def test_an_open_request_is_not_asked_again_when_a_pod_is_added(k: Cluster) -> None:
-    """A pod added while the request is open joins it as a consumer (it is not in the
-    request's counts); no second request."""
-    name = whole_gang(k)
-    k.kube.create(gang_pod("w2", GPU))
-    stuck(k, "w2")
-    k.pass_once()
-    assert [r["metadata"]["name"] for r in k.requests()] == [name]
-    assert k.pod("w2")["metadata"]["annotations"][CONSUME] == name
 
 
 def test_deleting_the_podgroup_deletes_its_request(k: Cluster) -> None:

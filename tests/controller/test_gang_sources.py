@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from typing import Any
 
 from provider.controller import conditions as c
 from provider.controller.gang_bridge import GANG_ANNOTATION, GANG_LABEL, REQUEST_ANNOTATION
+from provider.controller.gang_objects import planned_spec, shape_of, template_name
 from provider.domain.gangs.sources import SOURCES, SourceName
 from tests.fakes.kube import objects
 from tests.kit.gangs import (
@@ -134,9 +136,16 @@ def old_name(gang: str, generation: int) -> str:
 def asked_for_by_the_old_bridge(k: Cluster, group: dict[str, Any], source_name: str,
                                 pods: tuple[str, ...], name: str) -> None:
     """What the bridge before issue 32 left: a request under ``name`` owned by ``group``,
-    the gang naming it, and ``pods`` marked as consuming it."""
+    with a PodTemplate per shape of ``pods`` (named as it named them)."""
     meta = group["metadata"]
-    request = objects.provisioning_request(NS, name, {f"{name}-t": len(pods)})
+    shapes = Counter(shape_of(k.pod(p)) for p in pods)
+    templates = {template_name(name, meta["uid"], shape): n for shape, n in shapes.items()}
+    for template, shape in zip(templates, shapes, strict=True):
+        pod = next(k.pod(p) for p in pods if shape_of(k.pod(p)) == shape)
+        k.kube.create({"apiVersion": "v1", "kind": "PodTemplate",
+                       "metadata": {"name": template, "namespace": NS},
+                       "template": {"spec": planned_spec(pod)}})
+    request = objects.provisioning_request(NS, name, templates)
     request["metadata"].update(
         labels={GANG_LABEL: "true"},
         annotations={GANG_ANNOTATION: f"{source_name}/{meta['name']}"},
@@ -174,10 +183,14 @@ def test_a_gang_asked_for_under_the_old_name_keeps_that_request_across_the_upgra
     if k.cache is not None:
         k.cache.relist()
     k.kube.reset_counts()
-    for _ in range(2):
-        k.pass_once()
+    k.pass_once()
+    # The gang's request is open and its pods consume it: the only writes record on each
+    # pod the pod set that counts it (the old bridge wrote none), once.
+    assert writes(k) == [("", "patch", "pods")] and k.kube.count("patch", "pods") == 2
+    k.kube.reset_counts()
+    k.pass_once()
     assert [r["metadata"]["name"] for r in k.requests()] == [old]
-    assert writes(k) == []  # nothing to do: the gang's request is open and its pods consume it
+    assert writes(k) == []
 
     k.set_request_condition(old, c.BOOKING_EXPIRED, "True", c.BOOKING_CONSUMED)
     k.kube.create(gang_pod("w2", GPU))
