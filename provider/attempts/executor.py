@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
@@ -468,10 +469,12 @@ class Executor:
         on_launched: Callable[[Sequence[CloudInstance]], None] | None = None,
         cancelled: Callable[[], bool] = lambda: False,
         select: Select | None = None,
+        planning: AbstractContextManager[object] | None = None,
     ) -> Outcome:
         """Run an attempt to its end. ``select``, asked right before the commit, names the
         launched instances the caller still wants: only those are committed, the others
-        rolled back (a CA scale-up whose placeholders CA deleted while they launched)."""
+        rolled back (a CA scale-up whose placeholders CA deleted while they launched).
+        ``planning`` is held while each of its plans is built (Ledger.plan)."""
         started = self._clock.now()
         with self._attempts_lock:
             self._in_flight.add(spec.id)
@@ -479,7 +482,7 @@ class Executor:
         failpoints.hit("executor.recorded")
         outcome: Outcome | None = None
         try:
-            outcome = self._run(spec, build, on_launched, cancelled, select)
+            outcome = self._run(spec, build, on_launched, cancelled, select, planning)
         finally:
             committed = outcome.instances if outcome is not None else ()
             if spec.claims_size and not spec.ended_by_fleet and self._sizes is not None:
@@ -505,6 +508,7 @@ class Executor:
         on_launched: Callable[[Sequence[CloudInstance]], None] | None,
         cancelled: Callable[[], bool],
         select: Select | None = None,
+        planning: AbstractContextManager[object] | None = None,
     ) -> Outcome:
         # Monotonic, as a new leader's wait for this attempt to end (reconcile) is.
         deadline = self._clock.monotonic() + self._deadline
@@ -526,7 +530,7 @@ class Executor:
                 return build(view, done)
 
             plan = self._ledger.plan(spec.id, build_now, self._admit(spec, already),
-                                     holder=spec.request)
+                                     holder=spec.request, planning=planning)
             if isinstance(plan, Infeasible):
                 infeasible = plan
                 break

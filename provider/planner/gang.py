@@ -15,7 +15,7 @@ from itertools import repeat
 from types import MappingProxyType
 from typing import TypeVar
 
-from provider.capacity.ledger import CapacityView
+from provider.capacity.ledger import CapacityView, quota_units
 from provider.capacity.offerings import GroupOfferings
 from provider.domain.cloud import CapacityType, Reservation
 from provider.domain.demand import Demand, Topology
@@ -338,14 +338,10 @@ def _quota_rows(inputs: Inputs, used: Sequence[str]) -> tuple[QuotaRow, ...]:
     for q in inputs.view.quotas:
         units: dict[tuple[str, CapacityType], int] = {}
         for gid in used:
-            g = inputs.groups[gid]
-            if q.instance_types and g.instance_type not in q.instance_types:
-                continue
-            if q.zones and g.zone not in q.zones:
-                continue
             for ctype in q.capacity_types:
-                per = g.quota_units(q.unit)
-                if per > 0 and ctype is not CapacityType.RESERVED:
+                # The ledger checks a claim by the same measure (Ledger._short).
+                per = quota_units(q, inputs.groups[gid], ctype)
+                if per > 0:
                     units[(gid, ctype)] = per
         if units:
             rows.append(QuotaRow(q.name, q.free, MappingProxyType(units)))
