@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
@@ -481,17 +482,19 @@ class Executor:
         on_launched: Callable[[Sequence[CloudInstance]], None] | None = None,
         cancelled: Callable[[], bool] = lambda: False,
         select: Select | None = None,
+        planning: AbstractContextManager[object] | None = None,
     ) -> Outcome:
         """Run an attempt to its end. ``select``, asked right before the commit, names the
         launched instances the caller still wants: only those are committed, the others
-        rolled back (a CA scale-up whose placeholders CA deleted while they launched)."""
+        rolled back (a CA scale-up whose placeholders CA deleted while they launched).
+        ``planning`` is held while each of its plans is built (Ledger.plan)."""
         started = self._clock.now()
         with self._attempts_lock:
             self._in_flight.add(spec.id)
         self.journal.begin(spec, self._clock.now())
         failpoints.hit("executor.recorded")
         try:
-            outcome = self._run(spec, build, on_launched, cancelled, select)
+            outcome = self._run(spec, build, on_launched, cancelled, select, planning)
         except Exception as err:
             # A plan that could not be built (or anything else that raised) still ends the
             # attempt, in the journal too: one left open there would stay open for good.
@@ -533,6 +536,7 @@ class Executor:
         on_launched: Callable[[Sequence[CloudInstance]], None] | None,
         cancelled: Callable[[], bool],
         select: Select | None = None,
+        planning: AbstractContextManager[object] | None = None,
     ) -> Outcome:
         # Monotonic, as a new leader's wait for this attempt to end (reconcile) is.
         deadline = self._clock.monotonic() + self._deadline
@@ -554,7 +558,7 @@ class Executor:
                 return build(view, done)
 
             plan = self._ledger.plan(spec.id, build_now, self._admit(spec, already),
-                                     holder=spec.request)
+                                     holder=spec.request, planning=planning)
             if isinstance(plan, Infeasible):
                 infeasible = plan
                 break

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -113,6 +114,12 @@ class GangAttempts:
         self._clock = clock
         self._bookings = bookings
         self._ids = ids
+        # Held while a request's plan is built (every worker's, and the admin Plan's):
+        # one at a time. Python runs one thread's bytecode at a time, so more of them
+        # would plan no faster in all, and each one computing at once makes CA's gRPC
+        # threads wait longer for their turn (bench/plan_limits.py). CA's own scale-ups
+        # are planned beside it, never behind it. Reentrant: a plan may start another.
+        self.planning = threading.RLock()
 
     def new_attempt_id(self) -> str:
         return self._ids()
@@ -134,10 +141,11 @@ class GangAttempts:
             demand = dataclasses.replace(demand, max_wait_seconds=max(0.0, created + window
                                                                       - now))
         for _ in range(HOLD_TRIES):
-            view = self._ledger.view(holder=key)
-            sizes = self._fleet.occupied()
-            wait = wait_or_buy(demand, view, self._matcher, sizes,
-                               plan(demand, view, self._matcher, sizes))
+            with self.planning:
+                view = self._ledger.view(holder=key)
+                sizes = self._fleet.occupied()
+                wait = wait_or_buy(demand, view, self._matcher, sizes,
+                                   plan(demand, view, self._matcher, sizes))
             if wait is None:
                 break
             # Decided on a view; held only if the slots are still there (another request
@@ -161,7 +169,7 @@ class GangAttempts:
 
         return self._executor.execute(
             AttemptSpec(attempt, self._cluster, request=key, request_uid=uid), build,
-            cancelled=cancelled)
+            cancelled=cancelled, planning=self.planning)
 
     def adopt(self, key: str, outcome: Outcome) -> None:
         """What the attempt committed joins the fleet, booked for the request."""

@@ -16,6 +16,7 @@ import threading
 ENV = "ALLSET_FAILPOINTS"
 POINTS = (
     "executor.recorded",  # the attempt is recorded; nothing launched yet
+    "ledger.planned",  # a plan is built outside the ledger's lock; nothing claimed yet
     "executor.part-launched",  # a part is up; others may not be
     "executor.rollback-started",  # a part failed; nothing terminated yet
     "executor.part-rolled-back",  # some parts terminated, others still running

@@ -1,22 +1,33 @@
 """The capacity ledger: the cloud's last snapshot, minus what attempts have claimed since.
 
-Planning and claiming happen under one lock, so two attempts planned at the same moment
-never count the same reservation slot (or quota unit) twice. A claim lives until a snapshot
-taken after its launch settled shows the instances themselves."""
+A plan is built on a view taken under the lock and claimed under it: the plan itself is
+built outside it, so one expensive plan never holds up another attempt's view, claim or
+hold (issue 32). The claim checks that what the plan uses is still free in the view as it
+stands then (every reservation slot and quota unit, counted once across claims and holds)
+and otherwise plans again, so two attempts planned at the same moment never count the
+same slot twice. A claim lives until a snapshot taken after its launch settled shows the
+instances themselves."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
+from provider.base import failpoints
 from provider.base.clock import Clock
 from provider.capacity.offerings import GroupOfferings, State, group_offerings, reservation_state
 from provider.capacity.unavailable import UnavailableOfferings
-from provider.domain.cloud import CloudSnapshot, Quota, Reservation
+from provider.domain.cloud import CapacityType, CloudSnapshot, Quota, Reservation
 from provider.domain.model import NodeGroup
 from provider.domain.plan import Infeasible, Part, Plan, Reason, ReasonCode
+
+# Plans built for one claim before giving up: each try after the first means other
+# attempts took what the previous plan used while it was built.
+PLAN_TRIES = 3
 
 
 @dataclass(slots=True)
@@ -60,6 +71,18 @@ class CapacityView:
         return found
 
 
+def quota_units(q: Quota, group: NodeGroup, capacity_type: CapacityType) -> int:
+    """Units of ``q`` that one node of ``group`` from ``capacity_type`` uses, as plans are
+    bounded by it (reserved capacity is paid for already: no plan draws it from a quota)."""
+    if capacity_type is CapacityType.RESERVED or capacity_type not in q.capacity_types:
+        return 0
+    if q.instance_types and group.instance_type not in q.instance_types:
+        return 0
+    if q.zones and group.zone not in q.zones:
+        return 0
+    return group.quota_units(q.unit)
+
+
 def offerings_kind(group: NodeGroup) -> tuple[object, ...]:
     """What a group's offerings depend on (type, zone, fabric, targeted reservations,
     sources, prices, and the GPU and CPU counts quotas are measured in)."""
@@ -78,6 +101,9 @@ class Ledger:
         self._snapshot = CloudSnapshot((), (), ())
         self._taken_at = float("-inf")
         self._claims: list[_Claim] = []
+        # Counts every change that can take capacity from a view (a snapshot, a claim, a
+        # hold): a claim whose view is still current fits as planned.
+        self._version = 0
         # Slots of reservations not yet open, held for requests waiting for them, so work
         # that arrives later does not take them first: holder -> (reservation, slots, until)
         self._holds: dict[str, tuple[str, int, float]] = {}
@@ -93,6 +119,7 @@ class Ledger:
                 return
             self._snapshot = snapshot
             self._taken_at = taken_at
+            self._version += 1
             self._claims = [
                 c for c in self._claims if c.settled_at is None or c.settled_at > taken_at
             ]
@@ -113,6 +140,7 @@ class Ledger:
             if free < slots:
                 return False
             self._holds[holder] = (reservation, slots, until)
+            self._version += 1
             return True
 
     def unhold(self, holder: str) -> None:
@@ -126,20 +154,70 @@ class Ledger:
     def plan(
         self, attempt: str, build: Callable[[CapacityView], Plan | Infeasible],
         admit: Callable[[Plan], str | None] | None = None, holder: str | None = None,
+        planning: AbstractContextManager[object] | None = None,
     ) -> Plan | Infeasible:
-        """Plan against current capacity and claim what the plan uses, atomically.
-        ``admit`` may still refuse the plan (it holds the groups' maxSize) with a reason;
-        a refused plan claims nothing. A plan that claims ends its holder's hold."""
+        """Plan on a view of current capacity, outside the lock, then claim what the plan
+        uses under it, if that is still free: otherwise plan again on a fresh view, up to
+        PLAN_TRIES plans. ``admit`` may still refuse the plan (it holds the groups'
+        maxSize) with a reason; a refused plan claims nothing and is planned again too
+        (what the groups hold may have changed since the plan read it). ``planning`` is
+        held while a plan is built (not while it is claimed). A plan that claims ends its
+        holder's hold."""
+        gate = planning if planning is not None else contextlib.nullcontext()
+        why: Reason | None = None
+        for _ in range(PLAN_TRIES):
+            with gate:
+                with self._lock:
+                    view, version = self._view(holder), self._version
+                result = build(view)
+            if not isinstance(result, Plan):
+                return result
+            failpoints.hit("ledger.planned")
+            why = self._claim(attempt, result, version, admit, holder)
+            if why is None:
+                return result
+        assert why is not None
+        return Infeasible((dataclasses.replace(
+            why, message=f"{why.message} ({PLAN_TRIES} plans tried)"),))
+
+    def _claim(self, attempt: str, plan: Plan, version: int,
+               admit: Callable[[Plan], str | None] | None, holder: str | None
+               ) -> Reason | None:
+        """Claim the plan's parts if they still fit (None), or say why not."""
         with self._lock:
-            result = build(self._view(holder))
-            if isinstance(result, Plan):
-                refused = admit(result) if admit is not None else None
-                if refused is not None:
-                    return Infeasible((Reason(ReasonCode.MAX_SIZE, refused),))
-                self._claims.extend(_Claim(attempt, p) for p in result.parts)
-                if holder is not None:
-                    self._holds.pop(holder, None)
-            return result
+            # Unchanged since the view: the plan fits as it was built.
+            short = None if version == self._version else self._short(plan, holder)
+            if short is not None:
+                return Reason(ReasonCode.CAPACITY, short)
+            refused = admit(plan) if admit is not None else None
+            if refused is not None:
+                return Reason(ReasonCode.MAX_SIZE, refused)
+            self._claims.extend(_Claim(attempt, p) for p in plan.parts)
+            if holder is not None:
+                self._holds.pop(holder, None)
+            self._version += 1
+            return None
+
+    def _short(self, plan: Plan, holder: str | None) -> str | None:
+        """What of the plan is no longer free in the current view (None: it all is)."""
+        view = self._view(holder)
+        free = {r.id: r.free for r in view.reservations}
+        used: dict[str, int] = {}
+        for p in plan.parts:
+            if p.reservation:
+                used[p.reservation] = used.get(p.reservation, 0) + p.count
+        for rid, n in sorted(used.items()):
+            if n > free.get(rid, 0):
+                return (f"reservation {rid} has {free.get(rid, 0)} free slots left of the "
+                        f"{n} the plan takes: other attempts claimed them while it was "
+                        f"planned")
+        for q in view.quotas:
+            units = sum(quota_units(q, self._groups[p.group], p.capacity_type) * p.count
+                        for p in plan.parts if p.group in self._groups)
+            if units > q.free:
+                return (f"quota {q.name} has {q.free} {q.unit} left of the {units} the plan "
+                        f"takes: other attempts claimed them while it was planned")
+        return None
 
     def release(self, attempt: str, parts: Sequence[Part] | None = None) -> None:
         """Forget claims whose launch certainly made nothing (all of them by default).

@@ -5,8 +5,10 @@ started in order and stopped in order on SIGTERM."""
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,18 @@ log = logging.getLogger("allset")
 
 DEFAULT_ADDRESS = "127.0.0.1:8086"
 DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "allset"
+# CA's calls share the process, and its GIL, with the requests' planning: each hop of a
+# call waits for the GIL up to the switch interval (5 ms by default) while a plan computes.
+SWITCH_SECONDS = 0.001
+
+
+def favour_ca_latency() -> None:
+    """Once started: a shorter GIL switch interval, and what start-up built (config,
+    matcher, the first listing: long-lived) left out of the cyclic collector's full
+    passes, which stop every thread for as long as they walk the heap (a plan's garbage
+    sets them off). Issue 32, bench/plan_limits.py."""
+    sys.setswitchinterval(SWITCH_SECONDS)
+    gc.freeze()
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -123,6 +137,7 @@ def serve(args: argparse.Namespace) -> int:
                              f"{err.strerror}") from err
     controller = _controller(args, provider)
     server.start()
+    favour_ca_latency()
     if controller is not None:
         controller.start()
     mode = "plaintext" if credentials is None else "mTLS"

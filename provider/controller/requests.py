@@ -28,6 +28,7 @@ from provider.domain.cloud import CloudInstance
 from provider.domain.demand import CLASS_NAME, Demand
 from provider.domain.plan import Infeasible, ReasonCode
 from provider.domain.provreq import BadRequest, Parameters, demand_from
+from provider.planner.limits import never_fits
 from provider.planner.timing import Wait
 
 log = logging.getLogger(__name__)
@@ -222,6 +223,13 @@ class RequestHandler:
         key = key_of(obj)
         demand = t.demand
         assert demand is not None
+        refused = never_fits(demand, self._p.matcher)
+        if refused is not None:
+            # No state of the fleet makes it fit (only a larger maxSize would): failed at
+            # once, neither planned nor retried, by this replica or the next.
+            self._w.update(obj, [(c.FAILED, True, str(refused.primary.code),
+                                  refused.summary())], warning=True)
+            return None
         waiting = self._wait_for_window(obj, t, key, demand, accept)
         if waiting is not None:
             return waiting

@@ -33,7 +33,11 @@ from provider.domain.shapes import Problems, items, mapping, text
 
 API_GROUP = "autoscaling.x-k8s.io"
 VERSIONS = ("v1", "v1beta1")
+# The API's own limits, held here too: a request read from a file or sent to `Plan` never
+# passed the API server's validation. podSets has maxItems 32 in the CRD; a pod set's
+# count is an int32 there (so 2^31-1 at most), and at least 1.
 MAX_POD_SETS = 32
+MAX_COUNT = 2**31 - 1
 
 
 class BadRequest(Exception):
@@ -172,7 +176,9 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
                          f"{klass!r}: allset plans only {CLASS_NAME}"))
     raw_sets = spec.get("podSets") or []
     if not isinstance(raw_sets, list) or not 1 <= len(raw_sets) <= MAX_POD_SETS:
-        problems.append(("spec.podSets", f"needs 1 to {MAX_POD_SETS} pod sets"))
+        given = f"{len(raw_sets)} pod sets" if isinstance(raw_sets, list) else "not a list"
+        problems.append(("spec.podSets", f"{given}: a request has 1 to {MAX_POD_SETS} pod "
+                                         "sets (the ProvisioningRequest API's limit)"))
         raw_sets = []
     try:
         params = parse_parameters(mapping(spec.get("parameters"), "spec.parameters",
@@ -187,8 +193,10 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
         ref = text(mapping(raw.get("podTemplateRef"), f"{where}.podTemplateRef", problems)
                    .get("name"), f"{where}.podTemplateRef.name", problems)
         count = raw.get("count")
-        if not isinstance(count, int) or count < 1:
-            problems.append((f"{where}.count", f"{count!r} must be an integer >= 1"))
+        if not isinstance(count, int) or isinstance(count, bool) or \
+                not 1 <= count <= MAX_COUNT:
+            problems.append((f"{where}.count", f"{count!r} must be an integer from 1 to "
+                                               f"{MAX_COUNT} (the API's int32)"))
             continue
         if not ref:
             problems.append((f"{where}.podTemplateRef.name", "missing"))

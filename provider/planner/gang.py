@@ -9,12 +9,13 @@ left is solved exactly (provider.planner.solver)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from types import MappingProxyType
+from typing import TypeVar
 
-from provider.capacity.ledger import CapacityView
+from provider.capacity.ledger import CapacityView, quota_units
 from provider.capacity.offerings import GroupOfferings
 from provider.domain.cloud import CapacityType, Reservation
 from provider.domain.demand import Demand, Topology
@@ -45,6 +46,8 @@ class Relax:
     quota: bool = False
     reservations: Sequence[Reservation] = ()  # extra reservations treated as matching
 
+
+T = TypeVar("T")
 
 # A capacity source less its group: (type, price, reservation, its free slots, its end).
 SourceFields = tuple[CapacityType, float, str | None, int, float | None]
@@ -291,7 +294,9 @@ def _relaxed_reservations(group: NodeGroup, relax: Relax, reserved_ok: bool
 
 def allocate(found: Found) -> Allocation:
     """Spread each class's nodes over its member groups, fullest headroom first (fewest
-    groups), keeping each node's pod set and capacity source."""
+    groups), keeping each node's pod set and capacity source. Nodes are handled as runs
+    (a pod set's or a source's nodes in a row), never one by one: the work is per member
+    group, whatever the node count (a relaxed explanation may count millions)."""
     nodes: dict[tuple[str, str], int] = defaultdict(int)
     takes: dict[tuple[str, Source], int] = defaultdict(int)
     for cid, members in found.members.items():
@@ -299,20 +304,33 @@ def allocate(found: Found) -> Allocation:
         srcs = [(s, n) for s, n in found.solution.take if s.group == cid]
         if not pod_sets:
             continue
-        node_pod_sets = [ps for ps, n in pod_sets for _ in range(n)]
-        node_sources = [s for s, n in sorted(srcs, key=lambda t: t[0].order) for _ in range(n)]
+        total = sum(n for _, n in pod_sets)
+        node_sources = sorted(srcs, key=lambda t: t[0].order)
         order = sorted(members, key=lambda m: (-(m[1] if m[1] is not None else 10**9), m[0]))
         index = 0
         for gid, room in order:
-            share = len(node_pod_sets) - index if room is None else min(
-                room, len(node_pod_sets) - index)
-            for i in range(index, index + share):
-                nodes[(node_pod_sets[i], gid)] += 1
-                takes[(gid, node_sources[i])] += 1
+            share = total - index if room is None else min(room, total - index)
+            for pod_set, n in _runs_within(pod_sets, index, index + share):
+                nodes[(pod_set, gid)] += n
+            for source, n in _runs_within(node_sources, index, index + share):
+                takes[(gid, source)] += n
             index += share
-            if index >= len(node_pod_sets):
+            if index >= total:
                 break
     return Allocation(dict(nodes), tuple((g, s, n) for (g, s), n in takes.items()))
+
+
+def _runs_within(runs: Sequence[tuple[T, int]], start: int, stop: int
+                 ) -> Iterator[tuple[T, int]]:
+    """The nodes [start, stop) of the row the runs spell, as runs again."""
+    at = 0
+    for item, n in runs:
+        low, high = max(at, start), min(at + n, stop)
+        if low < high:
+            yield item, high - low
+        at += n
+        if at >= stop:
+            return
 
 
 def _quota_rows(inputs: Inputs, used: Sequence[str]) -> tuple[QuotaRow, ...]:
@@ -320,14 +338,10 @@ def _quota_rows(inputs: Inputs, used: Sequence[str]) -> tuple[QuotaRow, ...]:
     for q in inputs.view.quotas:
         units: dict[tuple[str, CapacityType], int] = {}
         for gid in used:
-            g = inputs.groups[gid]
-            if q.instance_types and g.instance_type not in q.instance_types:
-                continue
-            if q.zones and g.zone not in q.zones:
-                continue
             for ctype in q.capacity_types:
-                per = g.quota_units(q.unit)
-                if per > 0 and ctype is not CapacityType.RESERVED:
+                # The ledger checks a claim by the same measure (Ledger._short).
+                per = quota_units(q, inputs.groups[gid], ctype)
+                if per > 0:
                     units[(gid, ctype)] = per
         if units:
             rows.append(QuotaRow(q.name, q.free, MappingProxyType(units)))

@@ -43,7 +43,7 @@ class Server:
             options=[("grpc.so_reuseport", 0)],
         )
         pb_grpc.add_CloudProviderServicer_to_server(CloudProviderServicer(provider), self._server)
-        add_admin(self._server, provider)
+        self._admin = add_admin(self._server, provider)
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection(
@@ -122,6 +122,7 @@ class Server:
             log.warning("gRPC handlers still running %.0fs after the stop", left + 1.0)
         if self._probe is not None:
             self._probe.stop(0).wait(1.0)
+        self._admin.shutdown()
         log.info("allset stopped" if drained else
                  "allset stopped serving; attempts still in flight are left for recovery")
         return drained

@@ -118,7 +118,7 @@ def test_bad_requests_name_the_field() -> None:
         (request(podSets=[{"podTemplateRef": {"name": "missing"}, "count": 1}]),
          "spec.podSets[0].podTemplateRef.name", "not found"),
         (request(podSets=[{"podTemplateRef": {"name": "w"}, "count": 0}]),
-         "spec.podSets[0].count", ">= 1"),
+         "spec.podSets[0].count", "from 1 to"),
         (request(podSets=[]), "spec.podSets", "1 to 32"),
         (request(provisioningClassName="check-capacity.autoscaling.x-k8s.io"),
          "spec.provisioningClassName", "allset plans only"),
@@ -148,3 +148,27 @@ def test_split_documents() -> None:
                                          "ResourceClaimTemplate"):
         split_documents([req, {"kind": "Pod"}], "f.yaml")
     assert copy.deepcopy(req) == req
+
+
+def test_the_apis_own_limits_hold_for_requests_it_never_validated() -> None:
+    """Issue 32, finding 2: a request from a file or the admin Plan call never passed the
+    API server. A count is an int32 (2^31-1 at most) and a request has 1 to 32 pod sets,
+    as the ProvisioningRequest API says; the limit is named."""
+    most = request(podSets=[{"podTemplateRef": {"name": "w"}, "count": 2**31 - 1}])
+    assert demand_from(most, {"w": template()})[0].pods == 2**31 - 1
+    for count in (2**31, 10**30, True):
+        over = request(podSets=[{"podTemplateRef": {"name": "w"}, "count": count}])
+        with pytest.raises(BadRequest) as info:
+            demand_from(over, {"w": template()})
+        assert info.value.problems == [("spec.podSets[0].count",
+                                        f"{count!r} must be an integer from 1 to "
+                                        "2147483647 (the API's int32)")]
+    names = [f"w{i}" for i in range(33)]
+    sets = [{"podTemplateRef": {"name": n}, "count": 1} for n in names]
+    with pytest.raises(BadRequest) as info:
+        demand_from(request(podSets=sets), {n: template(n) for n in names})
+    assert info.value.problems == [("spec.podSets", "33 pod sets: a request has 1 to 32 pod "
+                                                    "sets (the ProvisioningRequest API's "
+                                                    "limit)")]
+    demand, _ = demand_from(request(podSets=sets[:32]), {n: template(n) for n in names})
+    assert len(demand.pod_sets) == 32

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
@@ -146,6 +147,18 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
             return
         time.sleep(0.01)
     raise AssertionError("condition not reached in time")
+
+
+def in_thread(fn: Callable[[], object]) -> threading.Event:
+    """Run ``fn`` in a thread of its own; the event is set once it returned."""
+    done = threading.Event()
+
+    def run() -> None:
+        fn()
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    return done
 
 
 def running(instances: list[Any]) -> list[Any]:

@@ -133,11 +133,12 @@ def test_topology_unsatisfiable_names_the_closest_domain() -> None:
 
 
 def test_max_size_reached() -> None:
-    world = World([gpu_group("g", max_size=3)])
-    result = plan(demand(workers(32)), world.view(), world.matcher, sizes={"g": 1})
+    # 4 nodes fit the group's maxSize of 5, but not beside the 2 it holds now.
+    world = World([gpu_group("g", max_size=5)])
+    result = plan(demand(workers(32)), world.view(), world.matcher, sizes={"g": 2})
     assert reasons(result) == [ReasonCode.MAX_SIZE]
     assert isinstance(result, Infeasible)
-    assert "group g would need 5 nodes (1 now + 4), maxSize is 3" in result.reasons[0].message
+    assert "group g would need 6 nodes (2 now + 4), maxSize is 5" in result.reasons[0].message
 
 
 def test_quota_exceeded() -> None:

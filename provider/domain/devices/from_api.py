@@ -30,6 +30,13 @@ from provider.domain.shapes import items, mapping, text
 GROUP = "resource.k8s.io"
 KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass")
 Problems = list[tuple[str, str]]
+# Bounds on what one pod set's claims may ask, so that matching them costs a bounded
+# amount per group (issue 32). Device requests per claim: the API's own limit
+# (DeviceRequestsMaxSize, 32, in resource.k8s.io/v1), held here for claims read from a
+# file. Claims per pod: Kubernetes sets none on spec.resourceClaims; allset takes the
+# same 32, far beyond the one or two claims a GPU pod has.
+MAX_POD_CLAIMS = 32
+MAX_CLAIM_REQUESTS = 32
 
 
 class DraObjects(Protocol):
@@ -90,6 +97,10 @@ def pod_claims(spec: Mapping[str, Any], namespace: str, objects: DraObjects,
                problems: Problems, where: str = "template.spec") -> tuple[Claim, ...]:
     """The claims of a pod spec, resolved; problems are appended, not raised."""
     raw = items(spec.get("resourceClaims"), f"{where}.resourceClaims", problems)
+    if len(raw) > MAX_POD_CLAIMS:
+        problems.append((f"{where}.resourceClaims", f"{len(raw)} claims: a pod may have at "
+                                                    f"most {MAX_POD_CLAIMS} (allset's limit)"))
+        return ()
     out = []
     classes: dict[str, tuple[Selector, ...] | None] = {}
     for index, entry in enumerate(raw):
@@ -147,8 +158,14 @@ def _claim(name: str, devices: Mapping[str, Any], shared: bool, objects: DraObje
            origin: str) -> Claim | None:
     before = len(problems)
     requests = []
-    for index, raw in enumerate(items(devices.get("requests"),
-                                      f"{origin}: spec.devices.requests", problems)):
+    raw_requests = items(devices.get("requests"), f"{origin}: spec.devices.requests",
+                         problems)
+    if len(raw_requests) > MAX_CLAIM_REQUESTS:
+        problems.append((f"{origin}: spec.devices.requests",
+                         f"{len(raw_requests)} requests: a claim has at most "
+                         f"{MAX_CLAIM_REQUESTS} (DeviceRequestsMaxSize of resource.k8s.io)"))
+        return None
+    for index, raw in enumerate(raw_requests):
         at = f"{origin}: spec.devices.requests[{index}]"
         raw = raw if isinstance(raw, Mapping) else {}
         rname = str(raw.get("name") or "")

@@ -154,3 +154,27 @@ def test_a_shared_claim_that_leaves_too_few_devices_is_a_reason_not_a_crash() ->
     found = planned(spec, [NVIDIA_CLASS, rc, own])
     assert isinstance(found, Infeasible)
     assert "the claims together need more devices than a node has" in found.summary()
+
+
+def test_a_pod_with_more_claims_than_the_limit_is_refused_whole() -> None:
+    """Issue 32, finding 2: what a pod set's claims may ask is bounded, so matching them
+    costs a bounded amount per group. Kubernetes bounds none of spec.resourceClaims."""
+    spec = {"resourceClaims": [{"name": f"c{i}", "resourceClaimTemplateName": "t"}
+                               for i in range(33)]}
+    found, problems = claims(spec, NVIDIA_CLASS, claim_template("t", exactly("g")))
+    assert found == ()
+    assert problems == [("template.spec.resourceClaims",
+                         "33 claims: a pod may have at most 32 (allset's limit)")]
+    ok, none = claims({"resourceClaims": spec["resourceClaims"][:32]}, NVIDIA_CLASS,
+                      claim_template("t", exactly("g")))
+    assert len(ok) == 32 and none == []
+
+
+def test_a_claim_with_more_requests_than_the_api_allows_is_refused() -> None:
+    spec = {"resourceClaims": [{"name": "g", "resourceClaimTemplateName": "t"}]}
+    many = claim_template("t", *[exactly(f"r{i}") for i in range(33)])
+    found, problems = claims(spec, NVIDIA_CLASS, many)
+    assert found == ()
+    assert problems == [("ResourceClaimTemplate t: spec.devices.requests",
+                         "33 requests: a claim has at most 32 (DeviceRequestsMaxSize of "
+                         "resource.k8s.io)")]
