@@ -8,10 +8,13 @@ a Kubernetes API, the simulated cloud with faults, lag and crashes) through a ra
 interleaving and checks the invariants after every step and at quiescence. Three seeds
 in four run two replicas (elected on a Lease, routed by the leader's EndpointSlice, cut
 off from the API server or the cloud, wall clocks stepped, killed, rolled), the fourth one
-process that crashes. Prints seeds run, steps, actions by kind, the coverage the replicas
-reached (failovers, partitions healed each way, clock steps, late writes refused, gangs
-committed under each lease epoch, terminations finished by another process), invariant
-breaks by invariant (and known ones: a check whose fix is not in the tree yet), seeds per
+process that crashes; in each, controller workers run requests at once, requests wait for
+a capacity block's window, and the gang bridge meets PodGroups of three APIs. Prints seeds
+run, steps, actions by kind, what every world reached (requests' attempts at once, holds
+and windows, pods of two gang APIs asked for), the coverage the replicas reached
+(failovers, partitions healed each way, clock steps, late writes refused, gangs committed
+under each lease epoch, terminations finished by another process), invariant breaks by
+invariant (and known ones: a check whose fix is not in the tree yet), seeds per
 second, and the first failing seeds with the command that replays each. Exit status 1 if
 any broke.
 

@@ -12,8 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
-from kubernetes.client.rest import ApiException
-from urllib3.exceptions import HTTPError
 
 from adapters.fake import Stockout
 from provider.domain.cloud import (
@@ -27,11 +25,25 @@ from provider.domain.cloud import (
 from provider.wire import externalgrpc_pb2 as pb
 from tests.adversary.endpoint import TIMEOUT
 from tests.adversary.fixes import MONOTONIC_FENCE, forced
+from tests.adversary.gangs import GangMoves
+from tests.adversary.passes import controller_pass
 from tests.adversary.sched import Task
-from tests.adversary.world import ALL_GROUPS, NAMESPACE, Incarnation, Replica, World
+from tests.adversary.world import (
+    ALL_GROUPS,
+    NAMESPACE,
+    ZONED_TEMPLATE,
+    Incarnation,
+    Replica,
+    World,
+)
 from tests.fakes.kube import objects
 
 REQUEST_NAMES = ("job-1", "job-2")
+# Of a request that states its runtime (and so may wait for the capacity block's window):
+RUNTIMES = (300, 600)  # expectedRuntimeSeconds: each fits in some of world.WINDOWS
+MAX_WAITS = (600, 1200)  # maxWaitSeconds
+# bookingDurationSeconds: short ones hand their nodes back to CA (to scale down) sooner.
+BOOKINGS = (60, 180, 600)
 MAX_CRASHES = 3
 MAX_KILLS = 4  # replicas: kills and retirements
 MAX_ROLLOUTS = 2
@@ -53,7 +65,7 @@ class Adversary:
             "ca.delete": (5, self.ca_delete),
             "ca.decrease": (2, self.ca_decrease),
             "ca.read": (2, self.ca_read),
-            "kube.create": (4, self.kube_create),
+            "kube.create": (4.5, self.kube_create),
             "kube.delete": (2, self.kube_delete),
             "kubelet.join": (5, self.kubelet_join),
             "kubelet.vanish": (1.5, self.kubelet_vanish),
@@ -63,6 +75,8 @@ class Adversary:
             "refresh": (4, self.refresh),
             "controller": (6, self.controller),
         }
+        self.gangs = GangMoves(world)
+        self._moves.update(self.gangs.moves())
         if world.solo:
             self._moves["crash"] = (1.2, self.crash)
         else:
@@ -166,17 +180,34 @@ class Adversary:
     # --- Kubernetes -----------------------------------------------------------------------
 
     def kube_create(self) -> str:
+        """A request for 1-3 GPU nodes, anywhere or in the capacity block's zone; most of
+        them state a runtime and a deadline (they may wait for the block's window)."""
         w = self.w
         name = w.rng.choice(REQUEST_NAMES)
         if w.kube.get("provisioningrequests", name, NAMESPACE) is not None:
             return f"{name} exists"
         pods = w.rng.randint(1, 3)
-        created = w.kube.create(objects.provisioning_request(NAMESPACE, name, {"workers": pods}))
-        return f"create {name} ({pods} GPU nodes) uid {created['metadata']['uid'][:8]}"
+        params = {"bookingDurationSeconds": str(w.rng.choice(BOOKINGS))}
+        timed = w.rng.random() < 0.6
+        if timed:
+            params.update(expectedRuntimeSeconds=str(w.rng.choice(RUNTIMES)),
+                          maxWaitSeconds=str(w.rng.choice(MAX_WAITS)))
+        # Mostly in the block's zone when timed: elsewhere free slots of r-a win outright.
+        template = ZONED_TEMPLATE if w.rng.random() < (0.75 if timed else 0.25) \
+            else "workers"
+        created = w.kube.create(objects.provisioning_request(NAMESPACE, name, {template: pods},
+                                                             parameters=params))
+        said = ", ".join(f"{k} {v}" for k, v in params.items())
+        return f"create {name} ({pods} x {template}; {said}) uid {created['metadata']['uid'][:8]}"
 
     def kube_delete(self) -> str:
+        """A request deleted (by Kueue, a person): one of ours, or now and then one the
+        gang bridge made (it asks again under the same name)."""
         w = self.w
         name = w.rng.choice(REQUEST_NAMES)
+        bridged = [k.split("/", 1)[1] for k in sorted(w.counted)]
+        if bridged and w.rng.random() < 0.25:
+            name = w.rng.choice(bridged)
         if w.kube.get("provisioningrequests", name, NAMESPACE) is None:
             return f"{name} absent"
         gone = w.kube.delete("provisioningrequests", name, NAMESPACE)
@@ -290,17 +321,12 @@ class Adversary:
         ready = getattr(inc.provider, "ready", None)
         if ready is not None and not ready.is_set():
             return "not ready (no complete listing yet)"  # the start-up gate holds it
-        controller = inc.controller
 
-        def one_pass() -> None:
-            # The controller's own loops survive an API server that fails or cannot be
-            # reached (they log and go round again): so does a pass here.
-            try:
-                controller.sync_once()
-            except (HTTPError, ApiException):
-                self.coverage["controller passes cut short by the API server"] += 1
+        def cut_short() -> None:
+            self.coverage["controller passes cut short by the API server"] += 1
 
-        task = self.w.sched.spawn(f"{inc.tag}.ctl{self.w.step_no}", one_pass, inc.owner)
+        task = controller_pass(self.w.sched, inc.controller, inc.owner,
+                               f"{inc.tag}.ctl{self.w.step_no}", cut_short)
         return task.name
 
     def crash(self) -> str:

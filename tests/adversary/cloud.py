@@ -70,6 +70,7 @@ class LaggingCloud:
     launches: dict[str, LaunchRecord] = field(default_factory=dict)
     launched_by: dict[str, str] = field(default_factory=dict)  # attempt -> its task
     refused: list[str] = field(default_factory=list)  # reservation refusals not injected
+    outside_window: int = 0  # launches into a capacity block its window refused
     terminate_called: set[str] = field(default_factory=set)
     # Committed instances allset terminated, and the task that did it.
     killed_committed: list[tuple[CloudInstance, str]] = field(default_factory=list)
@@ -127,7 +128,10 @@ class LaggingCloud:
         except Exception as err:
             self._record(request, before)
             code = getattr(err, "cloud_code", "")
-            if code == "ReservationCapacityExceeded" and "injected" not in str(err):
+            if code == "ReservationCapacityExceeded" and "not active now" in str(err):
+                # The window by the cloud's clock: a replica's wall clock may be stepped.
+                self.outside_window += 1
+            elif code == "ReservationCapacityExceeded" and "injected" not in str(err):
                 self.refused.append(f"{request.token}: {err}")
             raise
         self._record(request, before)

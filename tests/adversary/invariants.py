@@ -1,8 +1,9 @@
-"""The invariants of design.md (I1-I10), and what the replicas add (G1, L1, R1), each a
-pure function of a State returning what broke (empty: it holds). ``final`` marks
-quiescence, where the slow ones (reconcile, terminations, bookings, elections, routing)
-must have caught up. An invariant that names a fix (tests/adversary/fixes.py) reports
-what it finds as known, not as a failure, while that fix is not in the tree."""
+"""The invariants of design.md (I1-I10), the gang bridge's (B1), and what the replicas
+add (G1, L1, R1), each a pure function of a State returning what broke (empty: it holds).
+``final`` marks quiescence, where the slow ones (reconcile, terminations, bookings,
+elections, routing) must have caught up. An invariant that names a fix
+(tests/adversary/fixes.py) reports what it finds as known, not as a failure, while that
+fix is not in the tree."""
 
 from __future__ import annotations
 
@@ -160,6 +161,31 @@ def i5_slot_once(s: State, final: bool) -> list[str]:
         truly = s.reservation_total.get(rid, 0) - used
         if free > truly:
             out.append(f"ledger sees {free} free slots of {rid}, the cloud has {truly}")
+    for rid, (promised, how) in sorted(_promised(s).items()):
+        total = s.reservation_total.get(rid, 0)
+        if promised > total:
+            out.append(f"{promised} slots of {rid} promised at once, it has {total}: {how}")
+    return out
+
+
+def _promised(s: State) -> dict[str, tuple[int, str]]:
+    """Slots of each reservation promised at once, and to whom: held for requests
+    waiting for its window, claimed by attempts, in use by live instances. An attempt's
+    claim and the instances it launched under it are one promise (the larger counts)."""
+    per: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for attempt, rid, n in s.claims:
+        per[(rid, attempt)][0] += n
+    for inst in s.live():
+        if inst.tags.reservation:
+            per[(inst.tags.reservation, inst.tags.attempt)][1] += 1
+    out: dict[str, tuple[int, str]] = {}
+    for (rid, attempt), (claimed, used) in sorted(per.items()):
+        n, how = out.get(rid, (0, ""))
+        out[rid] = (n + max(claimed, used),
+                    f"{how}{attempt} claims {claimed}, runs {used}; ")
+    for holder, rid, n in s.held:
+        total, how = out.get(rid, (0, ""))
+        out[rid] = (total + n, f"{how}{n} held for {holder}; ")
     return out
 
 
@@ -238,6 +264,17 @@ def i10_no_deposed_record(s: State, final: bool) -> list[str]:
     return out
 
 
+def b1_pod_in_one_request(s: State, final: bool) -> list[str]:
+    """A pod belongs to one gang: no two open requests the gang bridge created were both
+    asked for it (a pod named by two gang APIs asked for twice is two gangs bought)."""
+    by_pod: dict[str, list[str]] = defaultdict(list)
+    for key, pods in sorted(s.counted.items()):
+        for pod in pods:
+            by_pod[pod].append(key)
+    return [f"pod {pod} is counted in {len(keys)} open requests: {', '.join(keys)}"
+            for pod, keys in sorted(by_pod.items()) if len(keys) > 1]
+
+
 def g1_provisioned_gang_kept(s: State, final: bool) -> list[str]:
     return list(s.gang_kills)
 
@@ -274,6 +311,8 @@ INVARIANTS: tuple[Invariant, ...] = (
     Invariant("E1", "no background task dies of an unexpected exception", e1_no_task_error),
     Invariant("I6.anywhere", "every instance any process marked for deletion ends "
               "terminated, whoever acts after it", i6_owed_anywhere, DEBT_ON_INSTANCE),
+    Invariant("B1", "a pod belongs to at most one gang's request: never counted in two "
+              "open requests the gang bridge created", b1_pod_in_one_request),
     Invariant("I9", "at most one process passes the fence at any moment", i9_one_passes_the_fence),
     Invariant("I10", "no Kubernetes write of a deposed leader changes an attempt record "
               "written since under a later lease epoch", i10_no_deposed_record),

@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 
 from provider.controller import conditions as c
+from provider.domain.cloud import CloudInstance, InstanceState
 from provider.domain.fleet import NodeState
 from provider.domain.model import ScaleUpMode
 from provider.wire import externalgrpc_pb2 as pb
@@ -56,6 +57,11 @@ class Observer:
     _requests_at: tuple[int, list[RequestSeen]] = (-1, [])  # by the API's resourceVersion
     asked: set[str] = field(default_factory=set)  # ever DELETING in a fleet or owed
     coverage: Counter[str] = field(default_factory=Counter)
+    provisioned_keys: set[str] = field(default_factory=set)
+    # Request attempts seen in flight while another request's ran in the same process.
+    concurrent: set[str] = field(default_factory=set)
+    holds: set[tuple[str, str, str]] = field(default_factory=set)  # (process, holder, rid)
+    windows: dict[str, Window] = field(default_factory=dict)
 
     def request_uids(self) -> dict[str, str]:
         return {r.key: r.uid for r in self._requests()}
@@ -100,11 +106,17 @@ class Observer:
             iid for r in requests if r.uid in fresh
             for iid, when in w.lost.items()
             if when >= w.ledger.prepared.get(r.key, float("inf")))
+        self.provisioned_keys |= {r.key for r in requests if r.uid in fresh}
         ledger_free: dict[str, int] = {}
+        held: tuple[tuple[str, str, int], ...] = ()
+        claims: tuple[tuple[str, str, int], ...] = ()
         if inc.started and inc.acting():  # what it would plan with
             ledger_free = {r.id: r.free for r in inc.provider.ledger.view().reservations}
+            held, claims = _held(inc), _claims(inc)
         fake_cfg = inc.config.schema.cloud.fake
         totals = {r.id: r.count for r in fake_cfg.reservations} if fake_cfg else {}
+        self._watch_windows(alive, instances)
+        self._watch_attempts(alive)
         writes = w.ledger.writes[self.write_count:]
         self.write_count = len(w.ledger.writes)
         acting = w.acting()
@@ -123,6 +135,8 @@ class Observer:
             launched_groups=launched_groups,
             ledger_free=ledger_free,
             reservation_total=totals,
+            held=held,
+            claims=claims,
             refused=tuple(w.cloud.refused),
             ca=self._ca(inc) if final else (),
             requests=tuple(requests),
@@ -130,6 +144,8 @@ class Observer:
             lost_meanwhile=lost_meanwhile,
             nodes=tuple(self._nodes()) if final or fresh else (),
             reported_unknown=self._reported(inc) if final else 0,
+            counted={r.key: frozenset(w.counted[r.key]) for r in requests
+                     if r.key in w.counted and not r.ended and not r.deleting},
             killed_unasked=killed_unasked,
             attempt_notes=self._notes(),
             misread=tuple(w.misread),
@@ -147,6 +163,36 @@ class Observer:
         )
 
     # --- pieces ---------------------------------------------------------------------------
+
+    def _watch_attempts(self, alive: list[Incarnation]) -> None:
+        """Remember request attempts that ran in one process at once."""
+        for inc in alive:
+            tracked = inc.controller.handler._tracked.values()
+            running = {t.attempt for t in tracked if t.attempt is not None}
+            if len(running) > 1:
+                self.concurrent |= running
+
+    def _watch_windows(self, alive: list[Incarnation], instances: tuple[CloudInstance, ...]
+                       ) -> None:
+        """Remember the holds taken, and what each capacity block's window opened and
+        closed on (slots held for requests waiting for it, gangs running in it), as the
+        world's clock carries it across."""
+        now = self.world.now()
+        held: set[str] = set()
+        for inc in alive:
+            if inc.started:
+                for holder, rid, _ in _held(inc):
+                    held.add(rid)
+                    self.holds.add((inc.tag, holder, rid))
+        if not self.windows:
+            fake_cfg = self.world.current.config.schema.cloud.fake
+            self.windows = {r.id: Window(r.starts_at.timestamp(), r.ends_at.timestamp())
+                            for r in (fake_cfg.reservations if fake_cfg else ())
+                            if r.starts_at is not None and r.ends_at is not None}
+        used = {i.tags.reservation for i in instances
+                if i.tags.reservation in self.windows and i.state is not InstanceState.TERMINATED}
+        for rid, window in self.windows.items():
+            window.look(now, rid in held, rid in used, self.coverage)
 
     def _fence_passers(self) -> tuple[str, ...]:
         """Who passes the fence now, or at the moment since the last look when more than
@@ -194,9 +240,12 @@ class Observer:
 
     @staticmethod
     def _fleet_deleting(inc: Incarnation) -> set[str]:
-        out = set()
-        for group in inc.provider.fleet.groups():
-            for node in inc.provider.fleet.view(group.id).nodes:
+        """What the fleet shows leaving: nodes DELETING, and instances of groups the config
+        dropped that a rollback is terminating (Fleet.unknown_going: CA never saw them)."""
+        fleet = inc.provider.fleet
+        out = {i.id for i in fleet.unknown() if i.state is InstanceState.TERMINATING}
+        for group in fleet.groups():
+            for node in fleet.view(group.id).nodes:
                 if node.state is NodeState.DELETING and node.instance is not None:
                     out.add(node.instance.id)
         return out
@@ -283,10 +332,11 @@ class Observer:
     # --- coverage ---------------------------------------------------------------------------
 
     def reached(self) -> Counter[str]:
-        """What the seed got to, beyond what one process does: failovers, who committed
-        gangs, what happened to late writes (who paid the debts others owed: run.py)."""
+        """What the seed got to: requests' attempts at once, holds and windows, gangs of
+        two APIs; with replicas also failovers, who committed gangs, what happened to late
+        writes (who paid the debts others owed: run.py)."""
         w = self.world
-        out: Counter[str] = Counter()
+        out = self._reached_everywhere()
         if w.solo:
             return out
         out["failovers"] = sum(i.election.elector.failovers for i in w.incarnations
@@ -303,6 +353,61 @@ class Observer:
         deposed = [x for x in w.ledger.writes if x.deposed]
         out["attempt records changed by a deposed leader's late write"] = len(deposed)
         return out
+
+
+    def _reached_everywhere(self) -> Counter[str]:
+        w = self.world
+        asked = set().union(*w.counted.values()) if w.counted else set()
+        out = Counter(self.coverage)
+        out.update({
+            "request attempts run at once in one process": len(self.concurrent),
+            "window holds taken": len(self.holds),
+            "launches the cloud refused outside a window": w.cloud.outside_window,
+            "gangs committed in a window": len({
+                i.tags.attempt for i in w.fake.all_instances()
+                if i.tags.reservation in self.windows and i.tags.committed}),
+            "gang requests created by the bridge": len(w.counted),
+            "gang requests Provisioned": len(self.provisioned_keys & set(w.counted)),
+            "pods named by two gang APIs": len(w.overlapping),
+            "pods named by two gang APIs asked for": len(w.overlapping & asked),
+        })
+        return out
+
+
+@dataclass
+class Window:
+    """A capacity block's window as the observer last saw it."""
+
+    opens: float
+    closes: float
+    phase: str = "before"  # before | open | closed
+    held: bool = False  # at the last look: slots held for a request waiting for it
+    used: bool = False  # at the last look: instances running in it
+
+    def look(self, now: float, held: bool, used: bool, coverage: Counter[str]) -> None:
+        phase = "before" if now < self.opens else "open" if now < self.closes else "closed"
+        if phase != self.phase and phase != "before":
+            if self.phase == "before" and self.held:
+                coverage["windows opened with slots held"] += 1
+            if phase == "closed" and self.held:
+                coverage["windows closed with slots held"] += 1
+            if phase == "closed" and self.used:
+                coverage["windows closed with gangs in them"] += 1
+        self.phase, self.held, self.used = phase, held, used
+
+
+def _held(inc: Incarnation) -> tuple[tuple[str, str, int], ...]:
+    """(holder, reservation, slots) the process holds now (a hold past its time is
+    gone: the ledger drops it at its next look)."""
+    now = inc.provider.clock.now()
+    return tuple((holder, rid, slots) for holder, (rid, slots, until)
+                 in sorted(inc.provider.ledger.held().items()) if until >= now)
+
+
+def _claims(inc: Incarnation) -> tuple[tuple[str, str, int], ...]:
+    """(attempt, reservation, slots) the process's ledger counts as claimed."""
+    return tuple((c.attempt, c.part.reservation, c.part.count)
+                 for c in inc.provider.ledger._claims if c.part.reservation)
 
 
 def ca_group_of(world: World, provider_id: str) -> str:

@@ -56,6 +56,10 @@ class State:
     launched_groups: frozenset[str] = frozenset()  # groups launched into this step
     ledger_free: dict[str, int] = field(default_factory=dict)  # as the planner sees it
     reservation_total: dict[str, int] = field(default_factory=dict)
+    # The acting process's promises of reservation slots: (holder, reservation, slots)
+    # held for requests waiting for a window, and (attempt, reservation, slots) claimed.
+    held: tuple[tuple[str, str, int], ...] = ()
+    claims: tuple[tuple[str, str, int], ...] = ()
     refused: tuple[str, ...] = ()  # reservation launches the cloud refused, not injected
     ca: tuple[GroupSeen, ...] = ()
     requests: tuple[RequestSeen, ...] = ()
@@ -65,6 +69,9 @@ class State:
     lost_meanwhile: frozenset[str] = frozenset()
     nodes: tuple[NodeSeen, ...] = ()
     reported_unknown: int = 0  # live instances of unconfigured groups allset reports
+    # Open requests the gang bridge created (not ended, not being deleted) -> the pods
+    # they were asked for (name and uid).
+    counted: dict[str, frozenset[str]] = field(default_factory=dict)
     task_errors: tuple[str, ...] = ()
     killed_unasked: tuple[str, ...] = ()  # committed instances allset killed unasked
     misread: tuple[str, ...] = ()  # CA's reads that contradicted each other

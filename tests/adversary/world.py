@@ -9,7 +9,11 @@ API server, and the leader's EndpointSlice routing CA's Service to it; each repl
 its own wall clock (steppable, the monotonic reading unaffected), its own network paths
 to the API server and the cloud (each can be cut: see kube.KubeLink and cloud.CloudLink),
 and its own state directory (an emptyDir: kept across a container restart, not by a new
-pod). A replica is a pod; its incarnations are the processes its container ran."""
+pod). A replica is a pod; its incarnations are the processes its container ran.
+
+Either way the cloud has a capacity block whose window opens and closes during the seed,
+and each process's controller has WORKERS workers (tasks of a pass: passes.py) and the gang
+bridge, as `allset serve` builds them."""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ import shutil
 import string
 import tempfile
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,14 +35,20 @@ from adapters.fake import FakeCloud
 from adapters.registry import create_adapter
 from provider.app import Provider
 from provider.attempts.journal import SqliteJournal
-from provider.base.clock import ManualClock
+from provider.base.clock import ManualClock, rfc3339
+from provider.capacity.ledger import CapacityView
+from provider.capacity.ledger import Ledger as CapacityLedger
 from provider.config import LoadedConfig, load_config_text
 from provider.config.units import duration_seconds
 from provider.controller import kube as kube_api
 from provider.controller.controller import Controller
+from provider.controller.gang_api import GangApi
+from provider.controller.gang_bridge import GangBridge, GangKey
 from provider.controller.requests import Backoff
 from provider.domain.cloud import CloudInstance
 from provider.domain.fleet import Deletion
+from provider.domain.gangs.sources import SOURCES
+from provider.domain.model import ZONE_LABEL
 from provider.leadership.election import Election
 from provider.leadership.elector import NotLeader
 from provider.service.servicer import CloudProviderServicer
@@ -46,6 +56,7 @@ from tests.adversary.cloud import CloudLink, GatedCloud, LaggingCloud
 from tests.adversary.election import WORLD_TIME, cooperative_election
 from tests.adversary.endpoint import Endpoint
 from tests.adversary.kube import KubeLink, Ledger
+from tests.adversary.passes import WORKERS
 from tests.adversary.sched import (
     CoopEvent,
     CoopLock,
@@ -54,12 +65,17 @@ from tests.adversary.sched import (
     Scheduler,
     Task,
     current,
+    yield_point,
 )
 from tests.fakes.kube import FakeKube, objects
 
 NAMESPACE = "ml"
 GPU_TYPE = "nvidia-h100-80gb"
 SYSTEM = "allset-system"  # the replicas' namespace: their Lease and EndpointSlice
+BLOCK = "cb-b"  # the capacity block in gpu-b's zone
+ZONED_TEMPLATE = "workers-b"  # GPU workers in the block's zone
+GPU_REQUESTS = {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}
+GPU_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 _GROUPS = {
     "gpu-a": """\
@@ -82,6 +98,8 @@ _GROUPS = {
     cpu: 96
     memory: 1000Gi
     maxSize: 4
+    # Up in a minute: a gang with a runtime fits in the capacity block's window.
+    bootTime: 1m
     price: {onDemand: 98}
     taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
 """,
@@ -115,12 +133,24 @@ cloud:
     reservations:
       - {{id: r-a, zone: z-a, instanceType: gpu8, fabric: fab-a, count: 3}}
       - {{id: r-c, zone: z-a, instanceType: cpu2, count: 2}}
+      # Opens and closes during the seed: requests that state a runtime wait for it and
+      # hold its slots meanwhile.
+      - {{id: {BLOCK}, zone: z-b, instanceType: gpu8, count: 2, kind: capacity-block,
+         startsAt: "OPENS", endsAt: "CLOSES"}}
     quotas:
       - {{name: od-gpu8, unit: instances, limit: 7, instanceTypes: [gpu8]}}
+# Every gang API, in this order of precedence for a pod that names gangs of two.
+gangs: {{sources: [podgroup, coscheduling, volcano]}}
 nodeGroups:
 """
 
 ALL_GROUPS = tuple(_GROUPS)
+# The capacity block's window, one per seed: (opens, closes) in seconds after the world's
+# clock starts. The random steps take some 400 s of clock moves and quiescence 6 (one
+# process) or 20 minutes (replicas), so most seeds see it open and many see it close. The
+# first is shorter than a hold's grace (attempts/gangs.py HOLD_GRACE, 10 minutes): slots
+# held for a request that never came (a deposed leader's) may outlive it.
+WINDOWS = ((180.0, 700.0), (300.0, 1000.0), (420.0, 1200.0))
 # Simulated time each slice of background work takes: on a real clock no two events share
 # an instant, and the service may rely on that (a listing started before a launch settled
 # reads an earlier time).
@@ -133,11 +163,14 @@ SWITCH_SECONDS = 0.001
 STARVE_SECONDS = 4.0
 
 
-@functools.lru_cache(maxsize=8)
-def config_for(groups: tuple[str, ...]) -> LoadedConfig:
-    """The config with these groups (parsed once per process: a LoadedConfig is never
-    changed by the provider)."""
-    text = _HEAD + "".join(_GROUPS[g] for g in groups)
+@functools.lru_cache(maxsize=16)
+def config_for(groups: tuple[str, ...], window: int = 0) -> LoadedConfig:
+    """The config with these groups and the capacity block's ``window`` (an index into
+    WINDOWS), parsed once per process: a LoadedConfig is never changed by the provider."""
+    start = ManualClock().now()
+    opens, closes = (rfc3339(start + at) for at in WINDOWS[window])
+    head = _HEAD.replace("OPENS", opens).replace("CLOSES", closes)
+    text = head + "".join(_GROUPS[g] for g in groups)
     return load_config_text(textwrap.dedent(text), "adversary.yaml")
 
 
@@ -267,6 +300,11 @@ class World:
     apis: list[Any] = field(default_factory=list)  # clients to close with the world
     overlap: tuple[str, ...] = ()  # processes seen passing the fence at once (I9)
     lost: dict[str, float] = field(default_factory=dict)  # instance -> when its Node went
+    window: int = 0  # the capacity block's window (an index into WINDOWS)
+    # Gangs: the pods (pod_id) each request the bridge created was asked for, by request
+    # key (its every creation under that name), and the pods named by two gang APIs.
+    counted: dict[str, set[str]] = field(default_factory=dict)
+    overlapping: set[str] = field(default_factory=set)
     # Called after each switch a clock move makes (the invariants are checked after every
     # switch, as in a drain); True: one broke, stop.
     after_switch: Callable[[], bool] = lambda: False
@@ -356,7 +394,7 @@ class World:
         same cloud; ``state_dir`` True: the replica's own."""
         if groups is not None:
             self.groups = groups
-        cfg = config_for(self.groups)
+        cfg = config_for(self.groups, self.window)
         directory = replica.state_dir if state_dir is True else state_dir or None
         number = len(self.incarnations) + 1
         holder: dict[str, Incarnation] = {}
@@ -382,8 +420,11 @@ class World:
             leadership=election.elector if election is not None else None,
         )
         loop = _cooperative(provider, self.now)
-        controller = Controller(provider, _kube_api(api, cfg), workers=1,
-                                backoff=Backoff(60, 600))
+        _preemptible(provider.ledger)
+        # Its workers are tasks of a controller pass (passes.py), not threads of its own.
+        controller = Controller(provider, _kube_api(api, cfg), workers=WORKERS,
+                                backoff=Backoff(60, 600),
+                                gangs=self._bridge(api, cfg, replica.clock))
         inc = Incarnation(number, replica, provider, controller, cfg, directory,
                           election=election, api=api, journal=journal, owner=owner)
         holder["inc"] = inc
@@ -412,6 +453,25 @@ class World:
         inc.start_task = self.sched.spawn(f"{tag}.start", start, owner)
         return inc
 
+
+    def _bridge(self, api: Any, cfg: LoadedConfig, clock: ReplicaClock) -> GangBridge:
+        """The gang bridge as `allset serve` builds it (cli/serve.py), recording the pods
+        each request it creates is asked for (what invariant B1 reads)."""
+        bridge = GangBridge(GangApi(api, write_timeout=_write_timeout(cfg),
+                                    monotonic=clock.monotonic),
+                            [SOURCES[s] for s in cfg.schema.gangs.sources], clock,
+                            resync_seconds=duration_seconds(cfg.schema.gangs.resync),
+                            sweep_seconds=300.0)
+        create = bridge._create
+
+        def created(key: GangKey, gang: Mapping[str, Any], name: str,
+                    pods: Sequence[Mapping[str, Any]]) -> None:
+            self.counted.setdefault(f"{key.namespace}/{name}", set()).update(
+                pod_id(p) for p in pods)
+            create(key, gang, name, pods)
+
+        bridge._create = created  # type: ignore[method-assign]
+        return bridge
 
     def _cloud_refused(self) -> None:
         self.ledger.counts["cloud actions refused at the fence"] += 1
@@ -566,12 +626,20 @@ class World:
     # --- the cluster around allset --------------------------------------------------------
 
     def create_templates(self) -> None:
-        gpu = objects.pod_template(NAMESPACE, "workers",
-                                   {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"},
-                                   {"example.com/gpu": GPU_TYPE})
-        gpu["template"]["spec"]["tolerations"] = [
-            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-        self.kube.create(gpu)
+        """GPU workers anywhere, and in the capacity block's zone only (where a request
+        that states a runtime may wait for the block)."""
+        for name, zone in (("workers", None), (ZONED_TEMPLATE, "z-b")):
+            select = {"example.com/gpu": GPU_TYPE} | ({ZONE_LABEL: zone} if zone else {})
+            gpu = objects.pod_template(NAMESPACE, name, GPU_REQUESTS, select)
+            gpu["template"]["spec"]["tolerations"] = GPU_TOLERATIONS
+            self.kube.create(gpu)
+
+
+def pod_id(pod: Mapping[str, Any]) -> str:
+    """A pod as the gang invariants name it: its name and uid (a pod recreated under its
+    name is another pod)."""
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('name')} ({str(meta.get('uid'))[:8]})"
 
 
 def _withdraw(election: Election) -> Future[Any] | None:
@@ -609,17 +677,22 @@ def _client(kube: FakeKube) -> Any:
     return client.ApiClient(configuration)
 
 
+def _write_timeout(cfg: LoadedConfig) -> float:
+    """Writes bounded below the renew deadline, as `allset serve` bounds them."""
+    s = cfg.schema.leader_election
+    return float(kube_api.write_timeout_for(duration_seconds(s.lease_duration),
+                                            duration_seconds(s.renew_deadline),
+                                            duration_seconds(s.retry_period)))
+
+
 def _kube_api(api: Any, cfg: LoadedConfig) -> kube_api.KubeApi:
     """The controller's KubeApi as `allset serve` builds it: writes bounded below the
     renew deadline, reads by READ_TIMEOUT (older code took neither)."""
     params = inspect.signature(kube_api.KubeApi).parameters
     if "write_timeout" not in params:
         return kube_api.KubeApi(api)
-    s = cfg.schema.leader_election
-    writes = kube_api.write_timeout_for(duration_seconds(s.lease_duration),
-                                        duration_seconds(s.renew_deadline),
-                                        duration_seconds(s.retry_period))
-    return kube_api.KubeApi(api, write_timeout=writes, read_timeout=kube_api.READ_TIMEOUT)
+    return kube_api.KubeApi(api, write_timeout=_write_timeout(cfg),
+                            read_timeout=kube_api.READ_TIMEOUT)
 
 
 def _cooperative(provider: Provider, now: Callable[[], float]) -> Callable[[], None] | None:
@@ -637,13 +710,30 @@ def _cooperative(provider: Provider, now: Callable[[], float]) -> Callable[[], N
     return loop
 
 
+def _preemptible(ledger: CapacityLedger) -> None:
+    """A decision made on a capacity view takes time (planning a gang can take seconds:
+    issue 32's finding 2), and a real thread may be preempted anywhere meanwhile: a task
+    yields once it has its view, so another worker may act between the view and what is
+    decided on it (a window's hold: finding 1). Outside the ledger's lock, as a thread
+    would be."""
+    view = ledger.view
+
+    def preempted(holder: str | None = None) -> CapacityView:
+        seen = view(holder)
+        yield_point("ledger.view")
+        return seen
+
+    ledger.view = preempted  # type: ignore[method-assign]
+
+
 def make_world(seed: int, solo: bool | None = None) -> World:
     """A seed's world; ``solo`` None: the seed picks (a quarter of seeds run solo)."""
     rng = random.Random(seed)
     if solo is None:
         solo = rng.random() < 0.25
+    window = rng.randrange(len(WINDOWS))
     clock = ManualClock()
-    cfg = config_for(ALL_GROUPS)
+    cfg = config_for(ALL_GROUPS, window)
     fake = create_adapter(cfg, CloudClock(clock))
     assert isinstance(fake, FakeCloud)
     workdir = Path(tempfile.mkdtemp(prefix=f"adv-{seed}-", dir=_tmp_root()))
@@ -658,7 +748,7 @@ def make_world(seed: int, solo: bool | None = None) -> World:
     kube.reset(now)
     sched = Scheduler(rng, lambda: clock.advance(SWITCH_SECONDS), clock.now)
     world = World(seed, rng, sched, clock, fake, cloud, kube, Endpoint.shared(), workdir,
-                  solo)
+                  solo, window=window)
     holder["w"] = world
     world.create_templates()
     return world
