@@ -47,6 +47,7 @@ from provider.controller.gang_bridge import GangBridge, GangKey
 from provider.controller.requests import Backoff
 from provider.domain.cloud import CloudInstance
 from provider.domain.fleet import Deletion
+from provider.domain.gangs.decide import PodSet
 from provider.domain.gangs.sources import SOURCES
 from provider.domain.model import ZONE_LABEL
 from provider.leadership.election import Election
@@ -465,10 +466,10 @@ class World:
         create = bridge._create
 
         def created(key: GangKey, gang: Mapping[str, Any], name: str,
-                    pods: Sequence[Mapping[str, Any]]) -> None:
+                    pods: Sequence[Mapping[str, Any]]) -> tuple[PodSet, ...]:
             self.counted.setdefault(f"{key.namespace}/{name}", set()).update(
                 pod_id(p) for p in pods)
-            create(key, gang, name, pods)
+            return create(key, gang, name, pods)
 
         bridge._create = created  # type: ignore[method-assign]
         return bridge
@@ -707,6 +708,9 @@ def _cooperative(provider: Provider, now: Callable[[], float]) -> Callable[[], N
         provider._stopping = CoopEvent(now, "refresh.stopping")  # type: ignore[assignment]
     if hasattr(provider, "_refresh_lock"):
         provider._refresh_lock = CoopLock()  # type: ignore[assignment]
+    # Held while a request's plan is built, across the planner's yield points: a task
+    # waiting for it yields rather than blocks the baton.
+    provider.gangs.planning = CoopLock()  # type: ignore[assignment]
     return loop
 
 
