@@ -102,10 +102,15 @@ class GangApi:
             return None
         return found
 
-    def gang_requests(self, label: str) -> list[dict[str, Any]]:
-        """Requests the bridge made (labelled ``label``), in every namespace."""
-        body: dict[str, Any] = call(self._custom.list_cluster_custom_object, GROUP,
-                                    self.version, PLURAL, label_selector=label)
+    def gang_requests(self, label: str, namespace: str | None = None
+                      ) -> list[dict[str, Any]]:
+        """Requests the bridge made (labelled ``label``), in one namespace or every one."""
+        if namespace is not None:
+            body: dict[str, Any] = call(self._custom.list_namespaced_custom_object, GROUP,
+                                        self.version, namespace, PLURAL, label_selector=label)
+            return list(body.get("items", []))
+        body = call(self._custom.list_cluster_custom_object, GROUP, self.version, PLURAL,
+                    label_selector=label)
         return list(body.get("items", []))
 
     def create_request(self, namespace: str, body: Mapping[str, Any]) -> None:

@@ -302,6 +302,8 @@ class GangBridge:
     def _ask(self, key: GangKey, obj: Mapping[str, Any], decision: Ask,
              pods: Sequence[Mapping[str, Any]]) -> None:
         name = _request_name(key, obj, decision.generation)
+        if not self._predecessors_gone(key, obj):
+            return  # asked on a later pass, once the earlier gang's request is gone
         stuck = [p for p in pods if not scheduled(p)]
         # The gang names its request before the request exists: a crash in between finds
         # the name and creates the same request, never a second one. Only onto the gang as
@@ -311,6 +313,47 @@ class GangBridge:
                                 str((obj.get("metadata") or {}).get("resourceVersion") or ""))
         made = {ps.shape: ps.name for ps in self._create(key, obj, name, stuck)}
         self._mark(key.namespace, name, [(m, made.get(m.shape)) for m in decision.pods])
+
+    def _predecessors_gone(self, key: GangKey, gang: Mapping[str, Any]) -> bool:
+        """Are the requests of earlier gangs of this name gone? A gang deleted with
+        --cascade=orphan and made again under its name is another owner, but its
+        predecessor's request still stands (the garbage collector leaves it; the sweep
+        finds it only every ``sweep_seconds``), planning and buying for the same pods. It
+        is deleted first, and the gang is asked for once it is seen going: no pod is
+        counted in two open requests (B1). One LIST, on a pass that asks."""
+        clear = True
+        for req in self._api.gang_requests(f"{GANG_LABEL}=true", key.namespace):
+            meta = req.get("metadata") or {}
+            notes = meta.get("annotations") or {}
+            if notes.get(GANG_ANNOTATION) != _gang_id(key) or _owned_by(req, gang) or \
+                    meta.get("deletionTimestamp"):
+                continue
+            log.info("gang %s/%s (%s): deleting %s, the request of an earlier gang of this "
+                     "name, before asking for its pods", key.namespace, key.name,
+                     key.source.name, meta.get("name"))
+            self._api.delete_request(key.namespace, str(meta.get("name")), _uid(req))
+            after = self._api.request(key.namespace, str(meta.get("name")))
+            if after is not None and _uid(after) == _uid(req) and \
+                    not (after.get("metadata") or {}).get("deletionTimestamp"):
+                clear = False
+        return clear
+
+    def _owner(self, req: Mapping[str, Any], sources: Sequence[GangSource]
+               ) -> tuple[GangSource, str, dict[str, Any] | None] | None:
+        """The gang a request of the bridge's was made for: its source, its name, and the
+        gang object if it stands and still owns the request (None: gone, or another gang of
+        that name now). None for a request of a source not among ``sources``."""
+        meta = req.get("metadata") or {}
+        source_name, _, gang = str((meta.get("annotations") or {}).get(GANG_ANNOTATION,
+                                                                         "")).partition("/")
+        source = {s.name.value: s for s in sources}.get(source_name)
+        if source is None or not gang:
+            return None
+        found = self._api.gang(source, str(meta.get("namespace")), gang)
+        owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
+        if found is not None and owners and _uid(found) not in owners:
+            found = None
+        return source, gang, found
 
     def _defer(self, key: GangKey, decision: Mark, pods: Sequence[Mapping[str, Any]]
                ) -> None:
@@ -394,7 +437,7 @@ class GangBridge:
                 "kind": "ProvisioningRequest",
                 "metadata": {"name": name, "namespace": key.namespace,
                              "labels": {GANG_LABEL: "true"},
-                             "annotations": {GANG_ANNOTATION: f"{key.source.name}/{key.name}"},
+                             "annotations": {GANG_ANNOTATION: _gang_id(key)},
                              "ownerReferences": owner},
                 "spec": {"provisioningClassName": CLASS_NAME, "podSets": [
                     {"podTemplateRef": {"name": ps.name}, "count": ps.count} for ps in made]},
@@ -444,18 +487,13 @@ class GangBridge:
         through the owner reference; this covers a gang deleted with --cascade=orphan).
         A gang recreated under the same name is another owner (another uid): the old
         request is not its own, and would hold it to the old one's outcome."""
-        by_name = {s.name.value: s for s in sources}
         for req in self._api.gang_requests(f"{GANG_LABEL}=true"):
             meta = req.get("metadata") or {}
-            source_name, _, gang = str((meta.get("annotations") or {}).get(GANG_ANNOTATION,
-                                                                             "")).partition("/")
-            source = by_name.get(source_name)
-            if source is None or not gang:
+            owner = self._owner(req, sources)
+            if owner is None:
                 continue
-            found = self._api.gang(source, str(meta.get("namespace")), gang)
-            owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
-            uid = ((found or {}).get("metadata") or {}).get("uid")
-            if found is None or (owners and uid not in owners):
+            source, gang, found = owner
+            if found is None:
                 log.info("gang %s/%s is gone: deleting its request %s", meta.get("namespace"),
                          gang, meta.get("name"))
                 self._api.delete_request(str(meta.get("namespace")), str(meta.get("name")),

@@ -351,6 +351,29 @@ def test_a_gang_recreated_under_its_name_does_not_inherit_the_old_failed_request
     assert pod_sets(k, request) == [(1, CPU)]
 
 
+@pytest.mark.parametrize("cached", [True, False], ids=["pod-cache", "listed"])
+def test_a_gang_recreated_over_its_pods_deletes_the_old_request_before_asking_again(
+        cached: bool) -> None:
+    """Adversary seed 696423963 (B1): the PodGroup is deleted with --cascade=orphan and made
+    again while its pods stay pending. The old request still stands (the sweep runs every
+    300 s in a service) and counts those pods: asking for them again beside it would buy
+    two gangs of nodes for one. The old one is deleted first."""
+    with cluster(cached=cached, sweep_seconds=300.0) as k:
+        k.clock.advance(1000.0)  # the first pass sweeps; later ones within 300 s do not
+        first = whole_gang(k)
+        assert k.kube.delete("podgroups", "train", NS, group=COSCHED.group)
+        new = k.kube.create(objects.coscheduling_pod_group(NS, "train", 3))
+        k.clock.advance(1.0)
+        k.pass_once()
+        (request,) = k.requests()
+        assert request["metadata"]["name"] != first
+        assert request["metadata"]["ownerReferences"][0]["uid"] == new["metadata"]["uid"]
+        assert pod_sets(k, request) == [(1, CPU), (2, GPU)]
+        for pod in ("w0", "w1", "ps"):
+            assert k.pod(pod)["metadata"]["annotations"][CONSUME] == \
+                request["metadata"]["name"]
+
+
 # --- only the acting leader bridges gangs -------------------------------------------------
 
 

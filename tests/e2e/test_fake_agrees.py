@@ -191,7 +191,7 @@ def probe_gang_pods_and_requests(rest: Rest, tag: str) -> object:
     """GangApi.pending_pods, annotate_pod, create_pod_template, gang_requests,
     delete_request: pending pods across namespaces by field selector, a strategic merge
     patch of a pod's annotations (the client's default for a dict), requests listed by
-    label in every namespace, and DELETE of a request."""
+    label in every namespace and in one, and DELETE of a request."""
     pod = f"gang-pod-{tag}"
     rest.call("POST", f"/api/v1/namespaces/{NS}/pods", {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": NS},
@@ -216,10 +216,12 @@ def probe_gang_pods_and_requests(rest: Rest, tag: str) -> object:
         rest.call("POST", BASE, body)
     listed = rest.call("GET", "/apis/autoscaling.x-k8s.io/v1/provisioningrequests"
                        f"?labelSelector=allset.dev%2Fgang%3D{tag}")
+    in_namespace = rest.call("GET", f"{BASE}?labelSelector=allset.dev%2Fgang%3D{tag}")
     deleted = [_deleted(rest.call("DELETE", f"{BASE}/gang-{tag}-{i}")) for i in (0, 1)]
     return ([p["metadata"]["name"] == pod for p in pending["items"]],
             patched["metadata"]["annotations"], template["kind"],
-            [(i["kind"], sorted(i["metadata"]["labels"])) for i in listed["items"]], deleted)
+            [(i["kind"], sorted(i["metadata"]["labels"])) for i in listed["items"]],
+            [i["metadata"]["name"] == f"gang-{tag}-0" for i in in_namespace["items"]], deleted)
 
 
 PROBES = [probe_invalid_pod_sets, probe_stale_status_write, probe_finalizer_holds_deletion,

@@ -80,7 +80,9 @@ class Cluster:
 
 @contextmanager
 def cluster(absent_groups: tuple[str, ...] = (), *, cached: bool = True,
-            sources: Sequence[GangSource] = tuple(SOURCES.values())) -> Iterator[Cluster]:
+            sources: Sequence[GangSource] = tuple(SOURCES.values()),
+            sweep_seconds: float = 0.0) -> Iterator[Cluster]:
+    """``sweep_seconds``: as the bridge takes it (`allset serve` sweeps every 300 s)."""
     clock = ManualClock()
 
     def now() -> dt.datetime:
@@ -89,7 +91,8 @@ def cluster(absent_groups: tuple[str, ...] = (), *, cached: bool = True,
     with FakeKube(clock=now, absent_groups=absent_groups) as kube, kube.client() as client:
         api = GangApi(client, monotonic=clock.now)
         cache = PodCache(KubeApi(client)) if cached else None
-        bridge = GangBridge(api, list(sources), clock, pods=cache)
+        bridge = GangBridge(api, list(sources), clock, pods=cache,
+                            sweep_seconds=sweep_seconds)
         yield Cluster(kube, api, bridge, clock, cache)
 
 
