@@ -171,8 +171,19 @@ class Controller:
             vanished += [(k, self._cache.pop(k)) for k in gone]
             self._listed = True
         for key, last in vanished:
-            self.handler.gone(key, last)
+            self._tell_gone(key, last)
         return version
+
+    def _tell_gone(self, key: str, last: dict[str, Any]) -> None:
+        """The handler hears that a request is gone, each on its own: one it fails to act
+        on (the API is down, or this replica stopped acting mid-way: adversary seed
+        896126978) does not keep the others from being heard, nor a listing from ending.
+        What it left undone is the acting leader's: attempts of a request that is gone are
+        cancelled, and bookings end by the labelling sweep (label_sources)."""
+        try:
+            self.handler.gone(key, last)
+        except Exception as err:
+            log.warning("request %s is gone; handling it stopped part way: %s", key, err)
 
     def _watch_loop(self) -> None:
         version = ""
@@ -193,7 +204,7 @@ class Controller:
                         with self._lock:
                             if uid_of(self._cache.get(key_of(obj)) or obj) == uid_of(obj):
                                 self._cache.pop(key_of(obj), None)
-                        self.handler.gone(key_of(obj), obj)
+                        self._tell_gone(key_of(obj), obj)
             except Exception as err:
                 if self._stop.is_set():
                     return  # stop() closed the watch under us
@@ -269,9 +280,9 @@ class Controller:
             booked = self._p.bookings()  # their requests label them (RequestHandler._label)
             kept = self._bookings_in_use()
             for node in self.nodes.all():
-                if kept is not None:
-                    self._unlabel_if_done(node, kept)
                 pid = provider_id(node)
+                if kept is not None:
+                    self._unlabel_if_done(node, kept, booked=pid in booked)
                 inst = self._p.fleet.instance(pid) if pid and pid not in booked else None
                 if inst is not None:
                     self._label_source(node, inst)
@@ -298,9 +309,12 @@ class Controller:
             kept.add(c.booking_value(str(meta.get("namespace")), str(meta.get("name"))))
         return kept
 
-    def _unlabel_if_done(self, node: Node, kept: set[str]) -> None:
+    def _unlabel_if_done(self, node: Node, kept: set[str], *, booked: bool) -> None:
         """Take the booking label off a Node once nothing can ask for it: no request it
-        names stands and no live pod selects it."""
+        names stands and no live pod selects it. The booking's scale-down-disabled goes
+        with it unless another booking holds the Node: it is taken off when the booking
+        ends, but a request whose end was handled part way (the API down, or the replica
+        deposed mid-way) left it, and CA would never scale the Node down."""
         meta = node.get("metadata") or {}
         value = (meta.get("labels") or {}).get(c.BOOKING_LABEL)
         name = meta.get("name")
@@ -309,7 +323,10 @@ class Controller:
             return
         try:
             read = str(meta.get("resourceVersion") or "")
-            self.nodes.wrote(self._kube.patch_node(str(name), {c.BOOKING_LABEL: None}, {}),
+            notes = meta.get("annotations") or {}
+            held = {c.SCALE_DOWN_DISABLED: None} \
+                if not booked and notes.get(c.SCALE_DOWN_DISABLED) == "true" else {}
+            self.nodes.wrote(self._kube.patch_node(str(name), {c.BOOKING_LABEL: None}, held),
                              read)
         except Exception as err:  # the next resync tries again
             log.warning("removing the ended booking %s from Node %s failed: %s", value,

@@ -286,3 +286,26 @@ def test_a_booked_workload_can_replace_a_failed_pod_after_its_booking_ended(worl
         "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", "job")
     w.sync(3)
     assert not labelled()
+
+
+def test_a_booking_whose_end_was_handled_part_way_does_not_keep_its_node_from_scale_down(
+        world: World) -> None:
+    """A request gone without allset's finalizer pass, whose booking's end could not be
+    written (the API failing, or the replica deposed mid-way: adversary seed 896126978),
+    left scale-down-disabled on its Node, for good: CA would never take it down. The
+    labelling sweep takes it off with the booking label."""
+    w = world
+    create(w, pod_sets={"workers": 8})
+    w.provision()
+    (inst,) = live(w)
+    notes = w.node(inst.name)["metadata"].get("annotations") or {}
+    assert notes.get(c.SCALE_DOWN_DISABLED) == "true"  # booked
+    w.kube.fail("patch", "nodes", inst.name, times=1)
+    # Someone takes the finalizer off, and the request is gone with no pass of ours.
+    w.kube.modify("provisioningrequests", "job",
+                  lambda r: r["metadata"].update(finalizers=[]), NS)
+    assert w.kube.delete("provisioningrequests", "job", NS)
+    w.sync(3)
+    node = w.node(inst.name)
+    assert c.BOOKING_LABEL not in node["metadata"]["labels"]
+    assert c.SCALE_DOWN_DISABLED not in (node["metadata"].get("annotations") or {})
