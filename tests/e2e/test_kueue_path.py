@@ -4,6 +4,8 @@ admits with the booking nodeSelector → the pods run on exactly the booked node
 
 from __future__ import annotations
 
+import pytest
+
 from tests.e2e import kueue
 from tests.e2e.conftest import World
 from tests.e2e.look import (
@@ -141,20 +143,44 @@ def test_a_workloads_execution_limit_keeps_a_job_off_a_block_that_ends_sooner(
             rest.delete("batch/v1", "Job", name, "default")
 
 
+HOLD_GATE = "e2e.allset.dev/hold"  # the test's own: holds the Job's pods off the scheduler
+
+
+@pytest.mark.parametrize("ended_by", ["consumed", "time"])
 def test_a_jobs_replacement_pod_runs_on_its_booked_nodes_after_the_booking(
-        world: World) -> None:
-    """Issue 32, finding 6 (I12), on real Kueue and kube-scheduler: once the booking ends
-    (every pod scheduled), a pod of the Job fails and the Job makes a replacement, which
-    selects the booking label Kueue wrote into the pod template. It must run on the gang's
-    nodes, within 30 s. Before the fix the label was gone from them and the replacement
-    stayed Pending ("didn't match Pod's node affinity/selector")."""
+        world: World, ended_by: str) -> None:
+    """Issue 32, finding 6 (I12), on real Kueue and kube-scheduler: once the booking ends,
+    a pod of the Job fails and the Job makes a replacement, which selects the booking
+    label Kueue wrote into the pod template. It must run on the gang's nodes, within 30 s.
+    Before the fix the label was gone from them and the replacement stayed Pending
+    ("didn't match Pod's node affinity/selector").
+
+    The booking ends either because every pod was scheduled (consumed) or because its
+    time ran out first (time): the Job's pods carry a scheduling gate of the test's own, so
+    that none is scheduled in the request's 20 s booking (bookingDurationSeconds, passed
+    by Kueue from the Job's annotation). Kueue admitted the workload before the booking
+    expired, so it keeps it (a booking that expires before admission is retried). The test
+    then lifts the gate, as a gating controller would, on the pods and on the
+    replacement."""
     rest = world.cluster.rest
-    name = "mend"
+    name = f"mend-{ended_by}"
     spec = kueue.pod_spec({"allset.dev/node-group": "mend"}, {"nvidia.com/gpu": "8",
                                                               "cpu": "16"}, gpu_taint=True)
-    job = kueue.job(name, 2, spec)
+    timed = ended_by == "time"
+    if timed:
+        spec["schedulingGates"] = [{"name": HOLD_GATE}]
+    job = kueue.job(name, 2, spec, annotations={
+        "provreq.kueue.x-k8s.io/bookingDurationSeconds": "20"} if timed else None)
     job["spec"]["backoffLimit"] = 4  # a failed pod is replaced, not the Job failed
     rest.create(job)
+
+    def ungate() -> None:
+        for pod in pods_of(rest, name):
+            if pod["spec"].get("schedulingGates") and not pod["metadata"].get(
+                    "deletionTimestamp"):
+                rest.merge_patch("v1", "Pod", pod["metadata"]["name"],
+                                 {"spec": {"schedulingGates": None}}, "default")
+
     try:
         _, request = _provisioned(world, name)
         rname = request["metadata"]["name"]
@@ -163,16 +189,25 @@ def test_a_jobs_replacement_pod_runs_on_its_booked_nodes_after_the_booking(
             got = rest.find(f"{PROVREQ}/v1", "ProvisioningRequest", rname, "default")
             return got if is_true(got, "BookingExpired") else None
 
+        if timed:
+            wait_for("Kueue to admit the Workload", lambda: admitted(
+                workload_of(rest, name)), 60, explain=world.logs)
+            ended = wait_for("the booking to expire", expired, 90, explain=world.logs)
+            assert len(pods_of(rest, name)) == 2  # created, gated: none was scheduled
+            ungate()
         placed = _placed_on_booked_nodes(world, name, request, 2)
         nodes = {p["spec"]["nodeName"] for p in placed}
-        ended = wait_for("the booking to end", expired, 60, explain=world.logs)
+        if not timed:
+            ended = wait_for("the booking to end", expired, 60, explain=world.logs)
         why = (condition(ended, "BookingExpired") or {}).get("reason")
-        assert why == "CapacityBookingConsumed", why
+        assert why == ("CapacityReservationTimeExpired" if timed
+                       else "CapacityBookingConsumed"), why
         victim = placed[0]["metadata"]["name"]
         rest.delete("v1", "Pod", victim, "default")  # it failed; the Job replaces it
         others = {p["metadata"]["name"] for p in placed[1:]}
 
         def replacement() -> Obj | None:
+            ungate()
             for pod in pods_of(rest, name):
                 meta = pod["metadata"]
                 if meta["name"] in others | {victim} or meta.get("deletionTimestamp"):
