@@ -10,11 +10,13 @@
    client in a child process), p50/p99 over --calls calls: with no request being planned,
    then while 8 worst-case requests are planned over and over by 8 threads, each the way
    an attempt plans (Ledger.plan: a view, the plan built through the requests' planning
-   gate, the claim; then the claim is let go). Worst case, at the new limits: 32 pod sets
-   (the most a request has), their counts at the most the fleet's maxSize holds, GPU pod
-   sets asking through DRA claims, topology none (one domain of every group), and a new
-   ask every plan (no layout or match is reused). Then, for comparison, the same load
-   with the gate off (the 8 plans computing at once). Aim: p99 under 20 ms with the load.
+   gate, the claim; then the claim is let go), in the planning process as `allset serve`
+   builds them (provider/attempts/planning.py). Worst case, at the new limits: 32 pod
+   sets (the most a request has), their counts at the most the fleet's maxSize holds, GPU
+   pod sets asking through DRA claims, topology none (one domain of every group), and a
+   new ask every plan (no layout or match is reused). Then, for comparison, the same load
+   planned in-process (as before the planning process), one at a time and with the gate
+   off (the 8 plans computing at once). Aim: p99 under 20 ms with the load.
 
 Prints the machine, the date, figures and ratios; asserts nothing.
 """
@@ -39,6 +41,7 @@ import yaml
 from adapters.registry import create_adapter
 from bench.common import ROOT, machine, percentiles
 from provider.app import Provider
+from provider.attempts.planning import InProcess, Planner, PlanProcess
 from provider.base.clock import SystemClock
 from provider.cli.serve import favour_ca_latency
 from provider.config import load_config_text
@@ -240,7 +243,7 @@ def increase_size(address: str, calls: int) -> list[float]:
 
 
 @contextmanager
-def planning(provider: Provider, gate: AbstractContextManager[object] | None,
+def planning(provider: Provider, planner: Planner, gate: AbstractContextManager[object] | None,
              planned: list[float]) -> Iterator[None]:
     """LOADS threads planning worst-case requests over and over, as attempts do."""
     stop = threading.Event()
@@ -253,7 +256,7 @@ def planning(provider: Provider, gate: AbstractContextManager[object] | None,
             attempt = f"bench-{k}"
 
             def build(view: Any, d: Demand = demand) -> Plan | Infeasible:
-                return plan(d, view, provider.matcher, provider.fleet.occupied())
+                return planner.plan(d, view, provider.fleet.occupied())
 
             start = time.perf_counter()
             provider.ledger.plan(attempt, build, planning=gate)
@@ -277,21 +280,23 @@ def ca_latency(provider: Provider, address: str, calls: int) -> None:
     print(f"   {'load':<40} {'p50 ms':>7} {'p99 ms':>7} {'p99 ratio':>10} "
           f"{'plans':>6} {'plan p50 s':>10}  aim p99 < 20 ms")
     base: float | None = None
-    phases: list[tuple[str, Callable[[], AbstractContextManager[object] | None] | None]] = [
-        ("none", None),
-        (f"{LOADS} requests planned, one at a time", lambda: provider.gangs.planning),
-        (f"{LOADS} requests planned, all at once", lambda: None),
+    here = InProcess(provider.matcher)
+    phases: list[tuple[str, Planner | None, AbstractContextManager[object] | None]] = [
+        ("none", None, None),
+        (f"{LOADS} planned in the planning process", provider.planner, provider.gangs.planning),
+        (f"{LOADS} planned in-process, one at a time", here, provider.gangs.planning),
+        (f"{LOADS} planned in-process, all at once", here, None),
     ]
-    for label, gate in phases:
+    for label, planner, gate in phases:
         planned: list[float] = []
-        if gate is None:
+        if planner is None:
             samples = increase_size(address, calls)
         else:
-            with planning(provider, gate(), planned):
+            with planning(provider, planner, gate, planned):
                 samples = increase_size(address, calls)
         p50, p99 = percentiles(samples)
         base = p99 if base is None else base
-        plans = f"{len(planned):6d}" if gate else f"{'-':>6}"
+        plans = f"{len(planned):6d}" if planner else f"{'-':>6}"
         per_plan = f"{sorted(planned)[len(planned) // 2]:10.2f}" if planned else f"{'-':>10}"
         print(f"   {label:<40} {p50:7.2f} {p99:7.2f} {p99 / base:9.1f}x {plans} {per_plan}"
               f"  {p99 / 20:.2f}x of aim")
@@ -308,7 +313,8 @@ def main() -> None:
           f"load average {load}")
     config = load_config_text(fleet_config(args.groups), "bench.yaml")
     clock = SystemClock()
-    provider = Provider(config, create_adapter(config, clock), clock)
+    planner = PlanProcess(config.groups, config.schema.gpu_label)  # as `allset serve` has
+    provider = Provider(config, create_adapter(config, clock), clock, planner=planner)
     server = Server(provider, "127.0.0.1:0", None)
     server.start()
     favour_ca_latency()  # as `allset serve` does once started
@@ -321,6 +327,7 @@ def main() -> None:
         ca_latency(provider, server.address, args.calls)
     finally:
         server.stop(grace=1.0)
+        planner.close()
 
 
 if __name__ == "__main__":

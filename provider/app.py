@@ -14,6 +14,7 @@ from provider.attempts.executor import Journal, MemoryJournal, Observer, PartRun
 from provider.attempts.gangs import GangAttempts
 from provider.attempts.ids import attempt_id
 from provider.attempts.metrics import Metrics
+from provider.attempts.planning import InProcess, Planner
 from provider.attempts.recent import RecentOutcomes
 from provider.attempts.reconcile import Reconciler, UnknownGroups
 from provider.attempts.scaleups import ScaleUps
@@ -48,7 +49,10 @@ class Provider:
         observer: Observer | None = None,
         ids: Callable[[], str] | None = None,
         leadership: Leadership | None = None,
+        planner: Planner | None = None,
     ) -> None:
+        """``planner``: where requests' plans are built (in-process by default; `allset
+        serve` gives a planning process, provider/attempts/planning.py)."""
         self.config = config
         self.clock: Clock = clock or SystemClock()
         self.adapter = adapter
@@ -77,11 +81,12 @@ class Provider:
             max_workers=workers, thread_name_prefix="scaleup"
         )
         self.matcher = Matcher(config.groups, config.schema.gpu_label)
+        self.planner: Planner = planner or InProcess(self.matcher)
         self.scaleups = ScaleUps(config.cluster, self.fleet, self.executor, self.clock,
                                  self.workers, self.matcher,
                                  ids=ids or (lambda: self.new_attempt_id("a")))
         self.gangs = GangAttempts(config.cluster, self.fleet, self.executor, self.ledger,
-                                  self.matcher, self.clock, self,
+                                  self.planner, self.clock, self,
                                   lambda: self.new_attempt_id("r"))
         self.reconciler = Reconciler(
             config.cluster, adapter, self.fleet, self.ledger, self.executor, self.clock,

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from provider.attempts.executor import AttemptSpec, Executor, Outcome
 from provider.attempts.ids import epoch_of, later_epoch
+from provider.attempts.planning import Planner
 from provider.base.clock import Clock
 from provider.capacity.ledger import CapacityView, Ledger
 from provider.domain.cloud import CloudInstance, InstanceState
@@ -23,9 +24,7 @@ from provider.domain.demand import Demand
 from provider.domain.errors import DomainError
 from provider.domain.fleet import Fleet, NodeState
 from provider.domain.plan import Infeasible, Part, Plan
-from provider.planner.answer import plan
-from provider.planner.matching import Matcher
-from provider.planner.timing import Wait, wait_or_buy
+from provider.planner.timing import Wait
 
 log = logging.getLogger(__name__)
 
@@ -104,13 +103,13 @@ def _leaving(inst: CloudInstance) -> bool:
 
 class GangAttempts:
     def __init__(self, cluster: str, fleet: Fleet, executor: Executor, ledger: Ledger,
-                 matcher: Matcher, clock: Clock, bookings: Bookings,
+                 planner: Planner, clock: Clock, bookings: Bookings,
                  ids: Callable[[], str]) -> None:
         self._cluster = cluster
         self._fleet = fleet
         self._executor = executor
         self._ledger = ledger
-        self._matcher = matcher
+        self._planner = planner  # in-process, or in a planning process (attempts.planning)
         self._clock = clock
         self._bookings = bookings
         self._ids = ids
@@ -144,8 +143,7 @@ class GangAttempts:
             with self.planning:
                 view = self._ledger.view(holder=key)
                 sizes = self._fleet.occupied()
-                wait = wait_or_buy(demand, view, self._matcher, sizes,
-                                   plan(demand, view, self._matcher, sizes))
+                _, wait = self._planner.timing(demand, view, sizes)
             if wait is None:
                 break
             # Decided on a view; held only if the slots are still there (another request
@@ -165,7 +163,7 @@ class GangAttempts:
         def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
             # What every group holds against maxSize: nodes, CA's scale-ups and other
             # requests' launches (the executor claims this plan's share atomically).
-            return plan(demand, view, self._matcher, self._fleet.occupied(exclude=attempt))
+            return self._planner.plan(demand, view, self._fleet.occupied(exclude=attempt))
 
         return self._executor.execute(
             AttemptSpec(attempt, self._cluster, request=key, request_uid=uid), build,

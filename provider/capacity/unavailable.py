@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from provider.base.clock import Clock
+from provider.base.clock import Clock, ManualClock
 from provider.domain.cloud import CapacityType, Scope
 
 
@@ -61,11 +61,26 @@ class UnavailableOfferings:
                     return mark
         return None
 
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        """Pickled (for the planning process, provider/attempts/planning.py) as it stands
+        now: its marks, on a clock stopped at this moment, as a view is a fixed picture."""
+        with self._lock:
+            marks = dict(self._marks)
+        return _frozen, (self._clock.now(), self._ttl, marks)
+
     def active(self) -> list[Mark]:
         now = self._clock.now()
         with self._lock:
             return sorted((m for m in self._marks.values() if m.until > now),
                           key=lambda m: (m.until, str(m.key)))
+
+
+def _frozen(now: float, ttl: float, marks: dict[tuple[Scope, PoolKey], Mark]
+            ) -> UnavailableOfferings:
+    found = UnavailableOfferings(ManualClock(now), ttl)
+    found._marks = marks
+    found._next_expiry = min((m.until for m in marks.values()), default=float("inf"))
+    return found
 
 
 def _normalise(key: PoolKey, scope: Scope) -> PoolKey:

@@ -44,6 +44,7 @@ def serve(args: argparse.Namespace) -> int:
     from provider.app import Provider
     from provider.attempts.journal import SqliteJournal
     from provider.attempts.log import LoggedJournal
+    from provider.attempts.planning import PlanProcess
     from provider.base.clock import SystemClock
     from provider.cli.shutdown import Shutdown
     from provider.service.address import bind_problem, is_loopback, problem
@@ -117,8 +118,12 @@ def serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--state-dir: cannot open the journal {journal_path}: {reason}") \
             from err
     election = _election(args, config, clock)
+    # Requests' plans are built in a process of their own: CA's RPC threads never wait
+    # for the interpreter's lock while a large request is planned (attempts/planning.py).
+    planner = PlanProcess(config.groups, config.schema.gpu_label)
     provider = Provider(config, adapter, clock, journal=journal,
-                        leadership=election.elector if election is not None else None)
+                        leadership=election.elector if election is not None else None,
+                        planner=planner)
     if election is not None:
         election.bind(provider)
         election.start()
@@ -158,6 +163,7 @@ def serve(args: argparse.Namespace) -> int:
         shutdown.exit_now(f"threads still running after --grace {args.grace:g}s (any "
                           "attempt among them is left for recovery at the next start); "
                           "exiting")
+    planner.close()
     if lock is not None:
         lock.release()
     return 0

@@ -18,10 +18,8 @@ from provider.domain.demand import CLASS_NAME
 from provider.domain.devices.from_api import DocumentObjects, is_dra_document
 from provider.domain.model import ScaleUpMode
 from provider.domain.provreq import BadRequest, demand_from, split_documents
-from provider.planner.answer import plan
 from provider.planner.group import plan_group_delta
 from provider.planner.render import plan_json, plan_text, timing_json, timing_text
-from provider.planner.timing import wait_or_buy
 
 
 def live_plan(provider: Provider, documents: Sequence[Any], source: str,
@@ -44,8 +42,7 @@ def live_plan(provider: Provider, documents: Sequence[Any], source: str,
     demand = provider.config.guarded(demand, queue=queue)
     view = provider.ledger.view()
     sizes = provider.fleet.occupied()
-    result = plan(demand, view, provider.matcher, sizes)
-    wait = wait_or_buy(demand, view, provider.matcher, sizes, result)
+    result, wait = provider.planner.timing(demand, view, sizes)
     text = plan_text(demand.name, result)
     if demand.expected_runtime_seconds is not None:
         text += "\n" + timing_text(demand, wait)

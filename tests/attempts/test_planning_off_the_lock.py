@@ -38,7 +38,7 @@ def test_cas_scale_ups_go_on_while_a_requests_plan_is_built(
         release.wait(STUCK)  # an expensive plan, mid-way
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("provider.attempts.gangs.plan", slow)
+    monkeypatch.setattr("provider.attempts.planning.plan", slow)
     outcomes: list[Any] = []
     request = in_thread(lambda: outcomes.append(h.provider.gangs.launch(
         "r-1", "ml/job", "uid-1", gang(), lambda: False)))
@@ -77,7 +77,7 @@ def test_a_requests_plan_is_built_holding_the_planning_gate(
         assert in_thread(probe).wait(STUCK)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("provider.attempts.gangs.plan", probed)
+    monkeypatch.setattr("provider.attempts.planning.plan", probed)
     outcome = h.provider.gangs.launch("r-1", "ml/job", "uid-1", gang(), lambda: False)
     assert outcome.result is Result.SUCCEEDED
     assert taken == [False]

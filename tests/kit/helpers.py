@@ -17,6 +17,7 @@ from adapters.fake import FakeCloud
 from adapters.registry import create_adapter
 from provider.app import Provider
 from provider.attempts.executor import Journal, inline_runner
+from provider.attempts.planning import Planner
 from provider.base.clock import ManualClock
 from provider.config import LoadedConfig, load_config_text
 from provider.domain.cloud import InstanceState
@@ -128,13 +129,14 @@ class Switchable(AlwaysLeader):
 
 
 def harness(text: str = BASE_CONFIG, clock: ManualClock | None = None,
-            journal: Journal | None = None) -> Harness:
+            journal: Journal | None = None, planner: Planner | None = None) -> Harness:
     cfg = config(text)
     clock = clock or ManualClock()
     cloud = create_adapter(cfg, clock)
     assert isinstance(cloud, FakeCloud)
     pool = ManualPool()
-    provider = Provider(cfg, cloud, clock, pool=pool, runner=inline_runner, journal=journal)
+    provider = Provider(cfg, cloud, clock, pool=pool, runner=inline_runner, journal=journal,
+                        planner=planner)
     provider.refresh_now()
     return Harness(provider, cloud, clock, pool)
 

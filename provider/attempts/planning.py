@@ -1,0 +1,203 @@
+"""Where a request's plans are built: in this process, or in a planning process of its own.
+
+A worst-case request (32 pod sets, counts at what the fleet's maxSize holds, DRA claims)
+takes about a second of pure-Python planning. Built on a thread of the process that serves
+CA, that second is spent holding the interpreter's lock, which CA's RPC threads need for
+every call: IncreaseSize's p99 went from 3 ms to 20-35 ms while one such request was planned
+(bench/plan_limits.py). `allset serve` therefore builds requests' plans in a child process
+(`PlanProcess`), which holds only a matcher built from the same node groups; each plan is
+sent the request, a picture of capacity (`CapacityView`, its unavailable offerings frozen at
+the picture's time) and the groups' sizes, and sends back the plan or the typed answer.
+The claim is still made here, under the ledger's lock (Ledger.plan), so nothing about who
+takes what moves out of this process. CA's own scale-ups stay in-process: they plan one
+group, in well under a millisecond.
+
+Tests, the simulation and the adversary plan in-process (`InProcess`): the same functions,
+the same answers (tests/attempts/test_planning.py holds the two to each other)."""
+
+from __future__ import annotations
+
+import copyreg
+import dataclasses
+import logging
+import multiprocessing
+import os
+import threading
+import time
+import types
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Protocol
+
+from provider.capacity.ledger import CapacityView
+from provider.domain.demand import Demand
+from provider.domain.model import NodeGroup
+from provider.domain.plan import Infeasible, Plan, Reason, ReasonCode
+from provider.planner.answer import plan
+from provider.planner.matching import Matcher
+from provider.planner.timing import Wait, wait_or_buy
+
+log = logging.getLogger(__name__)
+
+Answer = Plan | Infeasible
+
+
+def _frozen_mapping(items: dict[object, object]) -> types.MappingProxyType[object, object]:
+    return types.MappingProxyType(items)
+
+
+# Frozen mappings (labels, selectors) cross to the planning process as what they are.
+copyreg.pickle(types.MappingProxyType, lambda m: (_frozen_mapping, (dict(m),)))
+
+
+class Planner(Protocol):
+    def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int]) -> Answer:
+        """The cheapest whole plan on ``view``, or why there is none (planner.answer)."""
+        ...
+
+    def timing(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int]
+               ) -> tuple[Answer, Wait | None]:
+        """The plan now, and whether waiting for a reservation's window is cheaper
+        (planner.timing.wait_or_buy)."""
+        ...
+
+
+class InProcess:
+    """Plans built on the caller's thread."""
+
+    def __init__(self, matcher: Matcher) -> None:
+        self._matcher = matcher
+
+    def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int]) -> Answer:
+        return plan(demand, view, self._matcher, sizes)
+
+    def timing(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int]
+               ) -> tuple[Answer, Wait | None]:
+        return _timing(self._matcher, demand, view, sizes)
+
+    def close(self) -> None:
+        pass
+
+
+def _timing(matcher: Matcher, demand: Demand, view: CapacityView, sizes: Mapping[str, int]
+            ) -> tuple[Answer, Wait | None]:
+    now = plan(demand, view, matcher, sizes)
+    return now, wait_or_buy(demand, view, matcher, sizes, now)
+
+
+# --- the planning process ------------------------------------------------------------------
+
+_MATCHER: Matcher | None = None  # in the planning process: built once, from the groups
+_PARENT_CHECK_SECONDS = 1.0
+
+
+def _start(groups: Sequence[NodeGroup], gpu_label: str, parent: int) -> None:
+    global _MATCHER
+    _MATCHER = Matcher(groups, gpu_label)
+    threading.Thread(target=_end_with, args=(parent,), name="parent-watch",
+                     daemon=True).start()
+
+
+def _end_with(parent: int) -> None:
+    """End when the process that started this one has: a SIGKILLed `allset serve` gets
+    no chance to stop its pool, and its planning process would otherwise live on,
+    reparented, holding its memory (a pool's worker only notices a dead parent when it is
+    next sent work)."""
+    while os.getppid() == parent:
+        time.sleep(_PARENT_CHECK_SECONDS)
+    os._exit(0)
+
+
+def _sendable(view: CapacityView, groups: Sequence[NodeGroup]) -> CapacityView:
+    """The view without its node groups when they are the planning process's own (the
+    config's, as the ledger's views carry them): pickling 200 groups takes ~17 ms, all of
+    it holding the interpreter's lock that CA's threads wait for. The rest is a few KB."""
+    same = len(view.groups) == len(groups) and all(
+        view.groups.get(g.id) is g for g in groups)
+    return dataclasses.replace(view, groups={}) if same else view
+
+
+def _received(view: CapacityView) -> CapacityView:
+    return view if view.groups else dataclasses.replace(view, groups=_matcher().groups)
+
+
+def _matcher() -> Matcher:
+    assert _MATCHER is not None, "the planning process was started without its groups"
+    return _MATCHER
+
+
+def _plan_there(demand: Demand, view: CapacityView, sizes: dict[str, int]) -> Answer:
+    return plan(demand, _received(view), _matcher(), sizes)
+
+
+def _timing_there(demand: Demand, view: CapacityView, sizes: dict[str, int]
+                  ) -> tuple[Answer, Wait | None]:
+    return _timing(_matcher(), demand, _received(view), sizes)
+
+
+def _ready() -> bool:
+    return _MATCHER is not None
+
+
+class PlanProcess:
+    """Plans built in one child process (started with ``spawn``: a fork of a process
+    running gRPC's threads is not safe). Requests plan one at a time already (the gangs'
+    planning gate); the admin Plan call and window decisions queue behind at most that one.
+
+    A planning process that dies (killed, out of memory) is started again and the plan
+    tried once more there; if it dies again the plan is answered as infeasible, naming
+    that: a request whose planning kills the planner is never planned in the process that
+    serves CA."""
+
+    def __init__(self, groups: Sequence[NodeGroup], gpu_label: str) -> None:
+        self._groups = tuple(groups)
+        self._gpu_label = gpu_label
+        self._lock = threading.Lock()
+        self._pool = self._new_pool()
+        # Started now, so that the first request does not wait for the child's imports.
+        self._pool.submit(_ready).result()
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+            initializer=_start, initargs=(self._groups, self._gpu_label, os.getpid()))
+
+    def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int]) -> Answer:
+        answer = self._call(demand, lambda pool: pool.submit(
+            _plan_there, demand, self._send(view), dict(sizes)).result())
+        assert isinstance(answer, Plan | Infeasible)
+        return answer
+
+    def timing(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int]
+               ) -> tuple[Answer, Wait | None]:
+        answer = self._call(demand, lambda pool: pool.submit(
+            _timing_there, demand, self._send(view), dict(sizes)).result())
+        if isinstance(answer, Infeasible):
+            return answer, None
+        assert isinstance(answer, tuple)
+        return answer
+
+    def _send(self, view: CapacityView) -> CapacityView:
+        return _sendable(view, self._groups)
+
+    def _call(self, demand: Demand, run: Callable[[ProcessPoolExecutor], object]) -> object:
+        for tried in (1, 2):
+            pool = self._pool
+            try:
+                return run(pool)
+            except BrokenProcessPool:
+                log.warning("the planning process died planning %s (try %d); starting "
+                            "another", demand.name, tried)
+                self._replace(pool)
+        return Infeasible((Reason(ReasonCode.INVALID, (
+            f"the planning process died twice while planning {demand.name}")),))
+
+    def _replace(self, broken: ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._pool is broken:  # another thread may have replaced it already
+                broken.shutdown(wait=False, cancel_futures=True)
+                self._pool = self._new_pool()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

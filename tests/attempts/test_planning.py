@@ -1,0 +1,173 @@
+"""The planning process (provider/attempts/planning.py) answers as planning in-process
+does, on the same views: a plan, a refusal, offerings marked unavailable, a view of other
+groups; a request planned through it launches whole; and a planning process that dies is
+replaced."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+import pytest
+
+from provider.attempts.executor import Result
+from provider.attempts.planning import InProcess, PlanProcess
+from provider.capacity.unavailable import PoolKey
+from provider.domain.cloud import Scope
+from provider.domain.demand import Demand, PodSet, Toleration, Topology
+from provider.domain.model import GPU_RESOURCE, MILLI, Resources
+from provider.domain.plan import Infeasible, Plan
+from tests.kit.helpers import config, harness, wait_until
+from tests.kit.paths import ROOT
+
+GIB = 2**30 * MILLI
+
+
+def gang(count: int = 16, name: str = "ml/job") -> Demand:
+    return Demand(name, (PodSet(
+        "workers", count, Resources.of({"cpu": 8 * MILLI, "memory": 64 * GIB,
+                                        GPU_RESOURCE: MILLI}),
+        node_selector={"example.com/gpu": "nvidia-h100-80gb"},
+        tolerations=(Toleration("nvidia.com/gpu", "Exists"),)),), topology=Topology.ZONE)
+
+
+@pytest.fixture(scope="module")
+def process() -> Iterator[PlanProcess]:
+    cfg = config()
+    made = PlanProcess(cfg.groups, cfg.schema.gpu_label)
+    yield made
+    made.close()
+
+
+def test_the_planning_process_answers_as_planning_in_process_does(
+        process: PlanProcess) -> None:
+    h = harness(planner=process)
+    here = InProcess(h.provider.matcher)
+    sizes = h.provider.fleet.occupied()
+    for demand in (gang(), gang(8), gang(10_000)):
+        view = h.provider.ledger.view()
+        there = process.plan(demand, view, sizes)
+        assert there == here.plan(demand, h.provider.ledger.view(), sizes)
+    assert isinstance(process.plan(gang(), h.provider.ledger.view(), sizes), Plan)
+    refused = process.plan(gang(10_000), h.provider.ledger.view(), sizes)
+    assert isinstance(refused, Infeasible) and "can never fit" in refused.summary()
+    timed = dataclasses.replace(gang(), expected_runtime_seconds=3600.0,
+                                max_wait_seconds=600.0)
+    assert process.timing(timed, h.provider.ledger.view(), sizes) == \
+        here.timing(timed, h.provider.ledger.view(), sizes)
+
+
+def test_offerings_marked_unavailable_are_left_out_there_too(process: PlanProcess) -> None:
+    h = harness(planner=process)
+    here = InProcess(h.provider.matcher)
+    before = process.plan(gang(), h.provider.ledger.view(), {})
+    assert isinstance(before, Plan)
+    for part in before.parts:
+        group = h.provider.groups[part.group]
+        h.provider.unavailable.mark(PoolKey(group.zone, group.instance_type,
+                                            part.capacity_type, part.reservation),
+                                    Scope.OFFERING, "InsufficientInstanceCapacity")
+    after = process.plan(gang(), h.provider.ledger.view(), {})
+    assert after == here.plan(gang(), h.provider.ledger.view(), {})
+    assert after != before
+
+
+def test_a_view_of_other_groups_is_planned_on_those_groups(process: PlanProcess) -> None:
+    """A view is sent without its groups only when they are the process's own."""
+    h = harness(planner=process)
+    here = InProcess(h.provider.matcher)
+    view = h.provider.ledger.view()
+    fewer = dataclasses.replace(view, groups={k: g for k, g in view.groups.items()
+                                              if k != "gpu"})
+    assert process.plan(gang(), fewer, {}) == here.plan(gang(), fewer, {})
+
+
+def test_a_request_planned_in_the_planning_process_launches_whole(
+        process: PlanProcess) -> None:
+    h = harness(planner=process)
+    outcome = h.provider.gangs.launch("r-1", "ml/job", "uid-1", gang(), lambda: False)
+    assert outcome.result is Result.SUCCEEDED
+    assert len(h.live("gpu")) + len(h.live("gpu-b")) == 2
+    h.provider.stop()
+
+
+def test_a_planning_process_that_died_is_replaced() -> None:
+    cfg = config()
+    process = PlanProcess(cfg.groups, cfg.schema.gpu_label)
+    try:
+        h = harness(planner=process)
+        first = process.plan(gang(), h.provider.ledger.view(), {})
+        (child,) = list(process._pool._processes)
+        os.kill(child, signal.SIGKILL)
+        assert process.plan(gang(), h.provider.ledger.view(), {}) == first
+        (again,) = list(process._pool._processes)
+        assert again != child
+    finally:
+        process.close()
+
+
+class _Dying:
+    """A planning process killed by whatever it is given (out of memory, say)."""
+
+    def submit(self, *args: object, **kwargs: object) -> object:
+        raise BrokenProcessPool("the planning process was killed")
+
+    def shutdown(self, **kwargs: object) -> None:
+        pass
+
+
+def test_a_plan_that_kills_the_planning_process_twice_is_answered_infeasible(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = config()
+    process = PlanProcess(cfg.groups, cfg.schema.gpu_label)
+    process.close()
+    monkeypatch.setattr(process, "_new_pool", _Dying)
+    process._pool = _Dying()  # type: ignore[assignment]
+    h = harness(planner=process)
+    answer = process.plan(gang(), h.provider.ledger.view(), {})
+    assert isinstance(answer, Infeasible)
+    assert "the planning process died twice while planning ml/job" in answer.summary()
+
+
+def test_the_planning_process_ends_when_its_parent_is_killed(tmp_path: Path) -> None:
+    """`allset serve` SIGKILLed gets no chance to stop its pool: its planning process must
+    not live on (found: every killed `allset serve` of the test suite left one)."""
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent('''
+        import os, sys, time
+        from provider.attempts.planning import PlanProcess
+        from tests.kit.helpers import config
+        if __name__ == "__main__":
+            cfg = config()
+            made = PlanProcess(cfg.groups, cfg.schema.gpu_label)
+            (child,) = list(made._pool._processes)
+            print(child, flush=True)
+            time.sleep(600)
+    '''))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT, env=env)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert _alive(child)
+    finally:
+        parent.kill()
+        parent.wait()
+    wait_until(lambda: not _alive(child), timeout=15.0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
