@@ -380,6 +380,11 @@ class Terminator:
                 for i in ids:
                     self.backlog[i] = due
             return False
+        except BaseException:
+            with self._lock:  # fenced mid-way (or worse): still owed
+                for i in ids:
+                    self.backlog.setdefault(i, self.clock.now())
+            raise
         finally:
             with self._lock:
                 self._active.difference_update(ids)

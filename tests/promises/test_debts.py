@@ -231,3 +231,32 @@ def test_a_deletion_whose_marks_are_being_written_counts_against_min_size() -> N
     h.provider.delete_nodes("gpu-b", [second])  # the refused deletion holds nothing back
     h.run_workers()
     assert {i.provider_id for i in h.live("gpu-b")} == {third}
+
+
+def test_a_replica_deposed_before_it_terminates_what_ca_deleted_leaves_it_owed() -> None:
+    """Adversary seed 763347279 (E1): CA's DeleteNodes was answered (the mark is on the
+    instance), then the replica lost the lease before its worker terminated the node. The
+    fence's NotLeader ended the worker's task; the termination must stay owed, here and on
+    the instance, and be paid once this replica (or another) leads."""
+    h = harness()
+    doomed, kept = two_nodes(h)
+    leadership = Switchable(h.clock)
+    leadership.leading = True
+    pool = ManualPool()
+    a = Provider(h.provider.config, h.cloud, h.clock, pool=pool, runner=inline_runner,
+                 leadership=leadership)
+    a.refresh_now()
+    a.delete_nodes("cpu", [doomed])
+    leadership.leading = False  # deposed before the worker runs
+    (future, _, _), = pool.queue
+    pool.run_all()
+    assert future.exception() is None
+    assert live_ids(h) == {doomed, kept} and h.cloud.calls["terminate"] == 0
+    victim = next(i for i in h.live("cpu") if i.provider_id == doomed)
+    assert victim.id in a.executor.terminator.owing()
+    assert victim.marked_deleting
+    leadership.leading = True
+    a.leadership_changed()
+    h.clock.advance(a.executor.terminator.retry_seconds)
+    a.refresh_now()
+    assert live_ids(h) == {kept}
