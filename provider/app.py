@@ -75,6 +75,7 @@ class Provider:
             deadline_seconds=config.attempt_deadline_seconds,
             sizes=self.fleet,
             fence=self.leadership.check,
+            unknown_hold_seconds=config.orphan_grace_seconds,
         )
         self.executor.terminator.on_marked = self.fleet.marked
         self.workers: Executor = pool or ThreadPoolExecutor(

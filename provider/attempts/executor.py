@@ -132,6 +132,7 @@ class SizeGuard(Protocol):
     def end_claim(self, attempt: str, committed: Sequence[CloudInstance], now: float
                   ) -> None: ...
     def hold_leftovers(self, instances: Sequence[CloudInstance], since: float) -> None: ...
+    def hold_unknown(self, group_id: str, token: str, count: int, since: float) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,10 @@ class StillUnknown(TransientError):
     is sent again (idempotent). If it never settles, its instances may still appear later."""
 
     code = "OutcomeUnknown"
+
+    def __init__(self, message: str, *, token: str) -> None:
+        super().__init__(message)
+        self.token = token
 
 
 # Failures after which the cloud certainly holds nothing of the part: its claims can go.
@@ -430,6 +435,7 @@ class Executor:
         sizes: SizeGuard | None = None,
         remember_seconds: float = 3600.0,
         fence: Callable[[], None] | None = None,
+        unknown_hold_seconds: float = 120.0,
     ) -> None:
         self._adapter = adapter
         self._ledger = ledger
@@ -452,6 +458,11 @@ class Executor:
         # attempt -> the instances its launches brought up so far (until it ends)
         self._launched: dict[str, list[CloudInstance]] = {}
         self._finished: dict[str, Finished] = {}
+        # How long a launch whose outcome stayed unknown holds its room (maxSize, slots)
+        # after the attempt: until a listing that lags it less shows what it made.
+        self._unknown_hold = unknown_hold_seconds
+        # attempt -> its parts whose launch outcome stayed unknown (until it ends)
+        self._unknown: dict[str, list[tuple[Part, str]]] = {}
 
     @property
     def in_flight(self) -> set[str]:
@@ -522,7 +533,12 @@ class Executor:
         """The attempt no longer runs: its claims end and reconcile may judge its instances."""
         with self._attempts_lock:
             launched = self._launched.pop(spec.id, [])
+            unknown = self._unknown.pop(spec.id, [])
         self._hold_leftovers(launched, committed)
+        if self._sizes is not None:
+            now = self._clock.now()
+            for part, token in unknown:
+                self._sizes.hold_unknown(part.group, token, part.count, now)
         if spec.claims_size and not spec.ended_by_fleet and self._sizes is not None:
             self._sizes.end_claim(spec.id, committed, self._clock.now())
         self._ledger.settle(spec.id)
@@ -610,6 +626,17 @@ class Executor:
                     # before the next plan, which may then use them again.
                     self._ledger.settle(spec.id, [p for p, _ in good])
                     self._relist(spec.cluster)
+            unknown = [(f.part, f.error.token) for f in bad if isinstance(f.error, StillUnknown)]
+            if unknown:
+                # What those launches made may still show up (a listing lags a launch):
+                # another plan could run the group past maxSize or take their reservation
+                # slots twice. The attempt ends here; their room stays held until a listing
+                # a grace period later counts what they made (reconcile rolls it back).
+                self._ledger.settle(spec.id, [p for p, _ in unknown],
+                                    at=self._clock.now() + self._unknown_hold)
+                with self._attempts_lock:
+                    self._unknown.setdefault(spec.id, []).extend(unknown)
+                break
         instances = [i for _, insts in kept for i in insts]
         if not instances:
             result = Result.INFEASIBLE if infeasible and not failures else Result.FAILED
@@ -696,6 +723,7 @@ class Executor:
                 plan_nodes=plan_nodes,
             ),
         )
+        unknown_seen: list[OutcomeUnknown] = []
         try:
             for attempt in self.retrying():
                 with attempt:
@@ -703,6 +731,7 @@ class Executor:
                     try:
                         instances = list(self._adapter.launch(request))
                     except OutcomeUnknown as unknown:
+                        unknown_seen.append(unknown)
                         try:
                             instances = self._settle_unknown(request)
                         except StillUnknown:
@@ -711,7 +740,8 @@ class Executor:
                             # The listing that would settle it failed: still unknown (the
                             # part may hold its slots), never "nothing launched".
                             raise StillUnknown(f"launch {request.token} outcome unknown "
-                                               f"({unknown}); listing failed: {err}") from err
+                                               f"({unknown}); listing failed: {err}",
+                                               token=request.token) from err
             self.journal.launched(spec.id, label, [i.id for i in instances])
             if len(instances) != part.count:
                 self._rollback(spec, [instances])  # never keep a part that is not whole
@@ -721,6 +751,10 @@ class Executor:
             failpoints.hit("executor.part-launched")
             return part, instances, None
         except CloudError as err:
+            if unknown_seen and err.retryable and not isinstance(err, StillUnknown):
+                # A later try throttled tells nothing of what the timed-out one did.
+                err = StillUnknown(f"launch {request.token} outcome unknown "
+                                   f"({unknown_seen[0]}); then: {err}", token=request.token)
             return part, [], err
 
     def _settle_unknown(self, request: LaunchRequest) -> list[CloudInstance]:
@@ -736,7 +770,7 @@ class Executor:
         if len(found) == request.count:
             return found
         raise StillUnknown(f"launch {request.token} outcome unknown; {len(found)} of "
-                           f"{request.count} instances listed so far")
+                           f"{request.count} instances listed so far", token=request.token)
 
     def _hold_leftovers(self, launched: Sequence[CloudInstance],
                         committed: Sequence[CloudInstance]) -> None:
@@ -759,7 +793,14 @@ class Executor:
         self._observer.rolled_back_part(spec.id, sum(len(p) for p in parts))
         done = True
         for part in parts:
-            done = self.terminator.terminate([i.id for i in part], self.retrying()) and done
+            ended = self.terminator.terminate([i.id for i in part], self.retrying())
+            if ended:  # gone: no longer a leftover that holds room once the attempt ends
+                ids = {i.id for i in part}
+                with self._attempts_lock:
+                    if spec.id in self._launched:
+                        self._launched[spec.id] = [
+                            i for i in self._launched[spec.id] if i.id not in ids]
+            done = ended and done
             failpoints.hit("executor.part-rolled-back")
         return done
 

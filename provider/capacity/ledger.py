@@ -234,10 +234,12 @@ class Ledger:
                 keep.append(c)
             self._claims = keep
 
-    def settle(self, attempt: str, parts: Sequence[Part] | None = None) -> None:
+    def settle(self, attempt: str, parts: Sequence[Part] | None = None,
+               at: float | None = None) -> None:
         """The attempt's launches (or these parts' rollback) are done: a snapshot taken
-        from now on shows them, so it replaces their claims."""
-        now = self._clock.now()
+        from now on (or from ``at``: a launch whose outcome is unknown) shows them, so it
+        replaces their claims."""
+        now = self._clock.now() if at is None else at
         with self._lock:
             to_settle = list(parts) if parts is not None else None
             for c in self._claims:

@@ -103,7 +103,8 @@ class _GroupState:
     # leader's reconcile rolls back should this process never finish it.
     pending_names: dict[int, frozenset[str]] = field(default_factory=dict)
     # Instances an attempt here launched and left running uncommitted and unmarked when it
-    # ended (deposed mid-way, a rollback's mark failed): id -> when. They hold room against
+    # ended (deposed mid-way, a rollback's mark failed): id -> when; and what a launch whose
+    # outcome stayed unknown may have made ("token#n" -> when). They hold room against
     # maxSize until a listing taken a grace period later counts them (as uncommitted).
     leftover: dict[str, float] = field(default_factory=dict)
 
@@ -521,6 +522,17 @@ class Fleet:
                 if state is not None:
                     state.leftover[inst.id] = since
                     self._recount(state.group.id)
+
+    def hold_unknown(self, group_id: str, token: str, count: int, since: float) -> None:
+        """A launch whose outcome stayed unknown may have made ``count`` instances no
+        listing shows yet: count them against maxSize as leftovers are, until a listing
+        taken a grace period later shows what it made (Fleet.hold_uncommitted)."""
+        with self._lock:
+            state = self._state.get(group_id)
+            if state is not None:
+                for index in range(count):
+                    state.leftover[f"{token}#{index}"] = since
+                self._recount(group_id)
 
     def hold_uncommitted(self, counts: Mapping[str, int],
                          counted_before: float | None = None) -> None:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 
 from provider.app import Provider
-from provider.attempts.executor import AttemptSpec, Build, Executor, Result
+from provider.attempts.executor import AttemptSpec, Build, Executor, Result, StillUnknown
 from provider.capacity.ledger import CapacityView
 from provider.domain.cloud import (
     CapacityType,
+    CloudSnapshot,
     InsufficientCapacity,
+    LaunchRequest,
     OutcomeUnknown,
     QuotaExceeded,
     Scope,
@@ -17,7 +20,7 @@ from provider.domain.cloud import (
 )
 from provider.domain.plan import Infeasible, Part, Plan
 from provider.planner.group import plan_group_delta
-from tests.kit.helpers import Harness, harness
+from tests.kit.helpers import Harness, distort, harness
 
 CONFIG = """\
 cluster: x
@@ -74,6 +77,18 @@ def test_failed_part_rolls_back_and_next_plan_uses_another_pool() -> None:
     assert [m.key.reservation for m in h.provider.unavailable.active()] == ["r-b"]
 
 
+def test_a_part_rolled_back_holds_no_room_once_its_attempt_ends() -> None:
+    """Plan 0's r-a part is rolled back when r-b refuses; plan 1 commits 4. What the
+    rollback terminated is gone: it must not hold room in g (maxSize 6) after the attempt,
+    as a leftover of an attempt deposed mid-way does (it held 2 for a grace period)."""
+    h, ex = setup(CONFIG.replace("maxSize: 20", "maxSize: 6"))
+    h.cloud.inject("launch", InsufficientCapacity("r-b is full"),
+                   when=lambda req: req.reservation == "r-b")
+    out = ex.execute(AttemptSpec("a1", "x"), build_for(h.provider, 4))
+    assert out.result is Result.SUCCEEDED and out.rolled_back == 2
+    assert h.provider.fleet.claim("a2", {"g": 2}) is None
+
+
 def test_every_plan_failing_leaves_nothing() -> None:
     h, ex = setup()
     h.cloud.inject("launch", InsufficientCapacity("stockout"), times=10)
@@ -110,6 +125,88 @@ def test_unknown_outcome_is_settled_by_listing() -> None:
     h2.cloud.inject("launch", OutcomeUnknown("timed out before the call"))
     out = ex2.execute(AttemptSpec("a2", "x"), build_for(h2.provider, 2))
     assert out.result is Result.SUCCEEDED and len(h2.live()) == 2
+
+
+def hide_part(attempt: str, part: str, lagging: list[bool] | None = None
+              ) -> Callable[[CloudSnapshot], CloudSnapshot]:
+    """Listings that lag one part's launch (for longer than the attempt's retries), while
+    ``lagging[0]`` holds."""
+    lagging = lagging or [True]
+
+    def hidden(snap: CloudSnapshot) -> CloudSnapshot:
+        if not lagging[0]:
+            return snap
+        return dataclasses.replace(snap, instances=[
+            i for i in snap.instances if (i.tags.attempt, i.tags.part) != (attempt, part)])
+
+    return hidden
+
+
+def test_a_launch_whose_outcome_stays_unknown_ends_the_attempt_and_holds_its_room() -> None:
+    """Part 0.0 (reservation r-a, 2 nodes) is throttled on four tries and on its last
+    launched but answered by a timeout, and the listings lag it. Another plan would run
+    group g (maxSize 4) past its size and ask r-a for slots its own unseen instances hold
+    (adversary seed 925236383: six live nodes in a group of maxSize 4). The attempt ends;
+    its unknown part holds room in the group and in r-a until a listing a grace period
+    later shows what it made."""
+    h, ex = setup(CONFIG.replace("maxSize: 20", "maxSize: 4"))
+    h.cloud.inject("launch", TransientError("RequestLimitExceeded"), times=4,
+                   when=lambda req: req.reservation == "r-a")
+    h.cloud.inject("launch", OutcomeUnknown("read timeout"), after=True,
+                   when=lambda req: req.reservation == "r-a")
+    lagging = [True]
+    distort(h.cloud, hide_part("a1", "0.0", lagging))
+    asked: list[LaunchRequest] = []
+    h.cloud.before_launch = asked.append
+    out = ex.execute(AttemptSpec("a1", "x"), build_for(h.provider, 3))
+    assert out.result is Result.FAILED and out.plans_tried == 1, out
+    assert isinstance(out.last_error, StillUnknown) or any(
+        isinstance(f.error, StillUnknown) for f in out.failures)
+    assert len(h.live("g")) == 2  # r-a's two; the plan's other part was rolled back
+    assert h.provider.ledger.claimed().get("r-a") == 2
+
+    h.provider.refresh_now()  # still lagging: r-a reads as free, the claim says not
+    assert h.provider.ledger.claimed().get("r-a") == 2
+    asked.clear()
+    second = ex.execute(AttemptSpec("a2", "x"), build_for(h.provider, 3))
+    assert second.result is Result.INFEASIBLE, second  # 2 held + 3 > maxSize 4
+    assert asked == []
+    out = ex.execute(AttemptSpec("a3", "x"), build_for(h.provider, 2))
+    assert out.result is Result.SUCCEEDED
+    assert all(r.reservation != "r-a" for r in asked), [r.reservation for r in asked]
+    assert len(h.live("g")) == 4
+
+    # A grace period on, the listings show the strays; reconcile rolls them back in time
+    # and the room they held is free again.
+    lagging[0] = False
+    grace = h.provider.config.orphan_grace_seconds
+    for _ in range(3):
+        h.clock.advance(grace)
+        h.provider.refresh_now()
+    assert sorted(i.tags.attempt for i in h.live("g")) == ["a3", "a3"]
+    assert h.provider.fleet.claim("a4", {"g": 2}) is None
+
+
+def test_a_retry_throttled_after_a_timeout_leaves_the_outcome_unknown() -> None:
+    """The first try timed out after the cloud launched; the listing lags, and every retry
+    of the same token is throttled. Throttling says nothing of what the first try did:
+    the part is unknown, never "nothing launched", and nothing is launched again."""
+    h, ex = setup(CONFIG.replace("maxSize: 20", "maxSize: 4"))
+    h.cloud.inject("launch", OutcomeUnknown("read timeout"), after=True)
+    distort(h.cloud, hide_part("a1", "0.0"))
+    tries: list[str] = []
+
+    def throttle_retries(request: LaunchRequest) -> None:
+        tries.append(request.token)
+        if len(tries) > 1:
+            raise TransientError("RequestLimitExceeded")
+
+    h.cloud.before_launch = throttle_retries
+    out = ex.execute(AttemptSpec("a1", "x"), build_for(h.provider, 2))
+    assert out.result is Result.FAILED and out.plans_tried == 1, out
+    assert out.failures and all(isinstance(f.error, StillUnknown) for f in out.failures)
+    assert set(tries) == {"a1/0.0"} and len(h.cloud.all_instances()) == 2
+    assert h.provider.fleet.claim("a2", {"g": 3}) is not None  # 2 may be up: 2 + 3 > 4
 
 
 def test_partial_attempt_keeps_what_launched() -> None:

@@ -20,7 +20,7 @@ from provider.attempts.executor import Journal, inline_runner
 from provider.attempts.planning import Planner
 from provider.base.clock import ManualClock
 from provider.config import LoadedConfig, load_config_text
-from provider.domain.cloud import InstanceState
+from provider.domain.cloud import CloudSnapshot, InstanceState
 from provider.leadership.elector import AlwaysLeader, NotLeader
 from provider.service.server import Server
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
@@ -139,6 +139,24 @@ def harness(text: str = BASE_CONFIG, clock: ManualClock | None = None,
                         planner=planner)
     provider.refresh_now()
     return Harness(provider, cloud, clock, pool)
+
+
+def distort(cloud: FakeCloud, change: Callable[[CloudSnapshot], CloudSnapshot],
+            listings: int | None = None) -> None:
+    """The cloud's next ``listings`` listings (all, if None) read through ``change``
+    (a listing that lags, or tags that have not propagated yet)."""
+    real = cloud.snapshot
+    left = [listings]
+
+    def snapshot(cluster: str) -> CloudSnapshot:
+        snap = real(cluster)
+        if left[0] is not None:
+            if left[0] <= 0:
+                return snap
+            left[0] -= 1
+        return change(snap)
+
+    cloud.snapshot = snapshot  # type: ignore[method-assign]
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:

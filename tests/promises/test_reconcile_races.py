@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from adapters.fake import FakeCloud
 from provider.app import Provider
 from provider.attempts.executor import AttemptSpec, Result, inline_runner
 from provider.capacity.ledger import CapacityView
@@ -22,7 +21,7 @@ from provider.domain.cloud import (
 )
 from provider.domain.plan import Infeasible, Part, Plan
 from provider.planner.group import plan_group_delta
-from tests.kit.helpers import ManualPool, config, harness
+from tests.kit.helpers import ManualPool, config, distort, harness
 
 GANG = """\
 cluster: test
@@ -42,23 +41,6 @@ def uncommitted(snap: CloudSnapshot) -> CloudSnapshot:
     return dataclasses.replace(snap, instances=[
         dataclasses.replace(i, tags=dataclasses.replace(i.tags, committed=False))
         for i in snap.instances])
-
-
-def distort(cloud: FakeCloud, change: Callable[[CloudSnapshot], CloudSnapshot],
-            listings: int | None = None) -> None:
-    """The cloud's next ``listings`` listings (all, if None) read through ``change``."""
-    real = cloud.snapshot
-    left = [listings]
-
-    def snapshot(cluster: str) -> CloudSnapshot:
-        snap = real(cluster)
-        if left[0] is not None:
-            if left[0] <= 0:
-                return snap
-            left[0] -= 1
-        return change(snap)
-
-    cloud.snapshot = snapshot  # type: ignore[method-assign]
 
 
 def test_a_gang_that_commits_while_the_listing_is_out_is_not_killed() -> None:
