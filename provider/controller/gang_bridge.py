@@ -62,6 +62,7 @@ from provider.domain.gangs.decide import (
     decide,
 )
 from provider.domain.gangs.sources import GangRef, GangSource, Naming, naming
+from provider.leadership.elector import NotLeader
 
 log = logging.getLogger(__name__)
 
@@ -229,9 +230,8 @@ class GangBridge:
         if acting:
             self._tell_conflicts(overlaps, sources)
         now = self._clock.now()
-        if acting and now - self._swept_at >= self._sweep:
+        if acting and now - self._swept_at >= self._sweep and self._drop_orphans(sources):
             self._swept_at = now
-            self._drop_orphans(sources)
 
     def _tell_conflicts(self, overlaps: Sequence[tuple[dict[str, Any], Naming]],
                         sources: Sequence[GangSource]) -> None:
@@ -482,29 +482,45 @@ class GangBridge:
             log.warning("event for gang %s/%s not recorded: %s", key.namespace, key.name, err)
         return written
 
-    def _drop_orphans(self, sources: Sequence[GangSource]) -> None:
+    def _drop_orphans(self, sources: Sequence[GangSource]) -> bool:
         """Requests whose gang is gone are deleted (the garbage collector does it too,
         through the owner reference; this covers a gang deleted with --cascade=orphan).
         A gang recreated under the same name is another owner (another uid): the old
-        request is not its own, and would hold it to the old one's outcome."""
+        request is not its own, and would hold it to the old one's outcome. Each request
+        is swept on its own: one the API refuses leaves the rest swept. False when the
+        sweep did not reach every request (it is tried again on the next pass)."""
+        whole = True
         for req in self._api.gang_requests(f"{GANG_LABEL}=true"):
-            meta = req.get("metadata") or {}
-            owner = self._owner(req, sources)
-            if owner is None:
-                continue
-            source, gang, found = owner
-            if found is None:
-                log.info("gang %s/%s is gone: deleting its request %s", meta.get("namespace"),
-                         gang, meta.get("name"))
-                self._api.delete_request(str(meta.get("namespace")), str(meta.get("name")),
-                                         str(meta.get("uid") or ""),
-                                         str(meta.get("resourceVersion") or ""))
-                continue
-            # A gang whose pods all landed between two passes is not looked at by a pass
-            # (it has no pending pod): its state is brought up to date here.
-            notes = (found.get("metadata") or {}).get("annotations") or {}
-            if notes.get(REQUEST_ANNOTATION) == meta.get("name"):
-                name = str(meta.get("name"))
-                generation = generation_of(name)
-                self._report(GangKey(source, str(meta.get("namespace")), gang), found,
-                             request_state(req, generation))
+            try:
+                self._sweep_one(req, sources)
+            except NotLeader as err:  # deposed mid-sweep: the leader sweeps now
+                log.info("gang sweep ended: %s", err)
+                return False
+            except Exception as err:
+                log.warning("gang sweep: request %s/%s: %s",
+                            (req.get("metadata") or {}).get("namespace"),
+                            (req.get("metadata") or {}).get("name"), err)
+                whole = False
+        return whole
+
+    def _sweep_one(self, req: dict[str, Any], sources: Sequence[GangSource]) -> None:
+        meta = req.get("metadata") or {}
+        owner = self._owner(req, sources)
+        if owner is None:
+            return
+        source, gang, found = owner
+        if found is None:
+            log.info("gang %s/%s is gone: deleting its request %s", meta.get("namespace"),
+                     gang, meta.get("name"))
+            self._api.delete_request(str(meta.get("namespace")), str(meta.get("name")),
+                                     str(meta.get("uid") or ""),
+                                     str(meta.get("resourceVersion") or ""))
+            return
+        # A gang whose pods all landed between two passes is not looked at by a pass
+        # (it has no pending pod): its state is brought up to date here.
+        notes = (found.get("metadata") or {}).get("annotations") or {}
+        if notes.get(REQUEST_ANNOTATION) == meta.get("name"):
+            name = str(meta.get("name"))
+            generation = generation_of(name)
+            self._report(GangKey(source, str(meta.get("namespace")), gang), found,
+                         request_state(req, generation))

@@ -22,6 +22,7 @@ from provider.controller.gang_bridge import (
 from provider.controller.kube import KubeApi
 from provider.domain.demand import CLASS_NAME
 from provider.domain.gangs.sources import SOURCES, SourceName
+from provider.leadership.elector import NotLeader
 from tests.fakes.kube import FakeKube, objects
 from tests.kit.controller import GPU_TOLERATION, World, live, world
 from tests.kit.gangs import (
@@ -140,6 +141,62 @@ def test_deleting_the_podgroup_deletes_its_request(k: Cluster) -> None:
     # The fake runs no garbage collector: the bridge's own sweep must do it (as it must
     # after `kubectl delete --cascade=orphan`).
     assert k.kube.delete("podgroups", "train", NS, group=COSCHED.group)
+    k.pass_once()
+    assert k.requests() == []
+
+
+def _two_gangs_gone(k: Cluster) -> list[str]:
+    """Gangs "train" and "eval" asked for, then both PodGroups deleted (orphaning)."""
+    first = whole_gang(k)
+    k.kube.create(objects.coscheduling_pod_group(NS, "eval", 1))
+    k.kube.create(gang_pod("e0", GPU, gang="eval"))
+    stuck(k, "e0")
+    k.pass_once()
+    names = sorted(r["metadata"]["name"] for r in k.requests())
+    assert len(names) == 2 and first in names
+    for gang in ("train", "eval"):
+        assert k.kube.delete("podgroups", gang, NS, group=COSCHED.group)
+    return names
+
+
+def test_a_replica_deposed_mid_sweep_ends_its_pass_quietly() -> None:
+    """Adversary seed 125171532 (E1): a replica lost the lease while its sweep deleted a
+    gone gang's request. The fence's NotLeader ended the bridge's pass with it (and the
+    sweep was counted done): the sweep ends, the pass does not raise, and the next pass
+    that may act sweeps again."""
+    with cluster(sweep_seconds=300.0) as k:
+        k.clock.advance(1000.0)
+        names = _two_gangs_gone(k)
+        k.clock.advance(300.0)  # the sweep is due
+
+        def deposed() -> None:
+            raise NotLeader("standby")
+
+        k.bridge.fence_with(deposed)
+        k.pass_once()  # raised NotLeader on the old code
+        assert sorted(r["metadata"]["name"] for r in k.requests()) == names
+        k.bridge.fence_with(lambda: None)
+        k.pass_once()  # within 300 s of the cut-short sweep: it is not counted done
+        assert k.requests() == []
+
+
+def test_a_request_the_api_refuses_to_delete_leaves_the_sweep_of_the_rest(k: Cluster
+                                                                          ) -> None:
+    names = _two_gangs_gone(k)
+    real = k.api.delete_request
+    refused: list[str] = []
+
+    def refuse_first(namespace: str, name: str, uid: str = "",
+                     resource_version: str = "") -> None:
+        if not refused:
+            refused.append(name)
+            raise RuntimeError("the API server is shutting down")
+        real(namespace, name, uid, resource_version)
+
+    k.api.delete_request = refuse_first  # type: ignore[method-assign]
+    k.pass_once()
+    assert [r["metadata"]["name"] for r in k.requests()] == refused
+    assert set(names) - set(refused) and refused[0] in names
     k.pass_once()
     assert k.requests() == []
 
