@@ -62,6 +62,10 @@ class Planner(Protocol):
         (planner.timing.wait_or_buy)."""
         ...
 
+    def close(self) -> None:
+        """Stop what the planner runs (a planning process); plans are not asked after."""
+        ...
+
 
 class InProcess:
     """Plans built on the caller's thread."""
@@ -190,8 +194,9 @@ class PlanProcess:
                 log.warning("the planning process died planning %s (try %d); starting "
                             "another", demand.name, tried)
                 self._replace(pool)
-        return Infeasible((Reason(ReasonCode.INVALID, (
-            f"the planning process died twice while planning {demand.name}")),))
+        return Infeasible((Reason(ReasonCode.PLANNING_FAILED, (
+            f"the planning process died twice while planning {demand.name} (killed or "
+            f"out of memory: see its pod's events and allset's log)")),))
 
     def _replace(self, broken: ProcessPoolExecutor) -> None:
         with self._lock:

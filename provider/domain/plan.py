@@ -20,6 +20,8 @@ class ReasonCode(enum.StrEnum):
     INVALID = "InvalidRequest"
     # A DRA selector allset cannot evaluate: never planned as if it matched.
     UNSUPPORTED_SELECTOR = "UnsupportedSelector"
+    # The planning process died on this request twice (killed, out of memory).
+    PLANNING_FAILED = "PlanningFailed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from provider.attempts.executor import Result
-from provider.attempts.planning import InProcess, PlanProcess
+from provider.attempts.planning import InProcess, PlanProcess, _sendable
 from provider.capacity.unavailable import PoolKey
 from provider.domain.cloud import Scope
 from provider.domain.demand import Demand, PodSet, Toleration, Topology
 from provider.domain.model import GPU_RESOURCE, MILLI, Resources
-from provider.domain.plan import Infeasible, Plan
+from provider.domain.plan import Infeasible, Plan, ReasonCode
 from tests.kit.helpers import config, harness, wait_until
 from tests.kit.paths import ROOT
 
@@ -79,14 +79,23 @@ def test_offerings_marked_unavailable_are_left_out_there_too(process: PlanProces
     assert after != before
 
 
-def test_a_view_of_other_groups_is_planned_on_those_groups(process: PlanProcess) -> None:
-    """A view is sent without its groups only when they are the process's own."""
+def test_a_view_is_sent_without_its_groups_only_when_they_are_the_processs_own(
+        process: PlanProcess) -> None:
+    """The ledger's views carry the config's groups, which the planning process holds:
+    those are left out (pickling them cost ~17 ms of the interpreter's lock). A view of
+    other groups (fewer, or one changed) is sent whole, and planned on as sent."""
     h = harness(planner=process)
-    here = InProcess(h.provider.matcher)
+    groups = h.provider.config.groups
     view = h.provider.ledger.view()
+    assert _sendable(view, groups).groups == {}
     fewer = dataclasses.replace(view, groups={k: g for k, g in view.groups.items()
                                               if k != "gpu"})
-    assert process.plan(gang(), fewer, {}) == here.plan(gang(), fewer, {})
+    changed = dataclasses.replace(view, groups={
+        **view.groups, "gpu": dataclasses.replace(view.groups["gpu"], max_size=1)})
+    for other in (fewer, changed):
+        assert _sendable(other, groups).groups == other.groups
+    assert process.plan(gang(), changed, {}) == InProcess(h.provider.matcher).plan(
+        gang(), changed, {})
 
 
 def test_a_request_planned_in_the_planning_process_launches_whole(
@@ -132,8 +141,25 @@ def test_a_plan_that_kills_the_planning_process_twice_is_answered_infeasible(
     process._pool = _Dying()  # type: ignore[assignment]
     h = harness(planner=process)
     answer = process.plan(gang(), h.provider.ledger.view(), {})
-    assert isinstance(answer, Infeasible)
+    assert isinstance(answer, Infeasible) and answer.primary.code is ReasonCode.PLANNING_FAILED
     assert "the planning process died twice while planning ml/job" in answer.summary()
+
+
+def _raises() -> None:
+    """Run in the planning process: what a bug in planning would do there."""
+    raise RecursionError("maximum recursion depth exceeded")
+
+
+def test_an_error_raised_in_the_planning_process_reaches_the_caller_and_it_serves_on(
+        process: PlanProcess) -> None:
+    """An exception is not a death: it reaches the caller as itself, the planning process
+    is not replaced, and the next plan is served."""
+    h = harness(planner=process)
+    (child,) = list(process._pool._processes)
+    with pytest.raises(RecursionError, match="maximum recursion depth"):
+        process._call(gang(), lambda pool: pool.submit(_raises).result())
+    assert list(process._pool._processes) == [child]
+    assert isinstance(process.plan(gang(), h.provider.ledger.view(), {}), Plan)
 
 
 def test_the_planning_process_ends_when_its_parent_is_killed(tmp_path: Path) -> None:
