@@ -11,6 +11,7 @@ launched and plan again for the shortfall instead of rolling back."""
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -152,6 +153,10 @@ class StillUnknown(TransientError):
     def __init__(self, message: str, *, token: str) -> None:
         super().__init__(message)
         self.token = token
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # An exception pickles as its class and args (the message): the token goes too.
+        return functools.partial(StillUnknown, token=self.token), (str(self),)
 
 
 # Failures after which the cloud certainly holds nothing of the part: its claims can go.

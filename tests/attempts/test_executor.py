@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from collections.abc import Callable, Sequence
 
 from provider.app import Provider
@@ -206,6 +207,9 @@ def test_a_retry_throttled_after_a_timeout_leaves_the_outcome_unknown() -> None:
     assert out.result is Result.FAILED and out.plans_tried == 1, out
     assert out.failures and all(isinstance(f.error, StillUnknown) for f in out.failures)
     assert set(tries) == {"a1/0.0"} and len(h.cloud.all_instances()) == 2
+    error = out.failures[0].error
+    assert isinstance(error, StillUnknown)
+    assert pickle.loads(pickle.dumps(error)).token == error.token == "a1/0.0"
     assert h.provider.fleet.claim("a2", {"g": 3}) is not None  # 2 may be up: 2 + 3 > 4
 
 
