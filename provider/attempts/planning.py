@@ -17,11 +17,13 @@ the same answers (tests/attempts/test_planning.py holds the two to each other)."
 
 from __future__ import annotations
 
+import contextlib
 import copyreg
 import dataclasses
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 import types
@@ -140,8 +142,10 @@ def _timing_there(demand: Demand, view: CapacityView, sizes: dict[str, int]
     return _timing(_matcher(), demand, _received(view), sizes)
 
 
-def _ready() -> bool:
-    return _MATCHER is not None
+def _ready() -> int:
+    """The planning process's pid, once it is started (its imports done)."""
+    assert _MATCHER is not None
+    return os.getpid()
 
 
 class PlanProcess:
@@ -158,14 +162,15 @@ class PlanProcess:
         self._groups = tuple(groups)
         self._gpu_label = gpu_label
         self._lock = threading.Lock()
-        self._pool = self._new_pool()
-        # Started now, so that the first request does not wait for the child's imports.
-        self._pool.submit(_ready).result()
+        self._pool, self._pid = self._new_pool()
 
-    def _new_pool(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(
+    def _new_pool(self) -> tuple[ProcessPoolExecutor, int]:
+        """A pool whose process has started (so that no request waits for its imports),
+        and that process's pid."""
+        pool = ProcessPoolExecutor(
             max_workers=1, mp_context=multiprocessing.get_context("spawn"),
             initializer=_start, initargs=(self._groups, self._gpu_label, os.getpid()))
+        return pool, pool.submit(_ready).result()
 
     def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int]) -> Answer:
         answer = self._call(demand, lambda pool: pool.submit(
@@ -202,7 +207,21 @@ class PlanProcess:
         with self._lock:
             if self._pool is broken:  # another thread may have replaced it already
                 broken.shutdown(wait=False, cancel_futures=True)
-                self._pool = self._new_pool()
+                self._pool, self._pid = self._new_pool()
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    def close(self, timeout: float = 5.0) -> None:
+        """End the planning process and the pool's manager thread before returning. One
+        left running races the interpreter's exit: CPython 3.11's exit hook wakes the
+        manager through a pipe the manager may be closing at that moment, and the exit
+        prints an OSError traceback. A plan still running after ``timeout`` is cut short
+        (its process killed): nobody is left waiting for it."""
+        pool = self._pool
+        joined = threading.Thread(target=pool.shutdown, kwargs={"cancel_futures": True},
+                                  name="planning-shutdown", daemon=True)
+        joined.start()
+        joined.join(timeout)
+        if joined.is_alive():
+            log.warning("the planning process was still planning at shutdown: killed")
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._pid, signal.SIGKILL)
+            joined.join(timeout)

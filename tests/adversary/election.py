@@ -100,7 +100,9 @@ def cooperative_election(cfg: LoadedConfig, api: Any, clock: Any, *, sched: Sche
     election._wake = CoopEvent(now, "election.wait")  # type: ignore[assignment]
     store = election.store
     lease = _Watched(kube, "leases", store.name, namespace, link)
-    store.follow = lease.follow(store.get, lambda o: lease_record(o) if o else None)  # type: ignore[method-assign]
+    store.follow = lease.follow(  # type: ignore[method-assign]
+        store.get, lambda o: lease_record(o) if o else None,
+        lambda r: r.version if r is not None else "")
     store.interrupt = lease.interrupt  # type: ignore[method-assign]
     loops: list[tuple[str, Callable[[], None]]] = [("elect", election._run),
                                                    ("watch", election._follow)]
@@ -110,7 +112,9 @@ def cooperative_election(cfg: LoadedConfig, api: Any, clock: Any, *, sched: Sche
         router._worker = SerialPool(sched, owner, f"{tag}.route")
         router._stop = CoopEvent(now, "route.stop")
         route = _Watched(kube, "endpointslices", endpoint.name, namespace, link)
-        endpoint.follow = route.follow(endpoint._read, lambda o: o)  # type: ignore[method-assign]
+        endpoint.follow = route.follow(  # type: ignore[method-assign]
+            endpoint._read, lambda o: o,
+            lambda o: str(o["metadata"]["resourceVersion"]) if o is not None else "")
         loops.append(("route-watch", router._follow))
     else:  # before the Router: routing writes on a pool of the election's own
         election._routing.shutdown(wait=False)  # type: ignore[attr-defined]
@@ -141,11 +145,16 @@ class _Watched:
     def _moved(self, seen: str) -> bool:
         return self._interrupted or (self._link.partition is None and self.version() != seen)
 
-    def follow(self, first: Callable[[], Any], convert: Callable[[Any], Any]
-               ) -> Callable[..., Iterator[Any]]:
+    def follow(self, first: Callable[[], Any], convert: Callable[[Any], Any],
+               version_of: Callable[[Any], str]) -> Callable[..., Iterator[Any]]:
         def follow(timeout_seconds: int = 300) -> Iterator[Any]:
-            yield first()  # the list that starts a watch: a real request
-            seen = self.version()
+            # The list that starts a watch: a real request, which a partition may hold.
+            # The watch runs from the version that list read (as watch.py's does, from the
+            # list's resourceVersion), not from the version when its answer arrived: a
+            # write landing in between is delivered, as a real API server delivers it.
+            listed = first()
+            yield listed
+            seen = version_of(listed)
             while True:
                 task = current()
                 assert task is not None

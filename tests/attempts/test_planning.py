@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -137,12 +139,43 @@ def test_a_plan_that_kills_the_planning_process_twice_is_answered_infeasible(
     cfg = config()
     process = PlanProcess(cfg.groups, cfg.schema.gpu_label)
     process.close()
-    monkeypatch.setattr(process, "_new_pool", _Dying)
+    monkeypatch.setattr(process, "_new_pool", lambda: (_Dying(), 0))
     process._pool = _Dying()  # type: ignore[assignment]
     h = harness(planner=process)
     answer = process.plan(gang(), h.provider.ledger.view(), {})
     assert isinstance(answer, Infeasible) and answer.primary.code is ReasonCode.PLANNING_FAILED
     assert "the planning process died twice while planning ml/job" in answer.summary()
+
+
+def _sleeps(seconds: float) -> None:
+    """Run in the planning process: a plan that takes long."""
+    time.sleep(seconds)
+
+
+def test_close_ends_the_planning_process_and_its_manager_thread() -> None:
+    """Left running, the pool's manager thread raced the interpreter's exit hook and
+    `allset serve` exited printing an OSError traceback (found in the README walkthrough's
+    CI run)."""
+    before = set(threading.enumerate())
+    cfg = config()
+    process = PlanProcess(cfg.groups, cfg.schema.gpu_label)
+    (child,) = list(process._pool._processes)
+    process.close()
+    assert [t for t in threading.enumerate() if t not in before] == []
+    with pytest.raises(ChildProcessError):  # ended and reaped
+        os.waitpid(child, os.WNOHANG)
+
+
+def test_close_cuts_a_plan_still_running_short() -> None:
+    before = set(threading.enumerate())
+    cfg = config()
+    process = PlanProcess(cfg.groups, cfg.schema.gpu_label)
+    running = process._pool.submit(_sleeps, 600)
+    while not running.running():
+        time.sleep(0.01)
+    process.close(timeout=1.0)
+    assert isinstance(running.exception(timeout=0), BrokenProcessPool)  # killed, not finished
+    assert [t for t in threading.enumerate() if t not in before] == []
 
 
 def _raises() -> None:
