@@ -24,13 +24,14 @@ PAGE_SIZE = 1000  # the most DescribeInstances and DescribeCapacityReservations 
 _TYPES_PER_CALL = 100  # DescribeInstanceTypes pages hold at most 100
 
 # Listed states. Terminated instances are gone for allset; stopped ones are still ours and
-# still cost money, and CA removes them as unready nodes, so they are shown as running.
+# still cost money (EBS volumes, Elastic IPs): live for every invariant, shown to CA as
+# running (it removes them as unready nodes), lost to a gang.
 LISTED_STATES = ("pending", "running", "shutting-down", "stopping", "stopped")
 _STATES = {
     "pending": InstanceState.PENDING,
     "running": InstanceState.RUNNING,
-    "stopping": InstanceState.RUNNING,
-    "stopped": InstanceState.RUNNING,
+    "stopping": InstanceState.STOPPED,
+    "stopped": InstanceState.STOPPED,
     "shutting-down": InstanceState.TERMINATING,
     "terminated": InstanceState.TERMINATED,
 }

@@ -137,6 +137,20 @@ class FakeCloud:
                 self._store.save([gone])
             self._put(gone)
 
+    def stop(self, instance_id: str) -> None:
+        """The cloud stops an instance on its own (a GCE host event or the end of a run
+        whose termination action is STOP; EC2 someone in the console): it stays, billing
+        for its disks, until deleted (InstanceState.STOPPED; docs/cloud-behaviour.md)."""
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            if inst is None or inst.state not in (InstanceState.PENDING,
+                                                  InstanceState.RUNNING):
+                return
+            stopped = dataclasses.replace(self._current(inst), state=InstanceState.STOPPED)
+            if self._store is not None:
+                self._store.save([stopped])
+            self._put(stopped)
+
     def clear_faults(self) -> None:
         """Disarm every injected fault not yet taken (a test's quiet period)."""
         with self._lock:

@@ -50,17 +50,27 @@ GPU_QUOTAS = {
 }
 SPOT_PREFIX = "PREEMPTIBLE_"
 
+# Instance.Status (google-cloud-compute; the REST reference's Instance.status). A VM is
+# gone only when it no longer lists: TERMINATED is "the instance has stopped (either by
+# explicit action or underlying failure)", and it keeps billing for its disks and
+# addresses until deleted. STOPPING ("either being deleted or killed"), SUSPENDING and
+# DEPROVISIONING ("releasing quota, IP, tearing down disks") end in a stop as often as in a
+# delete: a VM allset deletes is known as deleting by its deletion mark and the fleet's
+# own record, so the cloud's word alone says stopped. PENDING: "For Flex Start
+# provisioning instance is waiting for available capacity from Dynamic Workload Scheduler".
 _STATES = {
+    "PENDING": InstanceState.PENDING,
     "PROVISIONING": InstanceState.PENDING,
     "STAGING": InstanceState.PENDING,
     "RUNNING": InstanceState.RUNNING,
     "REPAIRING": InstanceState.RUNNING,
-    "STOPPING": InstanceState.TERMINATING,
-    "SUSPENDING": InstanceState.TERMINATING,
-    "PENDING_STOP": InstanceState.TERMINATING,
-    "STOPPED": InstanceState.TERMINATED,
-    "SUSPENDED": InstanceState.TERMINATED,
-    "TERMINATED": InstanceState.TERMINATED,
+    "STOPPING": InstanceState.STOPPED,
+    "SUSPENDING": InstanceState.STOPPED,
+    "PENDING_STOP": InstanceState.STOPPED,
+    "DEPROVISIONING": InstanceState.STOPPED,
+    "STOPPED": InstanceState.STOPPED,
+    "SUSPENDED": InstanceState.STOPPED,
+    "TERMINATED": InstanceState.STOPPED,
 }
 
 Accelerators = tuple[tuple[str, int], ...]

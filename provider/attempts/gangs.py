@@ -98,7 +98,10 @@ def _later_committed(live: Sequence[CloudInstance], recorded: str | None) -> str
 
 
 def _leaving(inst: CloudInstance) -> bool:
-    return inst.state in (InstanceState.TERMINATING, InstanceState.TERMINATED)
+    """Not a node of its gang any more: going, gone, or stopped (a stopped node is lost;
+    it bills until deleted, which terminate_all and terminate_stopped do)."""
+    return inst.state in (InstanceState.TERMINATING, InstanceState.TERMINATED,
+                          InstanceState.STOPPED)
 
 
 class GangAttempts:
@@ -245,6 +248,12 @@ class GangAttempts:
         live, going = owned(self._fleet, uid)
         return self.terminate([*live, *(i for i in going
                                         if i.state is not InstanceState.TERMINATING)])
+
+    def terminate_stopped(self, uid: str) -> bool:
+        """The request's nodes the cloud stopped: lost to its gang and billing until
+        deleted (the rest of the gang stays)."""
+        _, going = owned(self._fleet, uid)
+        return self.terminate([i for i in going if i.state is InstanceState.STOPPED])
 
     def terminate(self, instances: list[CloudInstance]) -> bool:
         """Roll back committed instances: out of CA's view first, then through the

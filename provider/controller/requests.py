@@ -328,9 +328,11 @@ class RequestHandler:
 
     def _lost_before_provisioned(self, obj: Obj, t: Tracked, found: Gang) -> float | None:
         """All or nothing: a gang short of its plan is never Provisioned. Its remaining
-        nodes are terminated (no half gang bills) and the whole gang is tried again."""
+        nodes are terminated (no half gang bills) and the whole gang is tried again; so are
+        those it lost to a stop (a stopped VM bills for its disks and, on GCE, keeps its
+        reservation slot)."""
         key = key_of(obj)
-        if not self._gangs.terminate(list(found.instances)):
+        if not self._gangs.terminate_all(t.uid):
             return RETRY_TERMINATE
         self._release(key, t.uid, unlabel=True)
         t.failures += 1
@@ -351,6 +353,9 @@ class RequestHandler:
         if found is not None and found.short:
             # Kueue evicts the workload on CapacityRevoked. The remaining nodes may run
             # its pods until then: they are not terminated, only unbooked (CA's again).
+            # A node the cloud stopped runs nothing and bills: it is deleted.
+            if not self._gangs.terminate_stopped(t.uid):
+                return RETRY_TERMINATE
             self._release(key, t.uid)
             self._w.update(obj, [(c.CAPACITY_REVOKED, True, NODES_LOST,
                                   f"{_lost_text(found)} after the request was "

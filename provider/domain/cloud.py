@@ -51,6 +51,12 @@ class InstanceState(enum.StrEnum):
     RUNNING = "running"
     TERMINATING = "terminating"
     TERMINATED = "terminated"
+    # Exists and bills (its disks, addresses, a reservation's slot on GCE) but does not run:
+    # a GCE VM STOPPED, SUSPENDED or TERMINATED (GCE's word for stopped: "the instance has
+    # stopped (either by explicit action or underlying failure)", Instance.Status), an EC2
+    # instance stopped. Never gone by itself: for every invariant it is a live instance,
+    # and only a delete ends it.
+    STOPPED = "stopped"
 
 
 @dataclass(frozen=True, slots=True)

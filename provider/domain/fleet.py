@@ -738,7 +738,9 @@ def _by_request(nodes: Iterable[NodeView]) -> dict[str, set[str]]:
 
 
 def _node_state(inst: CloudInstance) -> NodeState:
-    if inst.state is InstanceState.RUNNING:
+    # A stopped instance is still there for CA to remove (as an unready node): it is not
+    # being deleted, and only a delete ends it.
+    if inst.state in (InstanceState.RUNNING, InstanceState.STOPPED):
         return NodeState.RUNNING
     if inst.state is InstanceState.PENDING:
         return NodeState.CREATING

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -71,6 +72,7 @@ class Adversary:
             "kubelet.vanish": (1.5, self.kubelet_vanish),
             "cloud.fault": (5, self.cloud_fault),
             "cloud.lag": (1.5, self.cloud_lag),
+            "cloud.stop": (1.0, self.cloud_stop),
             "clock": (5, self.clock),
             "refresh": (4, self.refresh),
             "controller": (6, self.controller),
@@ -288,6 +290,24 @@ class Adversary:
         on = rng.random() < 0.6
         w.fake.set_stockout(Stockout(zone, "gpu8", CapacityType.ON_DEMAND), on)
         return f"stockout gpu8 on-demand {zone} {'on' if on else 'off'}"
+
+    def cloud_stop(self) -> str:
+        """The cloud stops an instance (a GCE host event, a run whose termination action
+        is STOP, someone in the console): it stays and bills until deleted, and its kubelet
+        stops (its Node, if any, goes NotReady). allset must count it lost to its gang and
+        delete it (design.md I8), or leave it to CA (an ordinary node)."""
+        w = self.w
+        running = sorted(i.id for i in w.fake.all_instances()
+                         if i.state in (InstanceState.PENDING, InstanceState.RUNNING))
+        if not running:
+            return "nothing to stop"
+        iid = w.rng.choice(running)
+        w.cloud.stop(iid)
+        w.stopped.add(iid)
+        if w.kube.get("nodes", iid) is not None:
+            w.kube.modify("nodes", iid, _not_ready)
+            w.lost[iid] = w.now()
+        return f"instance {iid} stopped"
 
     def cloud_lag(self) -> str:
         self.w.cloud.lag = self.w.rng.choice((0, 0, 1, 2, 4))
@@ -521,3 +541,10 @@ class Adversary:
         replica.clock.step_wall(seconds)
         self.coverage["wall-clock steps " + ("forward" if seconds > 0 else "back")] += 1
         return f"{replica.name}'s wall clock {seconds:+.0f}s (offset {replica.clock.offset:+.0f}s)"
+
+
+def _not_ready(node: dict[str, Any]) -> None:
+    """The node lifecycle controller's view of a stopped kubelet: Ready turns Unknown."""
+    status = node.setdefault("status", {})
+    status["conditions"] = [dict(cond, status="Unknown") if cond.get("type") == "Ready"
+                            else cond for cond in status.get("conditions") or []]

@@ -191,6 +191,10 @@ class LaggingCloud:
         if instance_id in self._seen:
             self._seen[instance_id].terminated = self._mark()
 
+    def stop(self, instance_id: str) -> None:
+        """The cloud stops an instance (a GCE host event, a run's end): it stays."""
+        self.fake.stop(instance_id)
+
     def _mark(self) -> Mark:
         return self.step(), self.clock()
 

@@ -212,6 +212,8 @@ class Observer:
         wanted) and their request was not withdrawn. Of a Provisioned gang whose request
         stands, unless CA asked for them (G1). Read right after the call."""
         w = self.world
+        # A node the cloud stopped is deleted when its gang is reported lost (design.md I8).
+        self.asked |= w.stopped
         for inc in alive:
             self.asked |= set(inc.provider.executor.terminator.backlog)
             self.asked |= self._fleet_deleting(inc)

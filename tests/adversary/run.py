@@ -188,6 +188,9 @@ def _reached(world: World, observer: Observer, adversary: Adversary) -> Counter[
         "gangs committed": len(committed),
         "requests Provisioned": len(observer.provisioned_seen),
         "instances rolled back": len(rolled_back),
+        "stopped gang nodes deleted": sum(
+            1 for i in instances if i.id in world.stopped and i.tags.request is not None
+            and i.tags.committed and i.state is InstanceState.TERMINATED),
         "tasks killed by crashes": adversary.killed,
         "restarts": len(world.incarnations) - len(world.replicas),
         "terminations paid by a later process than owed them": sum(

@@ -301,6 +301,7 @@ class World:
     apis: list[Any] = field(default_factory=list)  # clients to close with the world
     overlap: tuple[str, ...] = ()  # processes seen passing the fence at once (I9)
     lost: dict[str, float] = field(default_factory=dict)  # instance -> when its Node went
+    stopped: set[str] = field(default_factory=set)  # instances the cloud stopped
     window: int = 0  # the capacity block's window (an index into WINDOWS)
     # Gangs: the pods (pod_id) each request the bridge created was asked for, by request
     # key (its every creation under that name), and the pods named by two gang APIs.

@@ -212,8 +212,9 @@ def test_snapshot_lists_this_clusters_instances_across_pages(world: World) -> No
     assert world.layer.calls["DescribeInstances"] - before == 2  # 8 reservations, pages of 5
     by_id = {i.id: i for i in snap.instances}
     assert set(by_id) == {i.id for i in launched[1:]}
-    # Stopped instances still cost money and are still ours: CA sees them as unready nodes.
-    assert by_id[launched[1].id].state is InstanceState.RUNNING
+    # Stopped instances still cost money and are still ours (live; CA sees them as unready
+    # nodes, and a gang counts them lost).
+    assert by_id[launched[1].id].state is InstanceState.STOPPED
     inst = by_id[launched[2].id]
     assert inst.provider_id == f"aws:///us-east-1a/{inst.id}"
     assert inst.tags == OwnerTags("test", "cpu", "a-1", "0.2", CapacityType.ON_DEMAND)

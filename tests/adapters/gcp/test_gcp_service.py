@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import grpc
+import pytest
 
 from adapters.gcp import labels
 from provider.domain.cloud import CapacityType, OwnerTags
@@ -172,3 +173,43 @@ def test_a_marked_vm_that_stopped_is_still_deleted() -> None:
                    "NO_RESERVATION", None, (), (), "cpu-node").status = "TERMINATED"
     with service(compute):
         assert compute.live() == []
+
+
+def test_a_vm_the_cloud_stopped_or_suspended_stays_ours_until_deleted() -> None:
+    """GCE keeps a stopped VM (TERMINATED) and a suspended one (SUSPENDED), billing for
+    their disks, until deleted: CA goes on seeing them (it removes them as unready nodes),
+    they count against maxSize, a new process finds them, and CA's delete removes them."""
+    compute = Compute()
+    with service(compute) as (served, stub):
+        increase(stub, "cpu", 3)
+        served.run_workers()
+        first, second, third = sorted(n.id for n in nodes(stub, "cpu"))
+        compute.stop(ZONE_A, first.rsplit("/", 1)[1])
+        compute.stop(ZONE_A, second.rsplit("/", 1)[1], suspend=True)
+        served.provider.refresh_now()
+        assert sorted(n.id for n in nodes(stub, "cpu")) == [first, second, third]
+        assert stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id="cpu")).targetSize == 3
+        # A restart: the new process lists them (not stopped: it shares the adapter).
+        again = provider_on(served.h)
+        assert {n.provider_id: n.state.value for n in again.provider.fleet.view("cpu").nodes
+                } == {first: "running", second: "running", third: "running"}
+        stub.NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(
+            id="cpu", nodes=[pb.ExternalGrpcNode(providerID=first),
+                             pb.ExternalGrpcNode(providerID=second)]))
+        served.run_workers()
+        assert [f"gce://proj/{i.zone}/{i.name}" for i in compute.live()] == [third]
+
+
+def test_stopped_vms_count_against_max_size() -> None:
+    compute = Compute()
+    with service(compute) as (served, stub):
+        increase(stub, "t4", 8)  # t4's maxSize
+        served.run_workers()
+        for inst in compute.live(ZONE_A):
+            compute.stop(ZONE_A, inst.name)
+        served.provider.refresh_now()
+        with pytest.raises(grpc.RpcError) as refused:
+            increase(stub, "t4", 1)
+        assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        served.run_workers()
+        assert len(compute.live()) == 8

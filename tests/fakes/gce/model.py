@@ -319,6 +319,32 @@ class Compute:
             self.version += 1
             return self.new_operation(zone, "delete", name, request_id)
 
+    def stop(self, zone: str, name: str, request_id: str | None = None, *,
+             suspend: bool = False) -> OperationRec:
+        """instances.stop (instances.suspend with ``suspend``): the VM stays, in another
+        status, until someone deletes it. "After a stop operation completes and the state
+        of the compute instance transitions to TERMINATED, you can either restart the
+        compute instance ... or permanently delete the compute instance"
+        (https://cloud.google.com/compute/docs/instances/stop-start-instance); a suspended
+        one is SUSPENDED until resumed or deleted
+        (https://cloud.google.com/compute/docs/instances/suspend-resume-instance). Neither
+        ends the bill: "resources that the VM is using, such as persistent disks and static
+        IP addresses, will continue to be charged until they are deleted"
+        (compute.instances.stop reference). The cloud does the same by itself: a VM whose
+        scheduling.instanceTerminationAction is STOP (the default: "Stop the VM without
+        storing in-memory content. default action.", Scheduling.InstanceTerminationAction)
+        is stopped when its run ends. The status lands at once here (STOPPING and
+        SUSPENDING are passed through)."""
+        with self.lock:
+            seen = self.replay(request_id)
+            if seen is not None:
+                return seen
+            inst = self.instance(zone, name)
+            inst.status = "SUSPENDED" if suspend else "TERMINATED"
+            self.version += 1
+            return self.new_operation(zone, "suspend" if suspend else "stop", name,
+                                      request_id)
+
     def set_labels(self, zone: str, name: str, fingerprint: str, new: dict[str, str],
                    request_id: str | None) -> OperationRec:
         """instances.setLabels replaces the whole label set, guarded by the fingerprint of

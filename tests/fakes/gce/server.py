@@ -244,6 +244,16 @@ def delete_instance(req: Request) -> Json:
     return render_operation(req.compute, op)
 
 
+def stop_instance(req: Request) -> Json:
+    return render_operation(req.compute, req.compute.stop(
+        req.zone, req.params["name"], req.query.get("requestId")))
+
+
+def suspend_instance(req: Request) -> Json:
+    return render_operation(req.compute, req.compute.stop(
+        req.zone, req.params["name"], req.query.get("requestId"), suspend=True))
+
+
 def set_labels(req: Request) -> Json:
     op = req.compute.set_labels(req.zone, req.params["name"],
                                 str(req.body.get("labelFingerprint", "")),
@@ -340,6 +350,9 @@ ROUTES: list[tuple[str, str, re.Pattern[str], Handler]] = [
         ("DELETE", "instances.delete", _Z + "/instances/(?P<name>[^/]+)", delete_instance),
         ("POST", "instances.setLabels", _Z + "/instances/(?P<name>[^/]+)/setLabels",
          set_labels),
+        ("POST", "instances.stop", _Z + "/instances/(?P<name>[^/]+)/stop", stop_instance),
+        ("POST", "instances.suspend", _Z + "/instances/(?P<name>[^/]+)/suspend",
+         suspend_instance),
         ("GET", "reservations.list", _Z + "/reservations", list_reservations),
         ("GET", "reservations.aggregatedList", _P + "/aggregated/reservations",
          aggregated_reservations),
