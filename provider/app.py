@@ -57,7 +57,8 @@ class Provider:
         self.clock: Clock = clock or SystemClock()
         self.adapter = adapter
         self.groups: dict[str, NodeGroup] = {g.id: g for g in config.groups}
-        self.unavailable = UnavailableOfferings(self.clock, config.unavailable_ttl_seconds)
+        self.unavailable = UnavailableOfferings(self.clock, config.unavailable_ttl_seconds,
+                                                config.not_offered_ttl_seconds)
         self.ledger = Ledger(config.groups, self.clock, self.unavailable)
         self.fleet = Fleet(config.groups)
         self.ready = threading.Event()  # set by the first complete cloud listing

@@ -19,6 +19,7 @@ from provider.domain.cloud import (
     CloudError,
     InsufficientCapacity,
     InvalidRequest,
+    NotOffered,
     OutcomeUnknown,
     QuotaExceeded,
     Scope,
@@ -42,6 +43,11 @@ ZONE_CAPACITY = frozenset({"InsufficientFreeAddressesInSubnet"})
 # payment-pending): it cannot take the part now and will later, so it is ruled out for a
 # while like a full one.
 NOT_ACTIVE = frozenset({"InvalidCapacityReservationState.PendingActivation"})
+# On a launch, Unsupported means the pool does not exist: "you might be trying to launch
+# an instance in an Availability Zone that currently has constraints on that instance type"
+# ("Error codes for the Amazon EC2 API"; Karpenter caches it as unfulfillable capacity).
+# The part goes elsewhere, and the offering stays out of plans for a while.
+NOT_OFFERED = frozenset({"Unsupported"})
 # A ClientToken whose instances have since been terminated: the part did launch once and
 # nothing of it runs now; only a new attempt (a new token) can launch again ("Error codes
 # for the Amazon EC2 API": IdempotentInstanceTerminated).
@@ -82,7 +88,7 @@ INVALID = frozenset({
     "InvalidInstanceType",
     "MissingParameter",
     "UnknownParameter",
-    "Unsupported",
+    "Unsupported",  # on a launch: NOT_OFFERED
     "UnsupportedOperation",
     "IdempotentParameterMismatch",
     "InvalidBlockDeviceMapping",
@@ -164,6 +170,9 @@ def _classify_client_error(err: ClientError, operation: str, launch: bool) -> Cl
     if code in NOT_ACTIVE:
         return InsufficientCapacity(f"{message} (the reservation is not active yet)",
                                     scope=Scope.OFFERING, cloud_code=code)
+    if code in NOT_OFFERED and operation == "RunInstances":
+        return NotOffered(f"{message} (the instance type is not offered there)",
+                          scope=Scope.OFFERING, cloud_code=code)
     if code in TOKEN_SPENT:
         return InvalidRequest(f"{message} (this part's instances were launched and have "
                               "been terminated since; nothing of it runs, and only a new "

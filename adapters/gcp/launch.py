@@ -136,9 +136,12 @@ def _scheduling(source: CapacityType, gpu: bool, dense: bool) -> compute_v1.Sche
     if dense:  # GCE refuses any other model for VMs consuming a DENSE reservation
         model = "RESERVATION_BOUND"
     scheduling = compute_v1.Scheduling(provisioning_model=model)
-    if source is CapacityType.SPOT:
-        # A preempted spot VM is deleted, not left stopped holding its disks and name.
+    if source is CapacityType.SPOT or dense:
+        # A preempted spot VM, and a reservation-bound one at its reservation's end, is
+        # deleted, not left stopped (GCE's default, STOP) holding its disks and name: a
+        # stopped VM bills until someone deletes it.
         scheduling.instance_termination_action = "DELETE"
+    if source is CapacityType.SPOT:
         scheduling.automatic_restart = False
     if gpu or dense or source is CapacityType.SPOT:
         scheduling.on_host_maintenance = "TERMINATE"  # none of them can live-migrate

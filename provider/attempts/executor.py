@@ -40,6 +40,7 @@ from provider.domain.cloud import (
     CloudInstance,
     InstanceState,
     LaunchRequest,
+    NotOffered,
     OutcomeUnknown,
     OwnerTags,
     TransientError,
@@ -842,7 +843,8 @@ class Executor:
         key = PoolKey(group.zone, group.instance_type, failure.part.capacity_type,
                       failure.part.reservation)
         if failure.error.code in ("InsufficientCapacity", "QuotaExceeded"):
-            self._ledger.unavailable.mark(key, failure.error.scope, str(failure.error))
+            self._ledger.unavailable.mark(key, failure.error.scope, str(failure.error),
+                                          lasting=isinstance(failure.error, NotOffered))
 
 
 

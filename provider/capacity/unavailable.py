@@ -30,16 +30,19 @@ class UnavailableOfferings:
     """A failure blocks, by its scope: the pool (OFFERING), the zone (ZONE), or that
     capacity type everywhere (CLOUD; e.g. an exhausted on-demand quota)."""
 
-    def __init__(self, clock: Clock, ttl_seconds: float) -> None:
+    def __init__(self, clock: Clock, ttl_seconds: float,
+                 lasting_seconds: float | None = None) -> None:
         self._clock = clock
         self._ttl = ttl_seconds
+        # How long a lasting failure (an offering that does not exist) stays marked.
+        self._lasting = ttl_seconds if lasting_seconds is None else lasting_seconds
         self._marks: dict[tuple[Scope, PoolKey], Mark] = {}
         self._lock = threading.Lock()
         self._next_expiry = float("inf")
 
-    def mark(self, key: PoolKey, scope: Scope, reason: str) -> None:
+    def mark(self, key: PoolKey, scope: Scope, reason: str, *, lasting: bool = False) -> None:
         norm = _normalise(key, scope)
-        until = self._clock.now() + self._ttl
+        until = self._clock.now() + (self._lasting if lasting else self._ttl)
         with self._lock:
             self._marks[(scope, norm)] = Mark(norm, scope, reason, until)
             self._next_expiry = min(self._next_expiry, until)
@@ -66,7 +69,7 @@ class UnavailableOfferings:
         now: its marks, on a clock stopped at this moment, as a view is a fixed picture."""
         with self._lock:
             marks = dict(self._marks)
-        return _frozen, (self._clock.now(), self._ttl, marks)
+        return _frozen, (self._clock.now(), self._ttl, self._lasting, marks)
 
     def active(self) -> list[Mark]:
         now = self._clock.now()
@@ -75,9 +78,9 @@ class UnavailableOfferings:
                           key=lambda m: (m.until, str(m.key)))
 
 
-def _frozen(now: float, ttl: float, marks: dict[tuple[Scope, PoolKey], Mark]
-            ) -> UnavailableOfferings:
-    found = UnavailableOfferings(ManualClock(now), ttl)
+def _frozen(now: float, ttl: float, lasting: float,
+            marks: dict[tuple[Scope, PoolKey], Mark]) -> UnavailableOfferings:
+    found = UnavailableOfferings(ManualClock(now), ttl, lasting)
     found._marks = marks
     found._next_expiry = min((m.until for m in marks.values()), default=float("inf"))
     return found

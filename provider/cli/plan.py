@@ -60,7 +60,8 @@ def plan(args: argparse.Namespace) -> int:
     finally:
         adapter.close()
     ledger = Ledger(config.groups, clock,
-                    UnavailableOfferings(clock, config.unavailable_ttl_seconds))
+                    UnavailableOfferings(clock, config.unavailable_ttl_seconds,
+                                         config.not_offered_ttl_seconds))
     ledger.apply(snapshot, clock.now())
     sizes: dict[str, int] = {}
     for inst in snapshot.instances:

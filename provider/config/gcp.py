@@ -72,7 +72,10 @@ class GcpGroup(Model):
     )
     instance_template: str | None = Field(
         None, description="name or URL of the instance template (image, disks, service "
-        "account, bootstrap metadata); required on GCP"
+        "account, bootstrap metadata); required on GCP. allset sets the VM's scheduling "
+        "itself: spot VMs and reservation-bound ones (DENSE reservations) get "
+        "instanceTerminationAction DELETE, since GCE's default, STOP, would leave them "
+        "stopped at a preemption or at the reservation's end, billing for their disks"
     )
     placement_policy: str | None = Field(
         None, description="compact placement resource policy of the region (name or URL); "

@@ -93,6 +93,10 @@ class LoadedConfig:
         return duration_seconds(self.schema.unavailable_offering_ttl)
 
     @property
+    def not_offered_ttl_seconds(self) -> float:
+        return duration_seconds(self.schema.not_offered_ttl)
+
+    @property
     def orphan_grace_seconds(self) -> float:
         return duration_seconds(self.schema.reconcile.orphan_grace)
 

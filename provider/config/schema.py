@@ -493,6 +493,10 @@ class Config(Model):
     unavailable_offering_ttl: Duration = Field(
         "3m", description="how long a pool that just failed is left out of plans"
     )
+    not_offered_ttl: Duration = Field(
+        "1h", description="how long a pool the cloud says does not exist (EC2 Unsupported: "
+        "the instance type is not offered in that zone) is left out of plans"
+    )
     attempts: Attempts = Field(Attempts(), description="scale-up attempts")
     reconcile: Reconcile = Field(Reconcile(), description="orphans and removed groups")
     leader_election: LeaderElection = Field(LeaderElection(), description="replicas")

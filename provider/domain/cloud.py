@@ -215,6 +215,12 @@ class InsufficientCapacity(CloudError):
     code = "InsufficientCapacity"
 
 
+class NotOffered(InsufficientCapacity):
+    """The pool does not exist: the instance type is not offered in that zone (or not for
+    that capacity type). Like a stockout it launched nothing and the part goes elsewhere,
+    but it lasts: the offering stays out of plans longer than a stockout does."""
+
+
 class QuotaExceeded(CloudError):
     """An account limit blocks the part; retrying will not help until the limit moves."""
 

@@ -159,6 +159,11 @@ class Ec2Layer:
         self.reservations: dict[str, ModelReservation] = {}
         # (zone, instance type, market) -> instances still available; absent: unlimited.
         self.pools: dict[tuple[str, str, str], int] = {}
+        # (zone, instance type) EC2 does not offer: a launch there fails with Unsupported
+        # (400), "you might be trying to launch an instance in an Availability Zone that
+        # currently has constraints on that instance type" (Error codes for the Amazon EC2
+        # API). moto launches any type anywhere.
+        self.not_offered: set[tuple[str, str]] = set()
         self.calls: Counter[str] = Counter()
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.tokens: dict[str, list[str]] = {}
@@ -175,6 +180,9 @@ class Ec2Layer:
         r = ModelReservation(id or new_reservation_id(), zone, instance_type, total, **kw)
         self.reservations[r.id] = r
         return r
+
+    def withdraw_offering(self, zone: str, instance_type: str) -> None:
+        self.not_offered.add((zone, instance_type))
 
     def stockout(self, zone: str, instance_type: str, market: str = ON_DEMAND) -> None:
         self.pools[(zone, instance_type, market)] = 0
@@ -362,6 +370,8 @@ class Ec2Layer:
             if nic.get("InterfaceType") == "efa-only" and (
                     nic.get("NetworkCardIndex", 0), nic.get("DeviceIndex")) == (0, 0):
                 return error("InvalidParameterCombination", 400)  # not the primary
+        if (zone, itype) in self.not_offered:
+            return error("Unsupported", 400)
         if target is not None:
             return self._decide_targeted(target, params, low, high, market, pool)
         if market == CAPACITY_BLOCK:

@@ -17,6 +17,7 @@ from provider.domain.cloud import (
     CloudError,
     InsufficientCapacity,
     InvalidRequest,
+    NotOffered,
     OutcomeUnknown,
     QuotaExceeded,
     Scope,
@@ -94,3 +95,14 @@ def test_code_sets_do_not_overlap() -> None:
     for i, a in enumerate(sets):
         for b in sets[i + 1:]:
             assert not a & b
+
+
+def test_unsupported_on_a_launch_is_an_offering_not_offered() -> None:
+    """"You might be trying to launch an instance in an Availability Zone that currently
+    has constraints on that instance type" (Error codes for the Amazon EC2 API): the pool
+    does not exist, which replanning must avoid; elsewhere it is a bad request."""
+    launch = classify(client_error("Unsupported", 400), "RunInstances", launch=True)
+    assert type(launch) is NotOffered and isinstance(launch, InsufficientCapacity)
+    assert launch.scope is Scope.OFFERING
+    other = classify(client_error("Unsupported", 400), "CreateTags")
+    assert type(other) is InvalidRequest

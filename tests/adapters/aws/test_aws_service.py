@@ -222,3 +222,25 @@ def test_a_placement_group_reservation_serves_only_that_fabric(served: Served) -
     assert [i.tags[tags.SOURCE] for i in served.live("gpu-plain")] == ["on-demand"] * 2
     assert layer.used(R_PG) == 0
     assert layer.calls["RunInstances"] == 1  # planned right the first time, nothing refused
+
+
+def test_an_instance_type_not_offered_in_the_zone_stays_out_of_plans(served: Served) -> None:
+    """EC2's Unsupported on a launch: the type is not offered in that zone. CA hears
+    OutOfResources, and the offering stays out of plans for notOfferedTtl (1h), not a
+    stockout's 3m: asking again launches nothing (issue 33, finding 3)."""
+    layer = served.world.layer
+    layer.withdraw_offering("us-east-1a", "p5.48xlarge")
+    served.increase("gpu-plain", 2)
+    assert served.live("gpu-plain") == []
+    listed = served.nodes("gpu-plain")
+    assert {(n.status.errorInfo.instanceErrorClass, n.status.errorInfo.errorCode)
+            for n in listed} == {(1, "InsufficientCapacity")}
+    assert "not offered" in listed[0].status.errorInfo.errorMessage
+    tried = layer.calls["RunInstances"]
+    served.world.clock.advance(30 * 60)  # long past a stockout's mark
+    served.provider.refresh_now()
+    served.increase("gpu-plain", 2)
+    assert layer.calls["RunInstances"] == tried  # planned out: no launch to refuse
+    served.world.clock.advance(31 * 60)  # the mark lapses: tried again
+    served.increase("gpu-plain", 2)
+    assert layer.calls["RunInstances"] > tried

@@ -202,3 +202,16 @@ def test_condition_not_met_with_room_left_is_not_a_full_reservation(h: GcpHarnes
         h.adapter.launch(reserved(h, "h100-b", 2, "pinned"))
     assert info.value.cloud_code == "CONDITION_NOT_MET"
     assert h.compute.live() == []
+
+
+# Issue 33, finding 2: at a reservation's end, GCE stops its reservation-bound VMs unless
+# they were launched to be deleted (STOP is the default termination action).
+
+def test_reservation_bound_vms_are_deleted_at_the_reservations_end(h: GcpHarness) -> None:
+    h.compute.add_reservation(ZONE_B, "h100-block", A3, 2, specific_required=True,
+                              deployment_type="DENSE")
+    launched = h.adapter.launch(reserved(h, "h100-b", 2, "h100-block"))
+    assert {h.compute.instances[(ZONE_B, i.name)].termination_action
+            for i in launched} == {"DELETE"}
+    h.compute.end_reservation(ZONE_B, "h100-block")
+    assert h.compute.live(ZONE_B) == []  # not left stopped, billing for their disks

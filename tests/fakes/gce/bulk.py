@@ -179,7 +179,8 @@ def bulk_insert(compute: Compute, zone: str, body: dict[str, Any],
             name = pattern[: run.start()] + str(n).zfill(width) + pattern[run.end():]
             compute.create(zone, name, machine_type, labels, model, kind, taken, accelerators,
                            policies, last(str(template)) if template else None,
-                           props.get("networkInterfaces", []))
+                           props.get("networkInterfaces", []),
+                           props.get("scheduling", {}).get("instanceTerminationAction", "STOP"))
         return compute.new_operation(zone, "bulkInsert", pattern, request_id)
 
 

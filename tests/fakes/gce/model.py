@@ -100,6 +100,10 @@ class InstanceRec:
     resource_policies: tuple[str, ...]
     template: str | None
     network_interfaces: list[dict[str, Any]] = field(default_factory=list)
+    # scheduling.instanceTerminationAction: what ends the VM's run does to it. STOP unless
+    # asked ("Stop the VM without storing in-memory content. default action.",
+    # Scheduling.InstanceTerminationAction in the Compute v1 reference).
+    termination_action: str = "STOP"
 
 
 @dataclass(slots=True)
@@ -345,6 +349,26 @@ class Compute:
             return self.new_operation(zone, "suspend" if suspend else "stop", name,
                                       request_id)
 
+    def end_reservation(self, zone: str, name: str) -> None:
+        """A reservation period ends (a calendar-mode reservation at its end time): "based
+        on the termination action that you specify when creating VMs, Compute Engine stops
+        or deletes the VM at the end of the reservation period"
+        (https://cloud.google.com/compute/docs/instances/about-reservation-bound-vms), for
+        the reservation-bound VMs consuming it; the reservation goes ("terminated at
+        specified end time along with terminating the VMs running on it",
+        FutureReservation.ReservationMode CALENDAR)."""
+        with self.lock:
+            r = self.reservations.pop((zone, name))
+            for key, inst in list(self.instances.items()):
+                if inst.zone != zone or inst.reservation != r.ref or \
+                        inst.provisioning_model != "RESERVATION_BOUND":
+                    continue
+                if inst.termination_action == "DELETE":
+                    del self.instances[key]
+                else:
+                    inst.status = "TERMINATED"
+            self.version += 1
+
     def set_labels(self, zone: str, name: str, fingerprint: str, new: dict[str, str],
                    request_id: str | None) -> OperationRec:
         """instances.setLabels replaces the whole label set, guarded by the fingerprint of
@@ -393,14 +417,15 @@ class Compute:
                model: str, affinity: str, reservation: str | None,
                accelerators: tuple[tuple[str, int], ...], policies: tuple[str, ...],
                template: str | None,
-               nics: list[dict[str, Any]] | None = None) -> InstanceRec:
+               nics: list[dict[str, Any]] | None = None,
+               termination_action: str = "STOP") -> InstanceRec:
         inst = InstanceRec(
             zone=zone, name=name, id=next(self._ids), machine_type=machine_type,
             labels=dict(labels), fingerprint=self._fingerprint(), status="RUNNING",
             created=time.strftime("%Y-%m-%dT%H:%M:%S.000-00:00", time.gmtime(self.now())),
             provisioning_model=model, affinity=affinity, reservation=reservation,
             accelerators=accelerators, resource_policies=policies, template=template,
-            network_interfaces=list(nics or []),
+            network_interfaces=list(nics or []), termination_action=termination_action,
         )
         self.instances[(zone, name)] = inst
         self.created.append(f"{zone}/{name}")

@@ -63,7 +63,8 @@ def render_instance(c: Compute, i: InstanceRec) -> Json:
         f"{i.machine_type}", "status": i.status, "labels": i.labels,
         "labelFingerprint": i.fingerprint, "creationTimestamp": i.created,
         "selfLink": f"{zone_url(c, i.zone)}/instances/{i.name}",
-        "scheduling": {"provisioningModel": i.provisioning_model},
+        "scheduling": {"provisioningModel": i.provisioning_model,
+                       "instanceTerminationAction": i.termination_action},
         "reservationAffinity": {"consumeReservationType": i.affinity},
     }
     if i.network_interfaces:
