@@ -117,8 +117,10 @@ class Inputs:
     def _usable(self, offerings: GroupOfferings, boot: float) -> Usable:
         allowed = self.demand.capacity_types
         runtime = self.demand.runtime_to_outlast
-        checked = runtime is not None
-        # A runtime counts from the nodes being Ready, which takes the group's boot time.
+        # Capacity must outlast the nodes' boot time at the least, runtime or none and
+        # interruption allowed or not: capacity that ends before its nodes are Ready (an
+        # adapter gives a block's end as the cloud's cut-off, AWS 30 min before it) serves
+        # nothing. A runtime counts from the nodes being Ready.
         must_last = self.view.now + boot + (runtime or 0.0)
         sources: list[SourceFields] = []
         free: list[tuple[str, int]] = []
@@ -126,7 +128,7 @@ class Inputs:
         for o in offerings.offerings:
             if o.capacity_type not in allowed:
                 continue
-            if checked and o.ends_at is not None and o.ends_at < must_last:
+            if o.ends_at is not None and o.ends_at < must_last:
                 # Capacity that ends under the gang interrupts it: never planned.
                 assert o.reservation is not None
                 early.append((o.reservation, o.ends_at, boot))
@@ -412,7 +414,14 @@ def _idle_reservations(inputs: Inputs, allocation: Allocation) -> tuple[Reason, 
 
 def ends_early_reasons(inputs: Inputs) -> list[Reason]:
     d = inputs.demand
-    runtime = d.runtime_to_outlast or 0.0
+    runtime = d.runtime_to_outlast
+    if runtime is None:
+        return [Reason(ReasonCode.RESERVATION_MISMATCH,
+                       f"reservation {rid} ends in {(ends - inputs.view.now) / 3600:.1f} h, "
+                       f"before its nodes' boot time of {boot / 60:.0f} min would end (a "
+                       f"capacity block ends at the cloud's cut-off: on AWS 30 min before "
+                       f"its end)")
+                for rid, (ends, boot) in sorted(inputs.ends_early.items())]
     if d.expected_runtime_seconds is None:
         what = "the runtime assumed for a gang that states none (runtimes.undeclared)"
     elif d.runtime_margin != 1.0:

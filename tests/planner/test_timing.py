@@ -78,6 +78,23 @@ def test_without_a_runtime_nothing_changes() -> None:
     assert parts(plan(job(None), world.view(), world.matcher)) == [("g", "cb", 2)]
 
 
+def test_without_a_runtime_capacity_must_still_outlast_the_boot_time() -> None:
+    """A block that ends (at the cloud's cut-off: the adapters give the end as that) before
+    the nodes would be Ready serves nothing, runtime declared or not (issue 33, finding 4);
+    nor does it serve a gang that allows interruption."""
+    block = reservation("cb", free=2, window=(NOW - HOUR, NOW + 300))
+    slow = dataclasses.replace(gpu_group("g"), boot_seconds=600.0)
+    world = World([slow], [block])
+    for d in (job(None), job(None, interrupt=True)):
+        result = plan(d, world.view(), world.matcher)
+        assert parts(result) == [("g", None, 2)]
+        assert isinstance(result, Plan)
+        assert any("reservation cb ends in 0.1 h, before its nodes' boot time of 10 min "
+                   "would end" in n.message for n in result.notes), result.notes
+    lasting = World([slow], [reservation("cb", free=2, window=(NOW - HOUR, NOW + 900))])
+    assert parts(plan(job(None), lasting.view(), lasting.matcher)) == [("g", "cb", 2)]
+
+
 def decide(world: World, d: Demand) -> Wait | None:
     view = world.view()
     return wait_or_buy(d, view, world.matcher, {}, plan(d, view, world.matcher))
