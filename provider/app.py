@@ -58,7 +58,8 @@ class Provider:
         self.adapter = adapter
         self.groups: dict[str, NodeGroup] = {g.id: g for g in config.groups}
         self.unavailable = UnavailableOfferings(self.clock, config.unavailable_ttl_seconds,
-                                                config.not_offered_ttl_seconds)
+                                                config.not_offered_ttl_seconds,
+                                                _quota_families(adapter, config.groups))
         self.ledger = Ledger(config.groups, self.clock, self.unavailable)
         self.fleet = Fleet(config.groups)
         self.ready = threading.Event()  # set by the first complete cloud listing
@@ -430,3 +431,13 @@ def _within(call: Callable[[], object], seconds: float) -> bool:
     thread.start()
     thread.join(seconds)
     return not thread.is_alive()
+
+
+def _quota_families(adapter: CloudAdapter, groups: Sequence[NodeGroup]) -> dict[str, str]:
+    """Each group's instance type -> the quota bucket the cloud counts it in, for a limit
+    scoped to one (Scope.FAMILY), from an adapter that names them (``quota_family``, an
+    optional capability: EC2's vCPU limits are per family bucket)."""
+    family = getattr(adapter, "quota_family", None)
+    if family is None:
+        return {}
+    return {g.instance_type: str(family(g.instance_type)) for g in groups}

@@ -13,6 +13,7 @@ from adapters.aws import discovery, tags
 from adapters.aws.client import Ec2Clients
 from adapters.aws.errors import NOT_FOUND, classify, code_of
 from adapters.aws.launch import instance_from_launch, run_instances_params
+from adapters.aws.limits import vcpu_bucket
 from adapters.aws.settings import AwsSettings
 from provider.base.clock import Clock
 from provider.domain.cloud import (
@@ -46,6 +47,11 @@ class AwsAdapter:
     """Implements provider.domain.cloud.CloudAdapter for one AWS region."""
 
     name = "aws"
+
+    @staticmethod
+    def quota_family(instance_type: str) -> str:
+        """The vCPU quota bucket ``instance_type`` counts against (Scope.FAMILY)."""
+        return vcpu_bucket(instance_type)
 
     def __init__(
         self,

@@ -53,9 +53,10 @@ NOT_OFFERED = frozenset({"Unsupported"})
 # for the Amazon EC2 API": IdempotentInstanceTerminated).
 TOKEN_SPENT = frozenset({"IdempotentInstanceTerminated"})
 
+# vCPU limits are per instance-family bucket (adapters/aws/limits.py): the scope is FAMILY.
+FAMILY_QUOTA = frozenset({"VcpuLimitExceeded"})
 QUOTA = frozenset({
     "InstanceLimitExceeded",
-    "VcpuLimitExceeded",
     "MaxSpotInstanceCountExceeded",
     "VolumeLimitExceeded",
     "MaxIOPSLimitExceeded",
@@ -178,6 +179,8 @@ def _classify_client_error(err: ClientError, operation: str, launch: bool) -> Cl
                               "been terminated since; nothing of it runs, and only a new "
                               "attempt can launch it again)", scope=Scope.OFFERING,
                               cloud_code=code)
+    if code in FAMILY_QUOTA:
+        return QuotaExceeded(message, scope=Scope.FAMILY, cloud_code=code)
     if code in QUOTA:
         return QuotaExceeded(message, scope=Scope.CLOUD, cloud_code=code)
     if code in ACCOUNT:

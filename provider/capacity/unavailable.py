@@ -4,6 +4,7 @@ unavailable-offerings cache). Time comes from the injected clock."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from provider.base.clock import Clock, ManualClock
@@ -31,17 +32,21 @@ class UnavailableOfferings:
     capacity type everywhere (CLOUD; e.g. an exhausted on-demand quota)."""
 
     def __init__(self, clock: Clock, ttl_seconds: float,
-                 lasting_seconds: float | None = None) -> None:
+                 lasting_seconds: float | None = None,
+                 families: Mapping[str, str] | None = None) -> None:
         self._clock = clock
         self._ttl = ttl_seconds
         # How long a lasting failure (an offering that does not exist) stays marked.
         self._lasting = ttl_seconds if lasting_seconds is None else lasting_seconds
+        # Instance type -> the quota bucket it shares (Scope.FAMILY); a type not named is
+        # a bucket of its own.
+        self._families = dict(families or {})
         self._marks: dict[tuple[Scope, PoolKey], Mark] = {}
         self._lock = threading.Lock()
         self._next_expiry = float("inf")
 
     def mark(self, key: PoolKey, scope: Scope, reason: str, *, lasting: bool = False) -> None:
-        norm = _normalise(key, scope)
+        norm = _normalise(key, scope, self._families)
         until = self._clock.now() + (self._lasting if lasting else self._ttl)
         with self._lock:
             self._marks[(scope, norm)] = Mark(norm, scope, reason, until)
@@ -58,8 +63,8 @@ class UnavailableOfferings:
                     del self._marks[k]
                 self._next_expiry = min((m.until for m in self._marks.values()),
                                         default=float("inf"))
-            for scope in (Scope.OFFERING, Scope.ZONE, Scope.CLOUD):
-                mark = self._marks.get((scope, _normalise(key, scope)))
+            for scope in (Scope.OFFERING, Scope.ZONE, Scope.FAMILY, Scope.CLOUD):
+                mark = self._marks.get((scope, _normalise(key, scope, self._families)))
                 if mark is not None:
                     return mark
         return None
@@ -69,7 +74,7 @@ class UnavailableOfferings:
         now: its marks, on a clock stopped at this moment, as a view is a fixed picture."""
         with self._lock:
             marks = dict(self._marks)
-        return _frozen, (self._clock.now(), self._ttl, self._lasting, marks)
+        return _frozen, (self._clock.now(), self._ttl, self._lasting, self._families, marks)
 
     def active(self) -> list[Mark]:
         now = self._clock.now()
@@ -78,15 +83,18 @@ class UnavailableOfferings:
                           key=lambda m: (m.until, str(m.key)))
 
 
-def _frozen(now: float, ttl: float, lasting: float,
+def _frozen(now: float, ttl: float, lasting: float, families: dict[str, str],
             marks: dict[tuple[Scope, PoolKey], Mark]) -> UnavailableOfferings:
-    found = UnavailableOfferings(ManualClock(now), ttl, lasting)
+    found = UnavailableOfferings(ManualClock(now), ttl, lasting, families)
     found._marks = marks
     found._next_expiry = min((m.until for m in marks.values()), default=float("inf"))
     return found
 
 
-def _normalise(key: PoolKey, scope: Scope) -> PoolKey:
+def _normalise(key: PoolKey, scope: Scope, families: Mapping[str, str]) -> PoolKey:
+    if scope is Scope.FAMILY:
+        family = families.get(key.instance_type, key.instance_type)
+        return PoolKey("*", f"family {family}", key.capacity_type)
     if scope is Scope.ZONE:
         return PoolKey(key.zone, "*", key.capacity_type)
     if scope is Scope.CLOUD:

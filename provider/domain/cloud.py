@@ -194,6 +194,9 @@ class Scope(enum.StrEnum):
 
     OFFERING = "offering"  # this group's source (pool or reservation) only
     ZONE = "zone"  # every offering in the zone
+    # every instance type sharing the failing one's quota bucket, in every zone (EC2's
+    # vCPU limits are per family bucket); the adapter names the buckets (quota_family)
+    FAMILY = "family"
     CLOUD = "cloud"  # everything (credentials, account-wide quota)
 
 

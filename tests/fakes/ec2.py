@@ -41,6 +41,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import itertools
+import re
 import secrets
 import time
 from collections import Counter, deque
@@ -164,6 +165,13 @@ class Ec2Layer:
         # currently has constraints on that instance type" (Error codes for the Amazon EC2
         # API). moto launches any type anywhere.
         self.not_offered: set[tuple[str, str]] = set()
+        # On-Demand vCPU limits by quota (Service Quotas names them "Running On-Demand P
+        # instances", "Running On-Demand G and VT instances", "Running On-Demand Standard
+        # (A, C, D, H, I, M, R, T, Z) instances", ...: "On-Demand Instance quotas", EC2
+        # user guide). A launch that would take the running vCPUs of its type's quota over
+        # it fails with VcpuLimitExceeded (400); the other quotas are untouched. Absent:
+        # no limit. Only on-demand launches are counted here.
+        self.vcpu_limits: dict[str, int] = {}
         self.calls: Counter[str] = Counter()
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.tokens: dict[str, list[str]] = {}
@@ -372,6 +380,8 @@ class Ec2Layer:
                 return error("InvalidParameterCombination", 400)  # not the primary
         if (zone, itype) in self.not_offered:
             return error("Unsupported", 400)
+        if market == ON_DEMAND and target is None and self._over_vcpu_limit(itype, high):
+            return error("VcpuLimitExceeded", 400)
         if target is not None:
             return self._decide_targeted(target, params, low, high, market, pool)
         if market == CAPACITY_BLOCK:
@@ -396,6 +406,19 @@ class Ec2Layer:
         if got < low:
             return error("InsufficientInstanceCapacity", 500)
         return _Launch(got, takes, pool)
+
+    def _over_vcpu_limit(self, itype: str, count: int) -> bool:
+        quota = _on_demand_quota(itype)
+        limit = self.vcpu_limits.get(quota)
+        if limit is None:
+            return False
+        running = [i.instance_type for i in self.live() if i.state in ("pending", "running")
+                   and _on_demand_quota(i.instance_type) == quota]
+        return sum(map(self._vcpus, running)) + count * self._vcpus(itype) > limit
+
+    def _vcpus(self, itype: str) -> int:
+        found = self.ec2.describe_instance_types(InstanceTypes=[itype])["InstanceTypes"]
+        return int(found[0]["VCpuInfo"]["DefaultVCpus"])
 
     def _decide_targeted(self, rid: str, params: dict[str, Any], low: int, high: int,
                          market: str, pool: tuple[str, str, str]) -> _Launch | Response:
@@ -494,3 +517,23 @@ def error(code: str, status: int) -> Response:
         "ResponseMetadata": {"HTTPStatusCode": status, "RequestId": "layer"},
     }
     return AWSResponse(_URL, status, {}, None), body
+
+
+# The On-Demand vCPU quota an instance family counts against, by the letters its name
+# starts with ("On-Demand Instance quotas", EC2 user guide).
+_QUOTAS = {
+    **dict.fromkeys("acdhimrtz", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) "
+                                  "instances"),
+    "g": "Running On-Demand G and VT instances", "vt": "Running On-Demand G and VT instances",
+    "p": "Running On-Demand P instances", "inf": "Running On-Demand Inf instances",
+    "f": "Running On-Demand F instances", "x": "Running On-Demand X instances",
+    "dl": "Running On-Demand DL instances", "trn": "Running On-Demand Trn instances",
+    "u": "Running On-Demand High Memory instances", "hpc": "Running On-Demand HPC instances",
+}
+
+
+def _on_demand_quota(itype: str) -> str:
+    letters = re.match(r"[a-z]+", itype)
+    key = letters.group(0) if letters else itype
+    # im4gn, is4gen, gr6: a first letter's quota ("I", "G") when the letters name none.
+    return _QUOTAS.get(key) or _QUOTAS.get(key[:1]) or f"Running On-Demand {key} instances"

@@ -381,7 +381,7 @@ def test_spot_part(world: World, adapter: AwsAdapter) -> None:
 @pytest.mark.parametrize(("code", "status", "kind", "scope"), [
     ("InsufficientInstanceCapacity", 500, InsufficientCapacity, Scope.OFFERING),
     ("InsufficientFreeAddressesInSubnet", 400, InsufficientCapacity, Scope.ZONE),
-    ("VcpuLimitExceeded", 400, QuotaExceeded, Scope.CLOUD),
+    ("VcpuLimitExceeded", 400, QuotaExceeded, Scope.FAMILY),
     ("InstanceLimitExceeded", 400, QuotaExceeded, Scope.CLOUD),
     ("Unsupported", 400, NotOffered, Scope.OFFERING),
     ("InvalidPlacementGroup.Unknown", 400, InvalidRequest, Scope.OFFERING),

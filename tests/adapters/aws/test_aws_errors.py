@@ -13,6 +13,7 @@ from botocore.exceptions import (
 )
 
 from adapters.aws.errors import CAPACITY, INVALID, QUOTA, TRANSIENT, classify
+from adapters.aws.limits import vcpu_bucket
 from provider.domain.cloud import (
     CloudError,
     InsufficientCapacity,
@@ -39,7 +40,7 @@ def client_error(code: str, status: int = 400, message: str = "") -> ClientError
     ("ReservationCapacityExceeded", 400, InsufficientCapacity, Scope.OFFERING),
     ("InsufficientFreeAddressesInSubnet", 400, InsufficientCapacity, Scope.ZONE),
     ("InstanceLimitExceeded", 400, QuotaExceeded, Scope.CLOUD),
-    ("VcpuLimitExceeded", 400, QuotaExceeded, Scope.CLOUD),
+    ("VcpuLimitExceeded", 400, QuotaExceeded, Scope.FAMILY),
     ("MaxSpotInstanceCountExceeded", 400, QuotaExceeded, Scope.CLOUD),
     ("InvalidCapacityReservationId.NotFound", 400, InvalidRequest, Scope.OFFERING),
     ("InvalidLaunchTemplateId.NotFound", 400, InvalidRequest, Scope.OFFERING),
@@ -106,3 +107,15 @@ def test_unsupported_on_a_launch_is_an_offering_not_offered() -> None:
     assert launch.scope is Scope.OFFERING
     other = classify(client_error("Unsupported", 400), "CreateTags")
     assert type(other) is InvalidRequest
+
+
+def test_vcpu_buckets_follow_ec2s_quota_names() -> None:
+    assert {t: vcpu_bucket(t) for t in (
+        "p5.48xlarge", "p4d.24xlarge", "g6e.12xlarge", "vt1.3xlarge", "gr6.4xlarge",
+        "m7i.large", "c7gn.16xlarge", "im4gn.large", "inf2.48xlarge", "trn1n.32xlarge",
+        "dl1.24xlarge", "hpc7a.96xlarge", "u-6tb1.112xlarge", "x2iedn.32xlarge")} == {
+        "p5.48xlarge": "p", "p4d.24xlarge": "p", "g6e.12xlarge": "g", "vt1.3xlarge": "g",
+        "gr6.4xlarge": "g", "m7i.large": "standard", "c7gn.16xlarge": "standard",
+        "im4gn.large": "standard", "inf2.48xlarge": "inf", "trn1n.32xlarge": "trn",
+        "dl1.24xlarge": "dl", "hpc7a.96xlarge": "hpc", "u-6tb1.112xlarge": "high-memory",
+        "x2iedn.32xlarge": "x"}

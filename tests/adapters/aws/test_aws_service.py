@@ -4,6 +4,7 @@ AWS adapter, EC2 from moto and the test-side layer. Assertions read EC2 itself."
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import grpc
@@ -84,7 +85,13 @@ class Served:
 
 @pytest.fixture
 def served(world: World) -> Iterator[Served]:
-    config = world.config(CONFIG)
+    with serving(world, CONFIG) as s:
+        yield s
+
+
+@contextmanager
+def serving(world: World, text: str) -> Iterator[Served]:
+    config = world.config(text)
     adapter = world.adapter(config)
     # What adapters.registry.connect does: the cloud completes cpu, memory and GPUs.
     config = config.with_shapes(adapter.describe_shapes(list(config.unresolved)))
@@ -244,3 +251,38 @@ def test_an_instance_type_not_offered_in_the_zone_stays_out_of_plans(served: Ser
     served.world.clock.advance(31 * 60)  # the mark lapses: tried again
     served.increase("gpu-plain", 2)
     assert layer.calls["RunInstances"] > tried
+
+
+TWO_FAMILIES = """\
+cluster: e2e
+cloud: {provider: aws, aws: {region: us-east-1}}
+reconcile: {listingSettle: 0}
+nodeGroups:
+  - id: p5
+    zone: us-east-1a
+    instanceType: p5.48xlarge
+    maxSize: 4
+    price: {onDemand: 98.32}
+    aws: {launchTemplate: {name: gpu}}
+  - id: g6e
+    zone: us-east-1b
+    instanceType: g6e.12xlarge
+    maxSize: 4
+    price: {onDemand: 10.49}
+    aws: {launchTemplate: {name: gpu}}
+"""
+
+
+def test_a_vcpu_limit_blocks_its_family_bucket_only(world: World) -> None:
+    """EC2's vCPU limits are per family bucket: the P quota spent says nothing about G
+    instances, which still launch (issue 33, finding 6)."""
+    world.layer.vcpu_limits["Running On-Demand P instances"] = 192  # one p5.48xlarge
+    with serving(world, TWO_FAMILIES) as s:
+        s.increase("p5", 2)
+        assert s.live("p5") == []
+        listed = s.nodes("p5")
+        assert {n.status.errorInfo.errorCode for n in listed} == {"QuotaExceeded"}
+        tried = world.layer.calls["RunInstances"]
+        s.increase("g6e", 2)
+        assert world.layer.calls["RunInstances"] > tried
+        assert len(s.live("g6e")) == 2
