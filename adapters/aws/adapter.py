@@ -107,10 +107,12 @@ class AwsAdapter:
         if request.count <= 0:
             raise InvalidRequest(f"count must be positive, got {request.count}",
                                  cloud_code="InvalidParameterValue")
-        kind = self._reservation_kind(request)
+        reservation = self._reservation_of(request)
+        kind = reservation.kind if reservation is not None else None
         if kind is not ReservationKind.CAPACITY_BLOCK and group.fabric is not None:
             self._refuse_outside_block(request, group.fabric)
-        params = run_instances_params(request, group, kind)
+        params = run_instances_params(request, group, kind, interruptible=(
+            reservation is not None and reservation.interruptible))
         try:
             response = self._ec2.launches.run_instances(**params)
         except _AWS_ERRORS as err:
@@ -127,7 +129,7 @@ class AwsAdapter:
                  request.token, ", ".join(i.id for i in instances))
         return instances
 
-    def _reservation_kind(self, request: LaunchRequest) -> ReservationKind | None:
+    def _reservation_of(self, request: LaunchRequest) -> Reservation | None:
         if request.source is not CapacityType.RESERVED:
             return None
         rid = request.reservation
@@ -143,7 +145,7 @@ class AwsAdapter:
                 f"not {request.instance_type} in {request.zone}",
                 cloud_code="InvalidParameterCombination",
             )
-        return known.kind
+        return known
 
     def _refuse_outside_block(self, request: LaunchRequest, fabric: str) -> None:
         """A group whose fabric is a Capacity Block gets nodes from that block only: an

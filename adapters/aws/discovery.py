@@ -171,6 +171,10 @@ def reservation_from(item: Item, fabric_of_pg: Mapping[str, str],
         starts_at=starts,
         ends_at=ends,
         price=0.0,  # already paid for, used or not
+        # Its owner may reclaim it at two minutes' notice (CapacityReservation.Interruptible)
+        interruptible=bool(item.get("Interruptible")),
+        # UltraServer reservations say whether they can take a launch now (LaunchStatus).
+        launchable=item.get("LaunchStatus", "launchable") != "unlaunchable",
     )
 
 

@@ -38,9 +38,12 @@ def run_instances_params(
     request: LaunchRequest,
     group: GroupLaunch,
     reservation_kind: ReservationKind | None,
+    *,
+    interruptible: bool = False,
 ) -> dict[str, Any]:
     """The RunInstances request for one part. ``reservation_kind`` is the kind of
-    ``request.reservation`` (None for on-demand and spot parts)."""
+    ``request.reservation`` (None for on-demand and spot parts); ``interruptible``: that
+    reservation is an interruptible Capacity Reservation."""
     template: dict[str, str] = {"Version": group.template_version}
     if group.template_id is not None:
         template["LaunchTemplateId"] = group.template_id
@@ -61,7 +64,7 @@ def run_instances_params(
         "ClientToken": client_token(request.tags.cluster, request.token),
         "TagSpecifications": _tag_specifications(request, group),
     }
-    params.update(_capacity(request, reservation_kind))
+    params.update(_capacity(request, reservation_kind, interruptible))
     if group.efa_interfaces:
         params["NetworkInterfaces"] = efa_interfaces(group)
     else:
@@ -72,13 +75,17 @@ def run_instances_params(
     return params
 
 
-def _capacity(request: LaunchRequest, kind: ReservationKind | None) -> dict[str, Any]:
+def _capacity(request: LaunchRequest, kind: ReservationKind | None,
+              interruptible: bool) -> dict[str, Any]:
     source = request.source
     if source is CapacityType.RESERVED:
         target = {"CapacityReservationTarget": {"CapacityReservationId": request.reservation}}
         out: dict[str, Any] = {"CapacityReservationSpecification": target}
         if kind is ReservationKind.CAPACITY_BLOCK:
             out["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+        elif interruptible:
+            # botocore's MarketType: interruptible-capacity-reservation.
+            out["InstanceMarketOptions"] = {"MarketType": "interruptible-capacity-reservation"}
         return out
     if source is CapacityType.SPOT:
         # Spot never runs in a capacity reservation, so no preference is needed.

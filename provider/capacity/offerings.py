@@ -23,6 +23,7 @@ class Offering:
     reservation: str | None = None
     ends_at: float | None = None
     reservation_size: int = 0  # free slots of the reservation before any plan
+    interruptible: bool = False  # its owner may reclaim it (Reservation.interruptible)
 
     @property
     def sort_key(self) -> tuple[float, int, float, int, str]:
@@ -109,6 +110,9 @@ def reservation_state(r: Reservation, now: float, unavailable: UnavailableOfferi
     message = _window(r, now)
     if message is not None:
         return ("window", message)
+    if not r.launchable:
+        return ("unlaunchable", f"reservation {r.id} cannot be launched into now (the "
+                "cloud reports it unlaunchable)")
     if r.free <= 0:
         return ("full", f"reservation {r.id} has no free slot")
     mark = unavailable.blocked(PoolKey(r.zone, r.instance_type, CapacityType.RESERVED, r.id))
@@ -145,6 +149,7 @@ def group_offerings(
                 reservation=r.id,
                 ends_at=r.ends_at,
                 reservation_size=r.free,
+                interruptible=r.interruptible,
             ))
     for ctype in (CapacityType.SPOT, CapacityType.ON_DEMAND):
         if not group.allows(ctype):

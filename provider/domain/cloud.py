@@ -125,6 +125,12 @@ class Reservation:
     ends_at: float | None = None
     # Marginal price per node-hour of using a slot; the reservation itself is already paid.
     price: float = 0.0
+    # Its owner may reclaim it, terminating what runs in it at short notice (AWS
+    # interruptible Capacity Reservations: 2 minutes): only for gangs that allow that.
+    interruptible: bool = False
+    # False: the cloud says nothing can be launched into it now (EC2 LaunchStatus
+    # unlaunchable, UltraServer reservations), whatever its free count says.
+    launchable: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,8 +23,8 @@ from provider.planner.gang import (
     allocate,
     best_solution,
     domain_of,
-    ends_early_reasons,
     gather,
+    left_out_reasons,
 )
 from provider.planner.matching import Exclusion, Matcher
 
@@ -56,7 +56,7 @@ def explain(inputs: Inputs, matcher: Matcher) -> Infeasible:
     if not reasons:
         reasons.extend(_no_capacity(inputs))
         reasons.extend(_type_mismatch(inputs))
-    reasons.extend(ends_early_reasons(inputs))
+    reasons.extend(left_out_reasons(inputs))
     return Infeasible(tuple(reasons))
 
 

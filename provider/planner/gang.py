@@ -63,6 +63,7 @@ class Usable:
     key: tuple[tuple[CapacityType, float, str | None], ...]  # what tells classes apart
     reserved_free: tuple[tuple[str, int], ...]  # free slots of each usable reservation
     ends_early: tuple[tuple[str, float, float], ...]  # (reservation, its end, boot time)
+    reclaimable: tuple[str, ...] = ()  # interruptible reservations left out
 
 
 @dataclass(slots=True)
@@ -88,6 +89,8 @@ class Inputs:
     # Reservations left out because they end before the gang's expected runtime would,
     # counted after the boot time: reservation -> (its end, the boot time allowed).
     ends_early: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
+    # Interruptible reservations left out: the gang does not allow interruption.
+    reclaimable: set[str] = field(default_factory=set, init=False)
 
     def __post_init__(self) -> None:
         self.candidates = {p.name: list(cs) for p, cs in
@@ -112,6 +115,7 @@ class Inputs:
             # entry is the one a walk of every group would have left.
             for rid, ends, boot_allowed in usable.ends_early:
                 self.ends_early[rid] = (ends, boot_allowed)
+            self.reclaimable.update(usable.reclaimable)
             self.reserved_free.update(usable.reserved_free)
 
     def _usable(self, offerings: GroupOfferings, boot: float) -> Usable:
@@ -125,8 +129,15 @@ class Inputs:
         sources: list[SourceFields] = []
         free: list[tuple[str, int]] = []
         early: list[tuple[str, float, float]] = []
+        reclaimable: list[str] = []
         for o in offerings.offerings:
             if o.capacity_type not in allowed:
+                continue
+            if o.interruptible and not self.demand.allow_interruption:
+                # Its owner may take it back with two minutes' notice: a gang that does
+                # not allow interruption would be cut short.
+                assert o.reservation is not None
+                reclaimable.append(o.reservation)
                 continue
             if o.ends_at is not None and o.ends_at < must_last:
                 # Capacity that ends under the gang interrupts it: never planned.
@@ -139,7 +150,7 @@ class Inputs:
             if o.reservation:
                 free.append((o.reservation, o.available or 0))
         return Usable(tuple(sources), tuple((t, price, r) for t, price, r, _, _ in sources),
-                      tuple(free), tuple(early))
+                      tuple(free), tuple(early), tuple(reclaimable))
 
     def sources_of(self, gid: str) -> list[Source]:
         """The group's usable capacity sources (built on demand: a plan needs those of one
@@ -408,8 +419,19 @@ def _idle_reservations(inputs: Inputs, allocation: Allocation) -> tuple[Reason, 
             seen.add(rejection.reservation)
             notes.append(Reason(ReasonCode.RESERVATION_MISMATCH,
                                 f"not used by group {gid}: {rejection.message}"))
-    notes.extend(ends_early_reasons(inputs))
+    notes.extend(left_out_reasons(inputs))
     return tuple(notes)
+
+
+def left_out_reasons(inputs: Inputs) -> list[Reason]:
+    """Reserved capacity this gang may not use for its time: it ends too soon, or its
+    owner may reclaim it."""
+    return [*ends_early_reasons(inputs), *(
+        Reason(ReasonCode.RESERVATION_MISMATCH,
+               f"reservation {rid} is interruptible (its owner may reclaim it, terminating "
+               f"its instances at two minutes' notice): used only by a request that allows "
+               f"interruption (allowInterruption)")
+        for rid in sorted(inputs.reclaimable))]
 
 
 def ends_early_reasons(inputs: Inputs) -> list[Reason]:

@@ -55,6 +55,7 @@ from botocore.exceptions import ReadTimeoutError
 
 ACCOUNT = "123456789012"
 ON_DEMAND, SPOT, CAPACITY_BLOCK = "on-demand", "spot", "capacity-block"
+INTERRUPTIBLE = "interruptible-capacity-reservation"
 BLOCK_CUTOFF = 30 * 60.0  # EC2 terminates a block's instances this long before its end
 _URL = "https://ec2.amazonaws.com/"
 Response = tuple[AWSResponse, dict[str, Any]]
@@ -78,6 +79,15 @@ class ModelReservation:
     tags: dict[str, str] = field(default_factory=dict)
     state: str = "active"
     instances: set[str] = field(default_factory=set)  # instance ids running in it
+    # An interruptible Capacity Reservation (CapacityReservation.Interruptible): lent by its
+    # owner, who may reclaim it ("the capacity owner can reclaim the capacity at any time
+    # with a 2-minute interruption notice", EC2 user guide, Interruptible Capacity
+    # Reservations); targeted ("you must specifically target it at launch"), and launched
+    # into with the market type interruptible-capacity-reservation (botocore's MarketType).
+    interruptible: bool = False
+    # UltraServer reservations only (CapacityReservation.LaunchStatus): "unlaunchable - You
+    # can't launch instances into the Capacity Reservation". None: not reported.
+    launch_status: str | None = None
 
     @property
     def free(self) -> int:
@@ -118,6 +128,11 @@ class ModelReservation:
             item["StartDate"] = when(self.starts)
         if self.ends is not None:
             item["EndDate"] = when(self.ends)
+        if self.interruptible:
+            item["Interruptible"] = True
+            item["InstanceMatchCriteria"] = "targeted"
+        if self.launch_status is not None:
+            item["LaunchStatus"] = self.launch_status
         if self.placement_group is not None:
             item["PlacementGroupArn"] = (
                 f"arn:aws:ec2:{region}:{ACCOUNT}:placement-group/{self.placement_group}")
@@ -430,6 +445,11 @@ class Ec2Layer:
             return error("InvalidParameterCombination", 400)
         if r.capacity_block != (market == CAPACITY_BLOCK):
             return error("InvalidParameterCombination", 400)
+        if r.interruptible != (market == INTERRUPTIBLE):
+            return error("InvalidParameterCombination", 400)
+        if r.launch_status == "unlaunchable":
+            # The code EC2 answers is not documented; a capacity refusal stands for it.
+            return error("InsufficientInstanceCapacity", 500)
         group = params.get("Placement", {}).get("GroupName")
         if r.placement_group is not None and group != r.placement_group:
             return error("InvalidParameterCombination", 400)

@@ -208,3 +208,31 @@ def test_a_gang_that_declares_nothing_is_assumed_to_run_the_configured_time() ->
     # Interruption allowed: the guard does not apply.
     free = dataclasses.replace(assumed, allow_interruption=True)
     assert parts(plan(free, world.view(), world.matcher)) == [("g", "cb", 2)]
+
+
+def test_an_interruptible_reservation_serves_only_a_gang_that_allows_interruption() -> None:
+    """Its owner may reclaim it at two minutes' notice (issue 33, finding 5)."""
+    lent = dataclasses.replace(reservation("lent", free=2), interruptible=True)
+    world = World([gpu_group("g")], [lent])
+    firm = plan(job(6.0), world.view(), world.matcher)
+    assert parts(firm) == [("g", None, 2)]
+    assert isinstance(firm, Plan)
+    assert any("reservation lent is interruptible" in n.message for n in firm.notes)
+    assert parts(plan(job(6.0, interrupt=True), world.view(), world.matcher)) == \
+        [("g", "lent", 2)]
+    only = plan(job(6.0, reserved_only=True), world.view(), world.matcher)
+    assert isinstance(only, Infeasible)
+    assert any("used only by a request that allows interruption" in r.message
+               for r in only.reasons)
+
+
+def test_an_unlaunchable_reservation_serves_no_plan() -> None:
+    """EC2's LaunchStatus unlaunchable (UltraServer reservations): free slots it has, but
+    nothing can be launched into it now (issue 33, finding 8)."""
+    closed = dataclasses.replace(reservation("ultra", free=2), launchable=False)
+    world = World([gpu_group("g")], [closed])
+    result = plan(job(None), world.view(), world.matcher)
+    assert parts(result) == [("g", None, 2)]
+    assert isinstance(result, Plan)
+    assert any("reservation ultra cannot be launched into now" in n.message
+               for n in result.notes), result.notes

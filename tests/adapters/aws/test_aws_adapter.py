@@ -28,7 +28,7 @@ from provider.domain.cloud import (
     TransientError,
 )
 from tests.adapters.aws.conftest import REGION, World
-from tests.fakes.ec2 import CAPACITY_BLOCK, SPOT, Ec2Layer
+from tests.fakes.ec2 import CAPACITY_BLOCK, INTERRUPTIBLE, SPOT, Ec2Layer
 
 HOUR = 3600.0
 
@@ -339,6 +339,32 @@ def test_capacity_block_part_uses_the_block_market(world: World, adapter: AwsAda
     assert world.layer.used(block.id) == 4  # the layer refuses a block launch on-demand
     (params,) = [p for op, p in world.layer.requests if op == "RunInstances"]
     assert params["InstanceMarketOptions"] == {"MarketType": CAPACITY_BLOCK}
+
+
+def test_an_interruptible_reservation_is_read_and_launched_into_with_its_market(
+        world: World, adapter: AwsAdapter) -> None:
+    """Issue 33, finding 5: the flag is read (the planner keeps such a reservation for
+    gangs that allow interruption), and a part placed in it takes the market type
+    interruptible-capacity-reservation (the layer refuses one without it)."""
+    lent = world.layer.add_reservation("us-east-1a", "p5.48xlarge", 2, id=R_TARGETED,
+                                       tags={"team": "ml"}, interruptible=True)
+    (listed,) = [r for r in adapter.snapshot("test").reservations if r.id == lent.id]
+    assert listed.interruptible and listed.targeted and listed.launchable
+    adapter.launch(request("gpu-t", 2, source=CapacityType.RESERVED, reservation=lent.id))
+    assert world.layer.used(lent.id) == 2
+    (params,) = [p for op, p in world.layer.requests if op == "RunInstances"]
+    assert params["InstanceMarketOptions"] == {"MarketType": INTERRUPTIBLE}
+
+
+def test_an_unlaunchable_ultraserver_reservation_is_read_as_such(
+        world: World, adapter: AwsAdapter) -> None:
+    """Issue 33, finding 8: LaunchStatus unlaunchable (UltraServer reservations) is read,
+    and the reservation serves no plan until it turns launchable."""
+    world.layer.add_reservation("us-east-1a", "p5.48xlarge", 2, id=R_TARGETED,
+                                tags={"team": "ml"}, targeted=True,
+                                launch_status="unlaunchable")
+    (listed,) = adapter.snapshot("test").reservations
+    assert not listed.launchable and listed.free == 2
 
 
 def test_fabric_group_launches_into_its_placement_group_with_efa(

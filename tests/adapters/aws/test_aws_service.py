@@ -286,3 +286,16 @@ def test_a_vcpu_limit_blocks_its_family_bucket_only(world: World) -> None:
         s.increase("g6e", 2)
         assert world.layer.calls["RunInstances"] > tried
         assert len(s.live("g6e")) == 2
+
+
+def test_cas_scale_up_leaves_an_interruptible_reservation_alone(served: Served) -> None:
+    """A CA scale-up does not allow interruption: a reservation its owner may reclaim at
+    two minutes' notice is not planned as firm reserved capacity (issue 33, finding 5)."""
+    layer = served.world.layer
+    layer.add_reservation("us-east-1a", "p5.48xlarge", 2, id=R_T, tags={"team": "ml"},
+                          interruptible=True)
+    served.provider.refresh_now()
+    served.increase("gpu-t", 2)
+    live = served.live("gpu-t")
+    assert len(live) == 2 and {i.tags[tags.SOURCE] for i in live} == {"on-demand"}
+    assert layer.used(R_T) == 0
