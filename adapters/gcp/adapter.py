@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -248,7 +249,7 @@ class GcpAdapter:
             raise
         found = self._part_instances(request, spec.zone)
         if facts is not None and not facts.specific:
-            self._check_consumed(request, facts, found)
+            return self._check_consumed(request, facts, found)
         return [i for i, _ in found]
 
     def _launched_before(self, request: LaunchRequest, zone: str) -> bool:
@@ -260,21 +261,35 @@ class GcpAdapter:
                    for i, _ in self._list_zone(zone, filter_))
 
     def _check_consumed(self, request: LaunchRequest, facts: ReservationFacts,
-                        found: list[tuple[CloudInstance, str]]) -> None:
-        """An ANY_RESERVATION part whose VMs did not all land in its reservation is given
-        back whole: allset's labels, plans and the ledger say where a node came from, and
-        a node billed on demand (or eating another reservation) behind them would make
-        every later plan wrong."""
-        strays = Reservations.strays(facts, [(i.id, c) for i, c in found])
+                        found: list[tuple[CloudInstance, str]]) -> list[CloudInstance]:
+        """An ANY_RESERVATION part whose VMs did not all land in its reservation: GCE picks
+        which matching reservation each consumes (the project's own before shared ones),
+        so a VM in another reservation as good for the plan (same zone, type and fabric)
+        is kept, and its label says where it is. Any other stray (billed on demand, or in
+        a reservation unlike the plan's) gives the part back whole: allset's labels, plans
+        and the ledger say where a node came from."""
+        strays = set(Reservations.strays(facts, [(i.id, c) for i, c in found]))
         if not strays:
-            return
+            return [i for i, _ in found]
+        assert request.reservation is not None
+        moved = {i.id: self._reserved.equivalent(request.reservation, c)
+                 for i, c in found if i.id in strays}
+        if all(moved.values()):
+            landed = {iid: rid for iid, rid in moved.items() if rid is not None}
+            self._changes.move_reservation(landed)
+            log.info("part %s: %d of its VMs landed in an equivalent reservation (%s), not "
+                     "%s: kept there", request.token, len(landed),
+                     ", ".join(sorted(set(landed.values()))), request.reservation)
+            return [dataclasses.replace(i, tags=dataclasses.replace(
+                i.tags, reservation=landed[i.id])) if i.id in landed else i
+                for i, _ in found]
         self._changes.terminate([i.id for i, _ in found])
         with self._lock:  # a retry of this token must be a new request, not a replay
             self._generation[request.token] = self._generation.get(request.token, 0) + 1
         raise InsufficientCapacity(
             f"part {request.token}: {len(strays)} of {len(found)} VMs did not land in "
-            f"reservation {request.reservation} ({', '.join(strays[:3])}); the part was "
-            "deleted", scope=Scope.OFFERING, cloud_code="RESERVATION_NOT_CONSUMED")
+            f"reservation {request.reservation} ({', '.join(sorted(strays)[:3])}); the part "
+            "was deleted", scope=Scope.OFFERING, cloud_code="RESERVATION_NOT_CONSUMED")
 
     def _template(self, url: str) -> compute_v1.InstanceProperties:
         with self._lock:

@@ -8,7 +8,7 @@ about as long as deleting one node, not 64 deletes in a row."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -100,6 +100,18 @@ class Changes:
                                        cloud_code="notFound") from err
 
         self._relabel(instance_ids, change, gone)
+
+    def move_reservation(self, moves: Mapping[str, str]) -> None:
+        """Say on each VM the reservation it landed in (instance id -> reservation id),
+        with the fingerprint just read. Idempotent."""
+
+        def change(iid: str, inst: compute_v1.Instance) -> dict[str, str] | None:
+            tags = labels.from_labels(inst.labels)
+            if tags is not None and tags.reservation == moves[iid]:
+                return None
+            return labels.moved_to(dict(inst.labels), moves[iid])
+
+        self._relabel(list(moves), change, lambda iid, err: None)
 
     def mark_deleting(self, instance_ids: Sequence[str], at: float) -> None:
         """Add ``allset-deleting=<epoch seconds>`` to each instance, with the fingerprint

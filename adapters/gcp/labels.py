@@ -161,6 +161,15 @@ def committed(labels: Mapping[str, str]) -> dict[str, str]:
     return {**labels, COMMITTED: "true"}
 
 
+def moved_to(labels: Mapping[str, str], reservation: str) -> dict[str, str]:
+    """The labels of a VM that landed in ``reservation`` rather than the one it was sent
+    to (its long value's pieces replaced whole)."""
+    piece = re.compile(rf"{re.escape(RESERVATION)}(-\d+)?$")
+    out = {k: v for k, v in labels.items() if not piece.match(k)}
+    _put(out, RESERVATION, reservation)
+    return out
+
+
 def deleting(labels: Mapping[str, str], at: float) -> dict[str, str]:
     return {**labels, DELETING: deleting_value(at)}
 

@@ -40,6 +40,7 @@ class Reservations:
         self._c = clients
         self._lock = threading.Lock()
         self._facts: dict[str, ReservationFacts] = {}
+        self._listed: dict[str, Reservation] = {}  # as of the last listing, by id
 
     def listed(self, ctx: ReservationContext) -> tuple[list[Reservation], int]:
         """READY reservations of the region the selector picks: one aggregated listing of
@@ -74,6 +75,7 @@ class Reservations:
                 out.append(converted)
         with self._lock:
             self._facts = facts
+            self._listed = {r.id: r for r in out}
         return out, calls
 
     def _name(self, name: str, owner: str) -> str:
@@ -146,6 +148,21 @@ class Reservations:
                                scope=Scope.OFFERING, cloud_code=err.cloud_code)
         typed.__cause__ = err.__cause__
         return typed
+
+    def equivalent(self, planned: str, consumed: str) -> str | None:
+        """The reservation a VM sent to ``planned`` with ANY_RESERVATION landed in instead
+        (its consumedReservation), when it is as good for the plan: open, in the same
+        zone, of the same instance type and fabric. GCE picks which matching reservation
+        an ANY_RESERVATION VM consumes (the project's own before shared ones)."""
+        with self._lock:
+            want = self._listed.get(planned)
+            found = [(rid, f) for rid, f in self._facts.items() if f.consumed_by(consumed)]
+            other = self._listed.get(found[0][0]) if len(found) == 1 else None
+        if want is None or other is None or other.id == planned or other.targeted:
+            return None
+        same = (other.zone, other.instance_type, other.fabric) == \
+            (want.zone, want.instance_type, want.fabric)
+        return other.id if same else None
 
     @staticmethod
     def strays(facts: ReservationFacts, consumed: Sequence[tuple[str, str]],

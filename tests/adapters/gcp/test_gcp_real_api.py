@@ -79,8 +79,10 @@ def test_a_repeated_launch_into_a_non_specific_reservation_is_the_same_part(
     assert len(h.compute.live()) == 2
 
 
-def test_a_part_whose_vms_land_elsewhere_is_given_back_whole(h: GcpHarness) -> None:
-    # GCE fills the first matching open reservation: one VM goes to "first", not "wanted".
+def test_a_part_whose_vms_land_in_a_reservation_no_listing_showed_is_given_back_whole(
+        h: GcpHarness) -> None:
+    # GCE fills the first matching open reservation: one VM goes to "first", not "wanted";
+    # no listing has shown "first", so whether it is as good for the plan is not known.
     h.compute.add_reservation(ZONE_B, "first", A3, 1)
     h.compute.add_reservation(ZONE_B, "wanted", A3, 4)
     with pytest.raises(InsufficientCapacity) as info:
@@ -215,3 +217,32 @@ def test_reservation_bound_vms_are_deleted_at_the_reservations_end(h: GcpHarness
             for i in launched} == {"DELETE"}
     h.compute.end_reservation(ZONE_B, "h100-block")
     assert h.compute.live(ZONE_B) == []  # not left stopped, billing for their disks
+
+
+# Issue 33, finding 7: with ANY_RESERVATION GCE picks which matching reservation a VM
+# consumes (the project's own before shared ones): a landing in one as good for the plan is
+# kept, and said on the VM; the planned reservation was never refused.
+
+def test_a_part_that_lands_in_an_equivalent_reservation_is_kept_there() -> None:
+    compute = Compute()
+    compute.add_reservation(ZONE_B, "open-1", A3, 2)
+    compute.add_reservation(ZONE_B, "open-2", A3, 2)
+    with gcp(compute) as h:
+        h.adapter.snapshot("test")
+        launched = h.adapter.launch(reserved(h, "h100-b", 2, "open-2"))
+        assert [i.tags.reservation for i in launched] == ["open-1", "open-1"]
+        recs = [compute.instances[(ZONE_B, i.name)] for i in launched]
+        assert {r.reservation for r in recs} == {"open-1"}  # where GCE put them
+        listed = {i.id: i.tags.reservation for i in h.adapter.snapshot("test").instances}
+        assert set(listed.values()) == {"open-1"}  # the label says so too
+
+
+def test_a_part_sent_to_a_shared_reservation_may_land_in_our_own() -> None:
+    compute = Compute()
+    compute.add_reservation(ZONE_B, "shared-open", A3, 2, project=OWNER, shared_with=("proj",))
+    compute.add_reservation(ZONE_B, "ours", A3, 2)
+    with gcp(compute, extra=f"reservationSelector: {{projects: [{OWNER}]}}\n") as h:
+        h.adapter.snapshot("test")
+        shared = f"projects/{OWNER}/reservations/shared-open"
+        launched = h.adapter.launch(reserved(h, "h100-b", 2, shared))
+        assert [i.tags.reservation for i in launched] == ["ours", "ours"]

@@ -206,9 +206,12 @@ def _mismatch(compute: Compute, r: ReservationRec, machine_type: str,
 def _open_slots(compute: Compute, zone: str, machine_type: str,
                 accelerators: tuple[tuple[str, int], ...], policies: tuple[str, ...],
                 count: int) -> list[str]:
-    """VM by VM, the matching open reservations (ours, or shared with us) with room."""
+    """VM by VM, the matching open reservations (ours, or shared with us) with room. GCE
+    picks which, not the caller, and takes the project's own before those shared with it
+    (https://cloud.google.com/compute/docs/instances/reservations-consume, consuming any
+    matching reservation); among ours the fake takes them in the order they were made."""
     takes: list[str] = []
-    for r in compute.reservations.values():
+    for r in sorted(compute.reservations.values(), key=lambda r: r.project is not None):
         if (r.zone == zone and not r.specific_required and r.status == "READY"
                 and (r.project is None or compute.project in r.shared_with)
                 and not _mismatch(compute, r, machine_type, accelerators, policies)):
