@@ -297,9 +297,7 @@ class GcpAdapter:
         if known is not None:
             return known
         name = discovery.last(url)
-        parts = url.split("/")
-        project = parts[parts.index("projects") + 1] if "projects" in parts[:-1] \
-            else self._s.project
+        project = discovery.template_project(url, self._s.project)
         if "/regions/" in url:
             raise InvalidRequest(f"instance template {url}: regional templates cannot be "
                                  "merged with network or placement settings yet; use a "

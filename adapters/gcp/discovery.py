@@ -199,13 +199,24 @@ def shared_with(r: compute_v1.Reservation, project: str) -> bool:
         v.project_id == project for v in settings.project_map.values())
 
 
-def reservation_of(r: compute_v1.Reservation, ctx: ReservationContext,
-                   rid: str) -> Reservation | None:
-    """A READY specific reservation as the planner sees it; None for anything else."""
+def reservation_of(r: compute_v1.Reservation, ctx: ReservationContext, rid: str,
+                   template: compute_v1.InstanceProperties | None = None
+                   ) -> Reservation | None:
+    """A READY specific reservation as the planner sees it; None for anything else.
+    ``template``: the properties of its sourceInstanceTemplate, for one made from a
+    template (the API takes that field instead of instanceProperties on create, and does
+    not document that a listing fills instanceProperties in: without them it would match
+    no group and idle)."""
     if r.status != "READY" or "specific_reservation" not in r:
         return None
     sku = r.specific_reservation
     props = sku.instance_properties
+    if not props.machine_type and template is not None:
+        props = compute_v1.AllocationSpecificSKUAllocationReservedInstanceProperties(
+            machine_type=template.machine_type,
+            guest_accelerators=[compute_v1.AcceleratorConfig(
+                accelerator_type=a.accelerator_type, accelerator_count=a.accelerator_count)
+                for a in template.guest_accelerators])
     zone = last(r.zone)
     machine_type = last(props.machine_type)
     accelerators = normalise([(a.accelerator_type, a.accelerator_count)
@@ -223,8 +234,21 @@ def reservation_of(r: compute_v1.Reservation, ctx: ReservationContext,
         free=free_slots(sku),
         targeted=r.specific_reservation_required,
         fabric=fabric,
-        ends_at=timestamp(r.delete_at_time) if r.delete_at_time else None,
+        ends_at=ends_of(r),
     )
+
+
+def ends_of(r: compute_v1.Reservation) -> float | None:
+    """When GCE deletes the reservation: deleteAtTime, else its creation plus
+    deleteAfterDuration ("Duration time relative to reservation creation when Compute Engine
+    will automatically delete this resource", Compute v1 reference). A calendar-mode
+    reservation a future reservation created is not documented to carry either; one
+    carrying neither is read as not ending (docs/cloud-behaviour.md)."""
+    if r.delete_at_time:
+        return timestamp(r.delete_at_time)
+    if "delete_after_duration" in r and r.creation_timestamp:
+        return timestamp(r.creation_timestamp) + float(r.delete_after_duration.seconds)
+    return None
 
 
 def reservation_ids(zoned_names: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
@@ -290,6 +314,12 @@ def instance_of(inst: RawInstance, project: str) -> CloudInstance | None:
         tags=tags,
         launched_at=timestamp(inst.creation_timestamp) if inst.creation_timestamp else 0.0,
     )
+
+
+def template_project(url: str, default: str) -> str:
+    """The project an instance template URL names (``default`` for a partial one)."""
+    parts = url.split("/")
+    return parts[parts.index("projects") + 1] if "projects" in parts[:-1] else default
 
 
 def timestamp(text: str) -> float:

@@ -41,6 +41,8 @@ class Reservations:
         self._lock = threading.Lock()
         self._facts: dict[str, ReservationFacts] = {}
         self._listed: dict[str, Reservation] = {}  # as of the last listing, by id
+        # sourceInstanceTemplate URL -> its properties (templates cannot change)
+        self._templates: dict[str, compute_v1.InstanceProperties] = {}
 
     def listed(self, ctx: ReservationContext) -> tuple[list[Reservation], int]:
         """READY reservations of the region the selector picks: one aggregated listing of
@@ -70,13 +72,39 @@ class Reservations:
         for (r, owner), key in zip(mine, names, strict=True):
             rid = ids[key]
             facts[rid] = discovery.facts_of(r, rid, owner)
-            converted = discovery.reservation_of(r, ctx, rid)
+            converted = discovery.reservation_of(r, ctx, rid, self._source_template(r))
             if converted is not None:
                 out.append(converted)
         with self._lock:
             self._facts = facts
             self._listed = {r.id: r for r in out}
         return out, calls
+
+    def _source_template(self, r: compute_v1.Reservation
+                         ) -> compute_v1.InstanceProperties | None:
+        """The properties of the template a reservation was made from, when its listing
+        gives no instanceProperties (read once per template: templates never change)."""
+        sku = r.specific_reservation
+        url = sku.source_instance_template
+        if not url or sku.instance_properties.machine_type:
+            return None
+        with self._lock:
+            known = self._templates.get(url)
+        if known is not None:
+            return known
+        project = discovery.template_project(url, self._s.project)
+        try:
+            got = call(lambda: self._c.instance_templates.get(
+                project=project, instance_template=discovery.last(url), retry=None,
+                timeout=self._s.request_timeout),
+                what=f"instanceTemplates.get {discovery.last(url)}", mutating=False)
+        except CloudError as err:
+            log.warning("reservation %s was made from template %s, which could not be "
+                        "read (%s): it matches no group until it is", r.name, url, err)
+            return None
+        with self._lock:
+            self._templates[url] = got.properties
+        return got.properties
 
     def _name(self, name: str, owner: str) -> str:
         return name if owner == self._s.project else discovery.shared_name(owner, name)

@@ -246,3 +246,29 @@ def test_a_part_sent_to_a_shared_reservation_may_land_in_our_own() -> None:
         shared = f"projects/{OWNER}/reservations/shared-open"
         launched = h.adapter.launch(reserved(h, "h100-b", 2, shared))
         assert [i.tags.reservation for i in launched] == ["ours", "ours"]
+
+
+# Issue 33, finding 9 (decided): a reservation made from an instance template is read
+# through that template; one that ends by deleteAfterDuration ends then.
+
+def test_a_reservation_made_from_a_template_matches_by_the_templates_machine() -> None:
+    compute = Compute()
+    compute.templates.add("a3-block")
+    compute.template_properties["a3-block"] = {"machineType": A3}
+    compute.add_reservation(ZONE_B, "from-template", A3, 2, source_template="a3-block")
+    with gcp(compute) as h:
+        (listed,) = h.adapter.snapshot("test").reservations
+        assert (listed.id, listed.instance_type, listed.free) == ("from-template", A3, 2)
+        before = compute.calls["instanceTemplates.get"]
+        h.adapter.snapshot("test")
+        assert compute.calls["instanceTemplates.get"] == before  # read once
+
+
+def test_a_reservation_ends_after_its_delete_after_duration() -> None:
+    compute = Compute()
+    compute.add_reservation(ZONE_B, "timed", A3, 2, created="2026-12-05T08:00:00Z",
+                            delete_after_seconds=7200)
+    compute.add_reservation(ZONE_B, "dated", A3, 2, delete_at="2026-12-06T00:00:00Z")
+    with gcp(compute) as h:
+        ends = {r.id: r.ends_at for r in h.adapter.snapshot("test").reservations}
+        assert ends == {"timed": 1796464800.0, "dated": 1796515200.0}

@@ -69,6 +69,17 @@ class ReservationRec:
     # consumer projects it is shared with.
     project: str | None = None
     shared_with: tuple[str, ...] = ()
+    # Made from an instance template (AllocationSpecificSKUReservation
+    # .sourceInstanceTemplate: "If you use this field, you must exclude the
+    # instanceProperties field"). Whether a listing then fills instanceProperties in is
+    # not documented: the fake gives the template only, the harder case for a reader.
+    # ``machine_type`` and ``accelerators`` stay the truth consumption is matched on.
+    source_template: str | None = None
+    # When GCE deletes it: deleteAtTime (RFC 3339), or deleteAfterDuration seconds from
+    # its creationTimestamp (Reservation, Compute v1 reference). None: not set.
+    delete_at: str | None = None
+    delete_after_seconds: int | None = None
+    created: str = "2026-01-01T00:00:00.000-00:00"
 
     @property
     def ref(self) -> str:

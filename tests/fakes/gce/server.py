@@ -103,8 +103,12 @@ def render_reservation(c: Compute, r: ReservationRec) -> Json:
         props["guestAccelerators"] = [{"acceleratorType": t, "acceleratorCount": n}
                                       for t, n in r.accelerators]
     owner = r.project or c.project
-    sku: Json = {"count": str(r.count), "inUseCount": str(c.in_use(r)),
-                 "instanceProperties": props}
+    sku: Json = {"count": str(r.count), "inUseCount": str(c.in_use(r))}
+    if r.source_template is not None:
+        sku["sourceInstanceTemplate"] = \
+            f"{API}/projects/{c.project}/global/instanceTemplates/{r.source_template}"
+    else:
+        sku["instanceProperties"] = props
     if r.assured_count is not None:
         sku["assuredCount"] = str(r.assured_count)
     out: Json = {
@@ -113,6 +117,11 @@ def render_reservation(c: Compute, r: ReservationRec) -> Json:
         "status": r.status, "specificReservationRequired": r.specific_required,
         "specificReservation": sku,
     }
+    out["creationTimestamp"] = r.created
+    if r.delete_at is not None:
+        out["deleteAtTime"] = r.delete_at
+    if r.delete_after_seconds is not None:
+        out["deleteAfterDuration"] = {"seconds": str(r.delete_after_seconds)}
     if r.deployment_type:
         out["deploymentType"] = r.deployment_type
     if r.shared_with:
