@@ -84,6 +84,14 @@ def owned(fleet: Fleet, uid: str) -> tuple[list[CloudInstance], list[CloudInstan
     return live, going
 
 
+def _stopped(fleet: Fleet, uid: str) -> list[CloudInstance]:
+    """The request's committed instances the cloud stopped that nobody is deleting yet."""
+    return [node.instance for node in fleet.request_nodes(uid)
+            if node.instance is not None and node.instance.tags.request_uid == uid
+            and node.state is not NodeState.DELETING and not node.instance.marked_deleting
+            and node.instance.state is InstanceState.STOPPED]
+
+
 def _later_committed(live: Sequence[CloudInstance], recorded: str | None) -> str | None:
     """The one attempt among the live committed instances whose lease epoch is later than
     the recorded attempt's (None: there is none, or more than one of that epoch)."""
@@ -187,6 +195,10 @@ class GangAttempts:
         are strays (an earlier gang whose termination failed) and are terminated, never
         counted."""
         live, going = owned(self._fleet, uid)
+        # Stopped nodes are lost to their gang but still there, billing: they name their
+        # attempt as live ones do (a gang the cloud stopped whole is a gang, lost, not none)
+        # and, of another attempt, are strays to delete.
+        stopped = _stopped(self._fleet, uid)
         later = _later_committed(live, attempt)
         if later is not None:
             # The record is older than a gang that committed: a deposed leader's late write
@@ -196,24 +208,25 @@ class GangAttempts:
                         "lease epoch committed; keeping that one", key, attempt, later)
             attempt, count = later, None
         if attempt is None:
-            attempts = {i.tags.attempt for i in live}
+            attempts = {i.tags.attempt for i in (*live, *stopped)}
             if len(attempts) != 1:
                 return None  # no gang (several would be strays of lost records)
             attempt = attempts.pop()
         mine = [i for i in live if i.tags.attempt == attempt]
-        strays = [i for i in live if i.tags.attempt != attempt]
+        strays = [i for i in (*live, *stopped) if i.tags.attempt != attempt]
         if strays:
             log.warning("%s: terminating %d instances of earlier attempts %s", key,
                         len(strays), sorted({i.tags.attempt for i in strays}))
             self.terminate(strays)
         recorded = count is not None
         if count is None:
-            if not mine:
+            held = [i for i in stopped if i.tags.attempt == attempt]
+            if not mine and not held:
                 return None  # recorded but never committed: a new attempt comes next
             # A crash between commit and recording the count: the plan's size is on the
             # instances' tags (a node lost since must not shrink the gang to what is left).
             count = max((i.tags.plan_nodes or 0 for i in (*mine, *going)
-                         if i.tags.attempt == attempt), default=0) or len(mine)
+                         if i.tags.attempt == attempt), default=0) or len(mine) + len(held)
             log.warning("%s: planned node count of attempt %s not recorded; taking the %d "
                         "committed nodes", key, attempt, count)
         if seen.attempt != attempt:

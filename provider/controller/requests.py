@@ -340,7 +340,8 @@ class RequestHandler:
         t.retry_at = self._p.clock.now() + delay
         self._w.update(obj, [(c.PROVISIONED, False, NODES_LOST,
                               f"{_lost_text(found)} before the gang was provisioned; its "
-                              f"other {len(found.instances)} nodes were terminated")],
+                              f"other {len(found.instances)} nodes, and any the cloud "
+                              f"stopped, were terminated")],
                        warning=True, details={ATTEMPT_DETAIL: None, PLANNED_DETAIL: None},
                        note=f"the whole gang is retried in {delay:.0f}s")
         return delay

@@ -437,6 +437,42 @@ def test_a_gang_whose_size_was_never_recorded_is_not_shrunk_to_what_is_left(worl
     assert live(w) == []
 
 
+def test_a_gang_the_cloud_stopped_while_its_record_was_lost_is_lost_not_left_behind(
+        world: World) -> None:
+    """Adversary seed 64689834 (issue 33's stopped instances): the process died before
+    recording its attempt, and the cloud stopped the gang's nodes meanwhile. With no live
+    node to name the attempt, the restart saw no gang and launched a second one, leaving
+    the stopped nodes (billing) behind for good. Stopped nodes name their attempt too: the
+    gang is lost and deleted whole, and only then tried again."""
+    w = world
+    create(w)
+    w.sync()
+    gang = live(w)
+    assert len(gang) == 4
+    w.controller.stop()
+    obj = w.request() or {}
+    details = obj["status"]["provisioningClassDetails"]
+    details.pop(ATTEMPT_DETAIL, None)
+    details.pop(PLANNED_DETAIL, None)
+    client.CustomObjectsApi(w.api).replace_namespaced_custom_object_status(
+        "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", "job", obj)
+    w.h.cloud.terminate([gang[0].id])
+    for inst in gang[1:]:
+        w.h.cloud.stop(inst.id)
+    restart(w)
+    w.register_nodes()
+    w.sync(3)
+    provisioned = w.condition(c.PROVISIONED)
+    assert provisioned is not None and not provisioned.true
+    assert provisioned.reason == NODES_LOST
+    assert live(w) == []  # the stopped ones deleted, nothing launched over them
+    w.h.clock.advance(61)  # past the retry backoff
+    w.provision()
+    again = live(w)
+    assert len(again) == 4 and len({i.tags.attempt for i in again}) == 1
+    assert not {i.id for i in again} & {i.id for i in gang}
+
+
 def test_a_dropped_groups_gang_being_terminated_is_never_provisioned(world: World) -> None:
     """Review finding: with reconcile.unknownGroups: terminate, the dropped group's nodes
     were still listed as running until the next listing, so a request whose Nodes were
