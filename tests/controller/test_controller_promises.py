@@ -49,6 +49,16 @@ def reclaim(w: World, instance: Any) -> None:
     w.h.provider.refresh_now()
 
 
+def unrecord(w: World, *keys: str) -> None:
+    """The request's status as if the process had died before writing these details."""
+    obj = w.request() or {}
+    details = obj["status"]["provisioningClassDetails"]
+    for key in keys:
+        details.pop(key, None)
+    client.CustomObjectsApi(w.api).replace_namespaced_custom_object_status(
+        "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", "job", obj)
+
+
 def delete_request(w: World, name: str = "job") -> None:
     client.CustomObjectsApi(w.api).delete_namespaced_custom_object(
         "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", name)
@@ -422,11 +432,7 @@ def test_a_gang_whose_size_was_never_recorded_is_not_shrunk_to_what_is_left(worl
     gang = live(w)
     assert len(gang) == 4 and {i.tags.plan_nodes for i in gang} == {4}
     w.controller.stop()
-    obj = w.request() or {}
-    details = obj["status"]["provisioningClassDetails"]
-    del details[PLANNED_DETAIL]  # as if the process died before writing it
-    client.CustomObjectsApi(w.api).replace_namespaced_custom_object_status(
-        "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", "job", obj)
+    unrecord(w, PLANNED_DETAIL)
     w.h.cloud.terminate([gang[0].id])
     restart(w)
     w.register_nodes()
@@ -450,12 +456,7 @@ def test_a_gang_the_cloud_stopped_while_its_record_was_lost_is_lost_not_left_beh
     gang = live(w)
     assert len(gang) == 4
     w.controller.stop()
-    obj = w.request() or {}
-    details = obj["status"]["provisioningClassDetails"]
-    details.pop(ATTEMPT_DETAIL, None)
-    details.pop(PLANNED_DETAIL, None)
-    client.CustomObjectsApi(w.api).replace_namespaced_custom_object_status(
-        "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", "job", obj)
+    unrecord(w, ATTEMPT_DETAIL, PLANNED_DETAIL)
     w.h.cloud.terminate([gang[0].id])
     for inst in gang[1:]:
         w.h.cloud.stop(inst.id)
