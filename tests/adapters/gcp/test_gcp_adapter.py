@@ -11,6 +11,7 @@ from adapters.gcp.labels import to_labels
 from provider.domain.cloud import (
     CapacityType,
     CloudInstance,
+    InstanceState,
     InsufficientCapacity,
     InvalidRequest,
     LaunchRequest,
@@ -123,6 +124,27 @@ def test_snapshot_lists_only_this_clusters_instances_across_pages(h: GcpHarness)
     assert all(i.tags.committed and i.instance_type == "n2-standard-8" for i in snap.instances)
     # What the adapter reports is what the API served.
     assert snap.api_calls == sum(c.calls.values()) - before == 1 + 3 + 1
+
+
+def test_every_instance_status_is_read_as_the_api_documents_it(h: GcpHarness) -> None:
+    """Instance.status (Compute v1 reference): a flex-start VM waiting for capacity is
+    PENDING; DEPROVISIONING, STOPPING, SUSPENDING, PENDING_STOP, TERMINATED and SUSPENDED
+    VMs still exist (stopped, or on their way there): none of them is gone (issue 33)."""
+    expected = {
+        "PENDING": InstanceState.PENDING, "PROVISIONING": InstanceState.PENDING,
+        "STAGING": InstanceState.PENDING, "RUNNING": InstanceState.RUNNING,
+        "REPAIRING": InstanceState.RUNNING, "STOPPING": InstanceState.STOPPED,
+        "SUSPENDING": InstanceState.STOPPED, "PENDING_STOP": InstanceState.STOPPED,
+        "DEPROVISIONING": InstanceState.STOPPED, "STOPPED": InstanceState.STOPPED,
+        "SUSPENDED": InstanceState.STOPPED, "TERMINATED": InstanceState.STOPPED,
+    }
+    tags = OwnerTags("test", "cpu", "a-1", "0.0", CapacityType.ON_DEMAND, committed=True)
+    for status in expected:
+        h.compute.create(ZONE_A, f"vm-{status.lower().replace('_', '-')}", "n2-standard-8",
+                         to_labels(tags), "STANDARD", "NO_RESERVATION", None, (), (),
+                         None).status = status
+    read = {i.name: i.state for i in h.adapter.snapshot("test").instances}
+    assert read == {f"vm-{s.lower().replace('_', '-')}": state for s, state in expected.items()}
 
 
 def test_bulky_instances_are_listed_by_the_fields_allset_reads(h: GcpHarness) -> None:
