@@ -121,6 +121,9 @@ class Outcome:
     rolled_back: int = 0
     seconds: float = 0.0
     error: str | None = None  # what ended it when planning or launching raised
+    # Idle nodes the committed plan books instead of launching (provider IDs): running
+    # already, never launched, committed or rolled back by the attempt.
+    reused: tuple[str, ...] = ()
 
     @property
     def last_error(self) -> CloudError | None:
@@ -529,6 +532,8 @@ class Executor:
         return self._ended(spec, outcome, started)
 
     def _ended(self, spec: AttemptSpec, outcome: Outcome, started: float) -> Outcome:
+        if not outcome.reused:
+            self._ledger.unbook_of(spec.id)  # ended without them: they stay idle
         self._release(spec, outcome.instances)
         outcome = replace(outcome, seconds=self._clock.now() - started)
         self.journal.finished(outcome)
@@ -573,6 +578,7 @@ class Executor:
         infeasible: Infeasible | None = None
         complete = False  # a plan launched whole (after any earlier partial rounds)
         plans = 0
+        reused: tuple[str, ...] = ()
         while plans < self._max_plans and self._clock.monotonic() < deadline:
             if cancelled():
                 launched = [i for _, insts in kept for i in insts]
@@ -599,7 +605,9 @@ class Executor:
                        ) -> LaunchResult:
                 return self._launch_part(spec, n, item[0], item[1], total)
 
-            results = self._runner(launch, list(enumerate(plan.parts)))
+            # Reused idle nodes run already: only the rest is launched (labels count the
+            # launches alone, as the journal records them).
+            results = self._runner(launch, list(enumerate(plan.launches)))
             with self._attempts_lock:
                 self._launched.setdefault(spec.id, []).extend(
                     i for _, insts, _ in results for i in insts)
@@ -613,8 +621,11 @@ class Executor:
                 failpoints.hit("executor.rollback-started")
             if not bad:
                 kept.extend(good)
+                reused = plan.reused
                 complete = True
                 break
+            # The launched part failed: the reused nodes go back to idle, untouched.
+            self._ledger.unbook_of(spec.id)
             failures.extend(bad)
             for f in bad:
                 self._mark_unavailable(f)
@@ -644,6 +655,10 @@ class Executor:
                     self._unknown.setdefault(spec.id, []).extend(unknown)
                 break
         instances = [i for _, insts in kept for i in insts]
+        if not instances and complete and reused:
+            # Idle nodes alone serve the gang: nothing to launch, commit or roll back.
+            return Outcome(spec.id, Result.SUCCEEDED, failures=tuple(failures),
+                           plans_tried=plans, rolled_back=rolled_back, reused=reused)
         if not instances:
             result = Result.INFEASIBLE if infeasible and not failures else Result.FAILED
             return Outcome(spec.id, result, infeasible=infeasible, failures=tuple(failures),
@@ -702,7 +717,8 @@ class Executor:
         committed = tuple(i.with_commit() for i in instances)
         result = Result.SUCCEEDED if complete else Result.PARTIAL
         return Outcome(spec.id, result, committed, infeasible=infeasible,
-                       failures=tuple(failures), plans_tried=plans, rolled_back=rolled_back)
+                       failures=tuple(failures), plans_tried=plans, rolled_back=rolled_back,
+                       reused=reused)
 
     def _launch_part(
         self, spec: AttemptSpec, plan_index: int, part_index: int, part: Part,
@@ -832,7 +848,7 @@ class Executor:
 
         def admit(plan: Plan) -> str | None:
             counts: dict[str, int] = {}
-            for part in (*kept, *plan.parts):
+            for part in (*kept, *plan.launches):
                 counts[part.group] = counts.get(part.group, 0) + part.count
             return sizes.claim(spec.id, counts)
 

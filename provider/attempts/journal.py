@@ -71,7 +71,7 @@ class SqliteJournal:
             db.executemany(
                 "INSERT OR REPLACE INTO parts VALUES (?, ?, ?, ?, ?, ?, NULL)",
                 [(attempt, f"{plan_index}.{i}", p.group, str(p.capacity_type), p.reservation,
-                  p.count) for i, p in enumerate(plan.parts)],
+                  p.count) for i, p in enumerate(plan.launches)],
             )
 
     def launched(self, attempt: str, label: str, instance_ids: Sequence[str]) -> None:

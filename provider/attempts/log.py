@@ -52,9 +52,10 @@ class LoggedJournal:
         why = "; ".join(r.message for r in outcome.infeasible.reasons) \
             if outcome.infeasible is not None else ""
         level = logging.INFO if outcome.result is Result.SUCCEEDED else logging.WARNING
-        log.log(level, "attempt %s %s in %.1fs: %d nodes committed, %d rolled back, %d plans "
+        reused = f", {len(outcome.reused)} idle nodes reused" if outcome.reused else ""
+        log.log(level, "attempt %s %s in %.1fs: %d nodes committed%s, %d rolled back, %d plans "
                 "tried%s%s", outcome.attempt, outcome.result.value, outcome.seconds,
-                len(outcome.instances), outcome.rolled_back, outcome.plans_tried,
+                len(outcome.instances), reused, outcome.rolled_back, outcome.plans_tried,
                 f"; {failures}" if failures else "", f"; cannot plan: {why}" if why else "",
                 extra=ids)
 
@@ -89,4 +90,6 @@ def _for(request: str | None) -> str:
 def _part(part: Part) -> str:
     source = f"reservation {part.reservation}" if part.reservation else \
         str(part.capacity_type.value)
+    if part.reused:
+        return f"{part.count} x {part.group} ({source}, reused idle: {', '.join(part.reused)})"
     return f"{part.count} x {part.group} ({source})"

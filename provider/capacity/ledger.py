@@ -28,6 +28,9 @@ from provider.domain.plan import Infeasible, Part, Plan, Reason, ReasonCode
 # Plans built for one claim before giving up: each try after the first means other
 # attempts took what the previous plan used while it was built.
 PLAN_TRIES = 3
+# How long a reused idle node stays booked in the ledger at most, if its booking never
+# shows where idle nodes are listed from (a Node watch lags a label patch by seconds).
+BOOKING_HOLD = 300.0
 
 
 @dataclass(slots=True)
@@ -47,6 +50,8 @@ class CapacityView:
     unavailable: UnavailableOfferings
     now: float
     by_pool: dict[tuple[str, str], tuple[Reservation, ...]] = field(default_factory=dict)
+    # Idle nodes another attempt has booked (provider IDs): not to be planned again.
+    booked: frozenset[str] = frozenset()
     _cache: dict[tuple[object, ...], GroupOfferings] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -107,6 +112,10 @@ class Ledger:
         # Slots of reservations not yet open, held for requests waiting for them, so work
         # that arrives later does not take them first: holder -> (reservation, slots, until)
         self._holds: dict[str, tuple[str, int, float]] = {}
+        # Idle nodes a plan reused: provider ID -> (attempt, until). Held until the
+        # booking shows where idle nodes are listed from (the caller's unbook), or for
+        # BOOKING_HOLD at most, so that two attempts never book one node.
+        self._booked: dict[str, tuple[str, float]] = {}
 
     @property
     def snapshot(self) -> CloudSnapshot:
@@ -189,21 +198,51 @@ class Ledger:
             short = None if version == self._version else self._short(plan, holder)
             if short is not None:
                 return Reason(ReasonCode.CAPACITY, short)
+            taken = self._taken_by_others(attempt, plan.reused)
+            if taken is not None:
+                return Reason(ReasonCode.CAPACITY, taken)
             refused = admit(plan) if admit is not None else None
             if refused is not None:
                 return Reason(ReasonCode.MAX_SIZE, refused)
-            self._claims.extend(_Claim(attempt, p) for p in plan.parts)
+            # Reused nodes run already: they take no slot, quota or room; only a booking.
+            self._claims.extend(_Claim(attempt, p) for p in plan.launches)
+            until = self._clock.now() + BOOKING_HOLD
+            self._booked.update(dict.fromkeys(plan.reused, (attempt, until)))
             if holder is not None:
                 self._holds.pop(holder, None)
             self._version += 1
             return None
+
+    def _taken_by_others(self, attempt: str, reused: Sequence[str]) -> str | None:
+        now = self._clock.now()
+        for node in reused:
+            booked = self._booked.get(node)
+            if booked is not None and booked[0] != attempt and booked[1] > now:
+                return (f"idle node {node} was booked by attempt {booked[0]} while the plan "
+                        f"was made")
+        return None
+
+    def unbook(self, nodes: Sequence[str]) -> None:
+        """The booking of these reused nodes is visible where idle nodes are listed from,
+        or it was undone (the attempt failed): the ledger's own hold ends."""
+        with self._lock:
+            for node in nodes:
+                self._booked.pop(node, None)
+            self._version += 1
+
+    def unbook_of(self, attempt: str) -> None:
+        """The attempt ended without its reused nodes: they are free to book again."""
+        with self._lock:
+            for node in [n for n, (a, _) in self._booked.items() if a == attempt]:
+                del self._booked[node]
+            self._version += 1
 
     def _short(self, plan: Plan, holder: str | None) -> str | None:
         """What of the plan is no longer free in the current view (None: it all is)."""
         view = self._view(holder)
         free = {r.id: r.free for r in view.reservations}
         used: dict[str, int] = {}
-        for p in plan.parts:
+        for p in plan.launches:
             if p.reservation:
                 used[p.reservation] = used.get(p.reservation, 0) + p.count
         for rid, n in sorted(used.items()):
@@ -213,7 +252,7 @@ class Ledger:
                         f"planned")
         for q in view.quotas:
             units = sum(quota_units(q, self._groups[p.group], p.capacity_type) * p.count
-                        for p in plan.parts if p.group in self._groups)
+                        for p in plan.launches if p.group in self._groups)
             if units > q.free:
                 return (f"quota {q.name} has {q.free} {q.unit} left of the {units} the plan "
                         f"takes: other attempts claimed them while it was planned")
@@ -279,9 +318,11 @@ class Ledger:
         by_pool: dict[tuple[str, str], list[Reservation]] = {}
         for r in reservations:
             by_pool.setdefault((r.instance_type, r.zone), []).append(r)
+        for node in [n for n, (_, until) in self._booked.items() if until <= now]:
+            del self._booked[node]
         return CapacityView(
             self._groups, reservations, quotas, self.unavailable, self._clock.now(),
-            {k: tuple(v) for k, v in by_pool.items()},
+            {k: tuple(v) for k, v in by_pool.items()}, frozenset(self._booked),
         )
 
     def _quota_after_claims(self, q: Quota) -> Quota:

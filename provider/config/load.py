@@ -48,6 +48,11 @@ from provider.domain.model import (
 # API": a launch may not show in Describe* calls at once) without a bound; seconds in
 # practice, so 10s leaves a margin and costs a takeover only 5s past the fence.
 DEFAULT_LISTING_SETTLE = 10.0
+# A GPU group's scaleDownUnneededTime unless it states one: an empty on-demand GPU node
+# bills at full rate for nothing, and CA's default (10 min) kept allset's empty nodes up
+# for 7% of its on-demand spend in the simulation (docs/simulation.md). A minute lets a
+# gang that ends and is replaced (a Job's next pod, Kueue's next admission) reuse it.
+GPU_UNNEEDED_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,10 +239,13 @@ def _node_group(cfg: NodeGroupConfig, shape: Shape | None = None) -> NodeGroup:
         taints=tuple(Taint(t.key, t.value, t.effect) for t in cfg.taints),
         targeted_reservations=tuple(cfg.reservations),
         boot_seconds=duration_seconds(cfg.boot_time),
+        keep_reserved_nodes=cfg.reserved_nodes == "keep",
         options=GroupOptions(
             scale_down_utilization_threshold=opts.scale_down_utilization_threshold,
             scale_down_gpu_utilization_threshold=opts.scale_down_gpu_utilization_threshold,
-            scale_down_unneeded_seconds=secs(opts.scale_down_unneeded_time),
+            scale_down_unneeded_seconds=secs(opts.scale_down_unneeded_time) if
+            opts.scale_down_unneeded_time is not None or gpu_count == 0
+            else GPU_UNNEEDED_SECONDS,
             scale_down_unready_seconds=secs(opts.scale_down_unready_time),
             max_node_provision_seconds=secs(opts.max_node_provision_time),
             zero_or_max_node_scaling=opts.zero_or_max_node_scaling,

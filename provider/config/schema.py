@@ -208,7 +208,12 @@ class NodeGroupConfig(Model):
         default_factory=list, description="targeted reservations this group may launch into"
     )
     options: Options = Field(Options(), description="CA's autoscaling options for this "
-                             "group")
+                             "group (a GPU group's scaleDownUnneededTime defaults to 1m)")
+    reserved_nodes: Literal["keep", "release"] = Field(
+        "keep", description="an idle node in a reservation: keep it up (protected from "
+        "scale-down while the reservation lasts, so the next gang starts at once; it bills "
+        "with the reservation either way) or release it as CA would (for a reservation "
+        "shared with other clusters, where a warm idle node takes a slot others pay for)")
     aws: AwsGroup | None = Field(None, description="how to launch on AWS")
     gcp: GcpGroup | None = Field(None, description="how to launch on GCP")
     devices: list[DeviceSet] = Field(default_factory=list, description="other DRA devices "

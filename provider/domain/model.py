@@ -116,6 +116,9 @@ class NodeGroup:
     # Launch to Ready: a runtime counts from there, so capacity must outlast both.
     boot_seconds: float = 600.0
     options: GroupOptions = GroupOptions()
+    # An idle node in a reservation stays up while the reservation lasts (config
+    # reservedNodes: keep), or goes as CA decides (release).
+    keep_reserved_nodes: bool = True
     architecture: str = "amd64"
     # What each node publishes to DRA (ResourceSlices), for claims and CA's template.
     devices: tuple[DeviceSlice, ...] = ()

@@ -42,11 +42,25 @@ class Part:
     reservation: str | None = None
     pod_sets: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     why: str = ""
+    # Provider IDs of idle nodes this part books instead of launching (then ``count`` is
+    # their number and ``price`` 0: they run already, and nothing new is bought).
+    reused: tuple[str, ...] = ()
 
     @property
     def on_demand_cost(self) -> float:
         """Spend this part adds per hour (reserved slots are already paid)."""
         return 0.0 if self.capacity_type is CapacityType.RESERVED else self.price * self.count
+
+
+@dataclass(frozen=True, slots=True)
+class IdleNode:
+    """A Ready node of one of allset's groups that holds no pods but DaemonSets' and no
+    booking: a gang may book it instead of launching one like it."""
+
+    provider_id: str
+    group: str
+    capacity_type: CapacityType
+    reservation: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +73,16 @@ class Plan:
     @property
     def on_demand_cost_per_hour(self) -> float:
         return sum(p.on_demand_cost for p in self.parts)
+
+    @property
+    def launches(self) -> tuple[Part, ...]:
+        """The parts the cloud is asked for: what claims room, slots and quota."""
+        return tuple(p for p in self.parts if not p.reused)
+
+    @property
+    def reused(self) -> tuple[str, ...]:
+        """Provider IDs of the idle nodes the plan books."""
+        return tuple(i for p in self.parts for i in p.reused)
 
     @property
     def node_count(self) -> int:

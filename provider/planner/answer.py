@@ -6,28 +6,50 @@ joins them, so neither imports the other's caller."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from provider.capacity.ledger import CapacityView
 from provider.domain.demand import Demand
-from provider.domain.plan import Infeasible, Plan
+from provider.domain.plan import IdleNode, Infeasible, Plan
 from provider.planner.explain import explain
 from provider.planner.gang import Relax, best_solution, gather, to_plan
 from provider.planner.limits import never_fits
 from provider.planner.matching import Matcher
+from provider.planner.reuse import by_domain, joined
 
 
 def plan(demand: Demand, view: CapacityView, matcher: Matcher,
-         sizes: Mapping[str, int] | None = None) -> Plan | Infeasible:
+         sizes: Mapping[str, int] | None = None,
+         idle: Sequence[IdleNode] = ()) -> Plan | Infeasible:
     """The cheapest whole plan, or a typed answer saying why there is none. A gang that
-    could never fit at its groups' maxSize is refused before any planning."""
+    could never fit at its groups' maxSize is refused before any planning. ``idle``: nodes
+    the gang may book instead of launching (provider/planner/reuse.py), priced at zero."""
     refused = never_fits(demand, matcher)
     if refused is not None:
         return refused
     inputs = gather(demand, view, matcher, sizes or {})
     if any(not cs for cs in inputs.candidates.values()):
         return explain(inputs, matcher)
-    best = best_solution(inputs, Relax())
+    found = best_solution(inputs, Relax())
+    best = to_plan(inputs, found) if found is not None else None
+    for reuse in by_domain(inputs, idle) if idle else ():
+        if reuse.rest is None:
+            candidate = joined(reuse, None)
+        else:
+            rest_inputs = gather(reuse.rest, view, matcher, sizes or {})
+            if any(not cs for cs in rest_inputs.candidates.values()):
+                continue
+            rest = best_solution(rest_inputs, Relax(), only_domain=reuse.domain)
+            if rest is None:
+                continue
+            candidate = joined(reuse, to_plan(rest_inputs, rest))
+        if best is None or _rank(candidate) < _rank(best):
+            best = candidate
     if best is None:
         return explain(inputs, matcher)
-    return to_plan(inputs, best)
+    return best
+
+
+def _rank(p: Plan) -> tuple[float, int]:
+    """Least spend first; then the plan that launches fewest (reuses most) nodes."""
+    return (round(p.on_demand_cost_per_hour, 6), -len(p.reused))

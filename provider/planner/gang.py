@@ -188,14 +188,18 @@ class Allocation:
     takes: tuple[tuple[str, Source, int], ...]  # (group, source, nodes)
 
 
-def best_solution(inputs: Inputs, relax: Relax, *, any_will_do: bool = False) -> Found | None:
-    """The best solution over every domain. With ``any_will_do``, the first one the
-    heuristic finds: explanations only ask whether a relaxed gang would fit, and a "no"
-    from the heuristic is good enough to leave a reason out."""
+def best_solution(inputs: Inputs, relax: Relax, *, any_will_do: bool = False,
+                  only_domain: str | None = None) -> Found | None:
+    """The best solution over every domain (or in ``only_domain`` alone). With
+    ``any_will_do``, the first one the heuristic finds: explanations only ask whether a
+    relaxed gang would fit, and a "no" from the heuristic is good enough to leave a reason
+    out."""
     topology = Topology.NONE if relax.topology else inputs.demand.topology
     by_domain: dict[str, set[str]] = defaultdict(set)
     for kind in inputs.kinds:  # a kind's groups share their zone and fabric
-        by_domain[domain_of(kind.first, topology)].update(kind.groups)
+        domain = domain_of(kind.first, topology)
+        if only_domain is None or domain == only_domain:
+            by_domain[domain].update(kind.groups)
     problems = []
     for domain in sorted(by_domain):
         built = build(inputs, by_domain[domain], relax,

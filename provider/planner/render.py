@@ -23,6 +23,7 @@ def plan_json(result: Plan | Infeasible) -> dict[str, Any]:
                 "reservation": p.reservation,
                 "count": p.count,
                 "podSets": dict(p.pod_sets),
+                "reused": list(p.reused),
             }
             for p in result.parts
         ],
@@ -44,7 +45,8 @@ def plan_text(name: str, result: Plan | Infeasible) -> str:
         return "\n".join(lines)
     lines = [f"{name}: {result.node_count} nodes, on-demand spend "
              f"{result.on_demand_cost_per_hour:.2f}/h"]
-    rows = [(p.group, str(p.capacity_type), p.reservation or "-", str(p.count),
+    rows = [(p.group, f"{p.capacity_type} (reused)" if p.reused else str(p.capacity_type),
+             p.reservation or "-", str(p.count),
              ", ".join(f"{k}: {v}" for k, v in p.pod_sets.items()) or "-", p.why)
             for p in result.parts]
     header = ("GROUP", "SOURCE", "RESERVATION", "NODES", "PODS", "WHY")

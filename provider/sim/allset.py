@@ -22,9 +22,10 @@ from provider.attempts.gangs import HOLD_GRACE
 from provider.capacity.ledger import CapacityView
 from provider.config import LoadedConfig, load_config_text
 from provider.config.units import duration_seconds
+from provider.domain.cloud import CapacityType
 from provider.domain.demand import Demand, PodSet, Toleration
 from provider.domain.model import GPU_RESOURCE, INSTANCE_TYPE_LABEL, MILLI, Resources
-from provider.domain.plan import Infeasible, Part, Plan
+from provider.domain.plan import IdleNode, Infeasible, Part, Plan
 from provider.planner.answer import plan
 from provider.planner.timing import wait_or_buy
 from provider.sim.trace import JobSpec, ShapeSpec, TraceModel
@@ -110,8 +111,10 @@ class Allset:
     def __init__(self) -> None:
         self._ids = itertools.count(1)
         self._counts = {"attempts": 0, "failedAttempts": 0, "rollbacks": 0,
-                        "rolledBackNodes": 0, "plansTried": 0, "windowWaits": 0}
+                        "rolledBackNodes": 0, "plansTried": 0, "windowWaits": 0,
+                        "reusedNodes": 0}
         self._failures: dict[int, int] = {}
+        self._by_provider_id: dict[str, Node] = {}
 
     def attach(self, world: World) -> None:
         self.world = world
@@ -125,7 +128,28 @@ class Allset:
         self._max = duration_seconds(settings.max_backoff)
         self._refresh = config.refresh_interval_seconds
         self._listed: tuple[int, int, int] | None = None
+        self._groups = {g.id: g for g in config.groups}
+        self._reservation_end = {r.id: r.end for r in world.trace.reservations}
+        world.unneeded = self._unneeded
+        world.hold = self._hold
         self._tick()
+
+    def _unneeded(self, node: Node) -> float:
+        """CA's scaleDownUnneededTime for the node's group: what NodeGroupGetOptions
+        answers (a GPU group's short default), else CA's flag (the trace's delay)."""
+        stated = self._groups[node.group].options.scale_down_unneeded_seconds
+        return self.world.settings.scale_down_delay if stated is None else stated
+
+    def _hold(self, node: Node) -> float:
+        """An idle reserved node of a group that keeps them is protected from scale-down
+        (the scale-down-disabled annotation) while its reservation lasts: it bills with
+        the reservation whether it runs or not. A capacity block's nodes go at its end
+        (the cloud's), an ODCR's when it ends (then the node bills on demand)."""
+        rid = node.instance.tags.reservation
+        if not node.reserved or rid is None or not self._groups[node.group].keep_reserved_nodes:
+            return self.world.now
+        end = self._reservation_end.get(rid)
+        return float("inf") if end is None else end
 
     def _tick(self) -> None:
         """The inventory refresh loop: the cloud is listed every refresh interval. A
@@ -193,7 +217,8 @@ class Allset:
         attempt = f"r-{next(self._ids)}"
 
         def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
-            return plan(demand, view, self.provider.matcher, fleet.occupied(exclude=attempt))
+            return plan(demand, view, self.provider.matcher, fleet.occupied(exclude=attempt),
+                        self._idle(view))
 
         outcome = self.provider.executor.execute(
             AttemptSpec(attempt, CLUSTER, request=demand.name), build)
@@ -205,14 +230,35 @@ class Allset:
             kept = {i.id for i in outcome.instances}
             self.world.rolled_back([i for i in self.world.cloud.all_instances()
                                     if i.tags.attempt == attempt and i.id not in kept])
-        if outcome.instances:
-            fleet.adopt(outcome.instances, self.world.clock.now())
-            self.world.launched(outcome.instances, job)
+        if outcome.instances or outcome.reused:
+            if outcome.instances:
+                fleet.adopt(outcome.instances, self.world.clock.now())
+                self.world.launched(outcome.instances, job)
+            for provider_id in outcome.reused:
+                self.world.take(self._by_provider_id[provider_id], job)
+            self._counts["reusedNodes"] += len(outcome.reused)
+            # The world shows them busy now: the ledger's own booking may end.
+            self.provider.ledger.unbook(outcome.reused)
             return
         self._counts["failedAttempts"] += 1
         failures = self._failures[job.index] = self._failures.get(job.index, 0) + 1
         delay = min(self._max, self._initial * 2.0 ** (failures - 1))
         self.world.after(delay, lambda: self._attempt(job, epoch))
+
+    def _idle(self, view: CapacityView) -> list[IdleNode]:
+        """What the controller lists as idle: Ready nodes of allset's groups with no
+        gang's pods and no booking."""
+        out = []
+        self._by_provider_id = {}
+        for n in self.world.idle():
+            provider_id = n.instance.provider_id
+            if not n.booted or provider_id in view.booked:
+                continue
+            self._by_provider_id[provider_id] = n
+            out.append(IdleNode(provider_id, n.group, CapacityType.RESERVED if n.reserved
+                                else CapacityType.ON_DEMAND,
+                                n.instance.tags.reservation if n.reserved else None))
+        return out
 
     def release(self, nodes: Sequence[Node]) -> None:
         by_group: dict[str, list[str]] = {}

@@ -154,6 +154,10 @@ class World:
         # When the autoscaler lets this empty node go at the earliest (math.inf: not while
         # its group is at its min size). The baselines set it: CA's scale-down cooldowns.
         self.hold: Callable[[Node], float] | None = None
+        # How long this empty node must stay unneeded before scale-down takes it (None:
+        # the trace's scale_down_delay for every node). allset sets it: the per-group
+        # scaleDownUnneededTime its NodeGroupGetOptions answers CA.
+        self.unneeded: Callable[[Node], float] | None = None
 
     # --- time ----------------------------------------------------------------------------
 
@@ -353,8 +357,15 @@ class World:
             n.job = None
             n.idle_since = self.now
             self._count(n)
-        if nodes:
-            self.after(self.settings.scale_down_delay, lambda: self._scale_down(nodes))
+        by_delay: dict[float, list[Node]] = {}
+        for n in nodes:
+            by_delay.setdefault(self._unneeded_for(n), []).append(n)
+        for delay, some in sorted(by_delay.items()):
+            self.after(delay, partial(self._scale_down, some))
+
+    def _unneeded_for(self, node: Node) -> float:
+        return self.settings.scale_down_delay if self.unneeded is None else \
+            self.unneeded(node)
 
     def take(self, node: Node, job: Job) -> None:
         """An empty node gets a pod of ``job`` (the scheduler binds to what fits)."""
@@ -367,9 +378,8 @@ class World:
         return [n for n in self.nodes.values() if n.job is None]
 
     def _scale_down(self, nodes: list[Node]) -> None:
-        delay = self.settings.scale_down_delay
         empty = [n for n in nodes if n.job is None and n.id in self.nodes
-                 and self.now - n.idle_since >= delay - 1e-6]
+                 and self.now - n.idle_since >= self._unneeded_for(n) - 1e-6]
         if self.hold is not None:
             held = {n: self.hold(n) for n in empty}
             for until in sorted({t for t in held.values() if self.now < t < float("inf")}):

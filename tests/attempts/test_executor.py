@@ -19,7 +19,10 @@ from provider.domain.cloud import (
     Scope,
     TransientError,
 )
-from provider.domain.plan import Infeasible, Part, Plan
+from provider.domain.demand import Demand, PodSet
+from provider.domain.model import GPU_RESOURCE, MILLI, Resources
+from provider.domain.plan import IdleNode, Infeasible, Part, Plan
+from provider.planner.answer import plan
 from provider.planner.group import plan_group_delta
 from tests.kit.helpers import Harness, distort, harness
 
@@ -265,3 +268,41 @@ def test_a_rollback_writes_its_debt_on_the_instances_first() -> None:
     rolled_back = [i for i in h.live() if not i.tags.committed]
     assert len(rolled_back) == 2 and all(i.marked_deleting for i in rolled_back)
     assert all(not i.marked_deleting for i in h.live() if i.tags.committed)
+
+
+def build_reusing(provider: Provider, workers: int, idle: Sequence[IdleNode]) -> Build:
+    """A request's build (the gang planner), offered ``idle`` nodes of group g."""
+    pods = PodSet("w", workers, Resources.of({"cpu": 8 * MILLI, GPU_RESOURCE: 8 * MILLI,
+                                              "pods": MILLI}))
+    demand = Demand("ns/r", (pods,))
+
+    def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
+        return plan(demand, view, provider.matcher, provider.fleet.occupied(),
+                    [n for n in idle if n.provider_id not in view.booked])
+
+    return build
+
+
+IDLE = [IdleNode(f"fake://z1/idle-{i}", "g", CapacityType.ON_DEMAND) for i in range(2)]
+
+
+def test_idle_nodes_alone_serve_a_gang_with_no_launch() -> None:
+    h, ex = setup()
+    out = ex.execute(AttemptSpec("a1", "x", request="ns/r"), build_reusing(h.provider, 2, IDLE))
+    assert out.result is Result.SUCCEEDED
+    assert out.reused == ("fake://z1/idle-0", "fake://z1/idle-1") and out.instances == ()
+    assert h.cloud.calls["launch"] == 0 and h.live() == []
+    # Booked until the caller sees its booking: another attempt cannot plan them.
+    assert h.provider.ledger.view().booked == set(out.reused)
+
+
+def test_a_failed_launch_beside_reused_nodes_unbooks_them_and_terminates_only_its_own() -> None:
+    h, ex = setup()
+    # 5 pods: 2 on the idle nodes, 3 launched (2 + 1 in r-a / r-b first); every launch
+    # fails, so the attempt fails whole and the idle nodes are free to book again.
+    h.cloud.inject("launch", InsufficientCapacity("stockout"), times=50)
+    out = ex.execute(AttemptSpec("a1", "x", request="ns/r"), build_reusing(h.provider, 5, IDLE))
+    assert out.result in (Result.FAILED, Result.INFEASIBLE) and out.reused == ()
+    assert h.provider.ledger.view().booked == frozenset()
+    # Nothing of the idle nodes was touched: no terminate names them.
+    assert not any(i.id.startswith("idle") for i in h.cloud.all_instances())

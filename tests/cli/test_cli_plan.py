@@ -34,9 +34,9 @@ def test_plan_json_contract(tmp_path: Path) -> None:
     assert body["feasible"] is True
     assert body["parts"] == [
         {"nodeGroup": "cpu-a", "source": "on-demand", "reservation": None, "count": 1,
-         "podSets": {"ps": 2}},
+         "podSets": {"ps": 2}, "reused": []},
         {"nodeGroup": "h100-a", "source": "reserved", "reservation": "cr-h100-a", "count": 2,
-         "podSets": {"workers": 16}},
+         "podSets": {"workers": 16}, "reused": []},
     ]
     assert body["cost"] == {"onDemandPerHour": 1.61}
     assert body["reasons"] == []

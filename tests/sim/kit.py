@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from provider.config.load import GPU_UNNEEDED_SECONDS
 from provider.sim.run import Result, run_world, summary
 from provider.sim.trace import TraceModel, parse_trace
 from provider.sim.world import World
@@ -14,6 +15,10 @@ CPU: dict[str, Any] = {"instanceType": "m7i.8xlarge", "cpu": 31, "memoryGib": 12
                        "onDemandPrice": 2.0}
 BOOT = 300.0
 TIMEOUT = 1200.0
+END = 3600 + 4 * 3600  # the traces' horizon plus drain: when a run ends
+# allset's empty on-demand GPU nodes go after this (a GPU group's scaleDownUnneededTime),
+# the other strategies' after the trace's scale-down delay (600 s here).
+GPU_UNNEEDED = GPU_UNNEEDED_SECONDS
 
 
 def trace(groups: list[dict[str, Any]], jobs: list[dict[str, Any]], **extra: Any

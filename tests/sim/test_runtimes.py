@@ -14,7 +14,7 @@ from provider.sim.run import with_runtimes
 from provider.sim.runtimes import declared_runtime
 from provider.sim.trace import JobSpec, RuntimeSettings
 from provider.sim.world import Interruption
-from tests.sim.kit import BOOT, group, job, run, trace
+from tests.sim.kit import BOOT, GPU_UNNEEDED, group, job, run, trace
 
 HOUR = 3600.0
 EXACT = {"sigma": 0, "undeclared": 0}  # every job declares its real duration
@@ -137,8 +137,8 @@ def test_a_waiting_job_starts_at_the_opening_and_later_work_does_not_take_its_sl
     assert f["jobsWaitedForWindow"] == 1 and f["windowWaitHours"] == 1
     assert f["interruptions"] == 0 and f["jobsCompleted"] == 2
     # first ran on the block: only second's 2 nodes x 8 GPUs were bought (3 h running,
-    # booting before and 10 min idle after, until scale-down).
-    assert f["onDemandGpuHours"] == pytest.approx(2 * 8 * (3 + (BOOT + 600) / HOUR))
+    # booting before and the GPU group's unneeded time idle after, until scale-down).
+    assert f["onDemandGpuHours"] == pytest.approx(2 * 8 * (3 + (BOOT + GPU_UNNEEDED) / HOUR))
     assert result.counters["windowWaits"] == 1
 
 

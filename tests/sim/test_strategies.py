@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sim.kit import BOOT, TIMEOUT, group, job, run, trace
+from tests.sim.kit import BOOT, END, GPU_UNNEEDED, TIMEOUT, group, job, run, trace
 
 PARTIAL_EPISODE = 2 * 8 * (TIMEOUT - BOOT) / 3600  # 2 nodes held from boot to the timeout
 
@@ -137,6 +137,8 @@ def test_reservations_open_and_close_over_time() -> None:
     by_job = {i.tags.request: i.tags.reservation for i in world.cloud.all_instances()}
     assert by_job == {"sim/early": "r-a", "sim/late": "r-late"}
     # early: reserved 0-1800 s, then on demand until scaled down (boot 300 s + 1 h run +
-    # 600 s idle); late: reserved throughout.
-    assert f["onDemandGpuHours"] == pytest.approx(16 * (300 + 3600 + 600 - 1800) / 3600)
-    assert f["reservedGpuHours"] == pytest.approx(16 * 1800 / 3600 + 16 * 4500 / 3600)
+    # the GPU group's unneeded time idle); late: reserved throughout, and kept up idle
+    # while r-late lasts (to the run's end).
+    assert f["onDemandGpuHours"] == pytest.approx(
+        16 * (300 + 3600 + GPU_UNNEEDED - 1800) / 3600)
+    assert f["reservedGpuHours"] == pytest.approx(16 * 1800 / 3600 + 16 * (END - 7260) / 3600)
