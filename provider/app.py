@@ -311,6 +311,20 @@ class Provider:
         with self._booked_lock:
             return dict(self._booker)
 
+    def keeps_warm(self, inst: CloudInstance) -> bool:
+        """Whether this node is to stay up while idle (config reservedNodes: keep): it is
+        in a reservation that lasts (a block until its cut-off), so it bills with the
+        reservation whether it runs work or not, and the next matching gang starts on it
+        at once."""
+        group = self.groups.get(inst.tags.node_group)
+        rid = inst.tags.reservation
+        if group is None or not group.keep_reserved_nodes or rid is None or \
+                inst.tags.source is not CapacityType.RESERVED:
+            return False
+        now = self.clock.now()
+        return any(r.id == rid and (r.ends_at is None or r.ends_at > now)
+                   for r in self.ledger.snapshot.reservations)
+
     def booked(self, provider_id: str) -> bool:
         """Whether a request books this node (per Node event: no copy of every booking)."""
         with self._booked_lock:

@@ -208,7 +208,7 @@ class NodeGroupConfig(Model):
         default_factory=list, description="targeted reservations this group may launch into"
     )
     options: Options = Field(Options(), description="CA's autoscaling options for this "
-                             "group (a GPU group's scaleDownUnneededTime defaults to 1m)")
+                             "group (a GPU group's scaleDownUnneededTime defaults to 30s)")
     reserved_nodes: Literal["keep", "release"] = Field(
         "keep", description="an idle node in a reservation: keep it up (protected from "
         "scale-down while the reservation lasts, so the next gang starts at once; it bills "

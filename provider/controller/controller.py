@@ -252,7 +252,8 @@ class Controller:
                 self.queue.add(inst.tags.request, first=not (done is not None and done.true))
             if self._p.booked(inst.provider_id):
                 return  # its request labels it, with the booking label in the same patch
-        if inst is not None and source_labels.missing(node, inst):
+        if inst is not None and (source_labels.missing(node, inst) or source_labels.kept_changes(
+                node, self._p.keeps_warm(inst))):
             self._label_wanted.set()  # labelled by its own thread, never this one
 
     def _label_loop(self) -> None:
@@ -324,8 +325,8 @@ class Controller:
         try:
             read = str(meta.get("resourceVersion") or "")
             notes = meta.get("annotations") or {}
-            held = {c.SCALE_DOWN_DISABLED: None} \
-                if not booked and notes.get(c.SCALE_DOWN_DISABLED) == "true" else {}
+            held = {c.SCALE_DOWN_DISABLED: None} if not booked and not source_labels.is_kept(
+                node) and notes.get(c.SCALE_DOWN_DISABLED) == "true" else {}
             self.nodes.wrote(self._kube.patch_node(str(name), {c.BOOKING_LABEL: None}, held),
                              read)
         except Exception as err:  # the next resync tries again
@@ -333,13 +334,17 @@ class Controller:
                         name, err)
 
     def _label_source(self, node: Node, inst: CloudInstance) -> None:
+        """Its capacity-source labels and, for a reserved Node kept warm, the protection
+        from scale-down (both in one patch)."""
         changes = source_labels.missing(node, inst)
+        notes = source_labels.kept_changes(node, self._p.keeps_warm(inst))
         name = (node.get("metadata") or {}).get("name")
-        if not changes or not name or not inst.tags.committed or not self._p.acting():
+        if not (changes or notes) or not name or not inst.tags.committed or \
+                not self._p.acting():
             return
         try:
             read = str((node.get("metadata") or {}).get("resourceVersion") or "")
-            self.nodes.wrote(self._kube.patch_node(str(name), changes, {}), read)
+            self.nodes.wrote(self._kube.patch_node(str(name), changes, notes), read)
         except Exception as err:  # the next resync tries again
             log.warning("labelling Node %s with its capacity source failed: %s", name, err)
 

@@ -460,9 +460,12 @@ class RequestHandler:
             meta = node.get("metadata") or {}
             labels = {c.BOOKING_LABEL: None} \
                 if unlabel and c.BOOKING_LABEL in (meta.get("labels") or {}) else {}
-            if labels or c.SCALE_DOWN_DISABLED in (meta.get("annotations") or {}):
+            # A reserved node kept warm keeps its protection: the keeper owns it then.
+            notes = {} if source_labels.is_kept(node) and not unlabel else \
+                {c.SCALE_DOWN_DISABLED: None}
+            if labels or (notes and c.SCALE_DOWN_DISABLED in (meta.get("annotations") or {})):
                 with contextlib.suppress(Gone):
-                    self._kube.patch_node(meta["name"], labels, {c.SCALE_DOWN_DISABLED: None})
+                    self._kube.patch_node(meta["name"], labels, notes)
 
     # --- helpers -------------------------------------------------------------------------
 

@@ -7,11 +7,31 @@ from __future__ import annotations
 
 import re
 
+from provider.controller.conditions import SCALE_DOWN_DISABLED
 from provider.controller.nodes import Node
 from provider.domain.cloud import CloudInstance
 
 CAPACITY_TYPE_LABEL = "allset.dev/capacity-type"
 RESERVATION_LABEL = "allset.dev/reservation"
+# On a reserved Node allset keeps up while idle (reservedNodes: keep), beside CA's
+# scale-down-disabled: says the protection is the keeper's, so that it alone takes it off
+# (when the reservation ends or the group releases), and a booking's end leaves it.
+KEPT_ANNOTATION = "allset.dev/kept-reserved"
+
+
+def kept_changes(node: Node, keep: bool) -> dict[str, str | None]:
+    """The annotation changes that keep this Node up (or let it go), empty when none."""
+    notes = (node.get("metadata") or {}).get("annotations") or {}
+    if keep:
+        want: dict[str, str | None] = {SCALE_DOWN_DISABLED: "true", KEPT_ANNOTATION: "true"}
+        return {k: v for k, v in want.items() if notes.get(k) != v}
+    if KEPT_ANNOTATION in notes:
+        return {SCALE_DOWN_DISABLED: None, KEPT_ANNOTATION: None}
+    return {}
+
+
+def is_kept(node: Node) -> bool:
+    return KEPT_ANNOTATION in ((node.get("metadata") or {}).get("annotations") or {})
 
 
 def missing(node: Node, inst: CloudInstance) -> dict[str, str | None]:

@@ -3,7 +3,9 @@ over HTTP on 127.0.0.1) and the simulated cloud."""
 
 from __future__ import annotations
 
+import re
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,10 +13,11 @@ from kubernetes import client
 
 from adapters.fake import Stockout
 from provider.controller import conditions as c
+from provider.controller.source_labels import KEPT_ANNOTATION
 from provider.domain.cloud import CapacityType, InstanceState, LaunchRequest
 from tests.fakes.kube import objects
-from tests.kit.controller import NS, World, create, live, restart, templates, world
-from tests.kit.helpers import wait_until
+from tests.kit.controller import NS, World, create, live, restart, running, templates, world
+from tests.kit.helpers import BASE_CONFIG, wait_until
 
 __all__ = ["world"]  # the fixture, shared with the other controller tests
 
@@ -120,8 +123,16 @@ def test_bad_requests_fail_with_the_field(world: World) -> None:
     assert w.h.cloud.live_instances() == []
 
 
-def test_booking_expires(world: World) -> None:
-    w = world
+@pytest.fixture
+def released() -> Iterator[World]:
+    """The world with reservedNodes: release on every group: what a booking's end does to
+    a Node, with no kept-warm protection in the way."""
+    yield from running(re.sub(r"(\n  - id: [^\n]+\n)", r"\1    reservedNodes: release\n",
+                              BASE_CONFIG))
+
+
+def test_booking_expires(released: World) -> None:
+    w = released
     create(w, bookingDurationSeconds="120")
     w.provision()
     assert w.condition(c.PROVISIONED).true  # type: ignore[union-attr]
@@ -136,6 +147,35 @@ def test_booking_expires(world: World) -> None:
         assert node["metadata"]["labels"][c.BOOKING_LABEL] == "ml.job"
         assert c.SCALE_DOWN_DISABLED not in (node["metadata"].get("annotations") or {})
     assert w.h.provider.bookings() == {}
+
+
+def test_idle_reserved_nodes_are_kept_warm_while_their_reservation_lasts(world: World
+                                                                        ) -> None:
+    """Issue 34: with reservedNodes: keep (the default), a reserved node stays protected
+    from scale-down after its booking ends (it bills with the reservation whether it
+    runs or not); once the reservation is gone, the protection goes too."""
+    w = world
+    create(w, bookingDurationSeconds="120")
+    w.provision()
+    w.h.clock.advance(130)
+    w.sync(2)
+    gang = live(w)
+    assert gang and all(i.tags.reservation for i in gang)
+    for inst in gang:
+        notes = w.node(inst.name)["metadata"].get("annotations") or {}
+        assert notes.get(c.SCALE_DOWN_DISABLED) == "true", notes
+        assert notes.get(KEPT_ANNOTATION) == "true", notes
+    # The reservations end (the cloud lists them no more): the nodes bill on demand now,
+    # and scale-down may take them as CA decides.
+    for rid in {i.tags.reservation for i in gang}:
+        assert rid is not None
+        w.h.cloud.remove_reservation(rid)
+    w.h.provider.refresh_now()
+    w.controller.label_sources()
+    w.sync(1)
+    for inst in gang:
+        notes = w.node(inst.name)["metadata"].get("annotations") or {}
+        assert c.SCALE_DOWN_DISABLED not in notes and KEPT_ANNOTATION not in notes, notes
 
 
 def test_booking_is_consumed_when_every_pod_is_scheduled(world: World) -> None:
@@ -241,14 +281,14 @@ def _false() -> c.Condition:
     return c.Condition("", "False", "", "", "")
 
 
-def test_a_booked_workload_can_replace_a_failed_pod_after_its_booking_ended(world: World
+def test_a_booked_workload_can_replace_a_failed_pod_after_its_booking_ended(released: World
                                                                             ) -> None:
     """Issue 32, finding 6 (I12): Kueue wrote the booking label into the Job's pods as a
     nodeSelector. Once every pod was scheduled allset ended the booking and took the label
     off the Nodes, so the pod the Job created for a failed one stayed Pending for good, on
     the very nodes its workload ran on. The label stays while the request stands or a live
     pod asks for it, through a restart too; then it goes."""
-    w = world
+    w = released
     create(w, pod_sets={"workers": 8})
     w.provision()
     (inst,) = live(w)
@@ -289,12 +329,12 @@ def test_a_booked_workload_can_replace_a_failed_pod_after_its_booking_ended(worl
 
 
 def test_a_booking_whose_end_was_handled_part_way_does_not_keep_its_node_from_scale_down(
-        world: World) -> None:
+        released: World) -> None:
     """A request gone without allset's finalizer pass, whose booking's end could not be
     written (the API failing, or the replica deposed mid-way: adversary seed 896126978),
     left scale-down-disabled on its Node, for good: CA would never take it down. The
     labelling sweep takes it off with the booking label."""
-    w = world
+    w = released
     create(w, pod_sets={"workers": 8})
     w.provision()
     (inst,) = live(w)

@@ -337,12 +337,12 @@ def test_get_options_overrides_what_the_group_configures(served: Served) -> None
 def test_a_gpu_group_that_states_no_unneeded_time_answers_the_short_default(
         served: Served) -> None:
     # An empty on-demand GPU node bills at full rate: a GPU group's scaleDownUnneededTime
-    # is a minute unless configured (the gpu group states 20m); a CPU group echoes CA's.
+    # is 30 s unless configured (the gpu group states 20m); a CPU group echoes CA's.
     _, stub = served
     got = stub.NodeGroupGetOptions(pb.NodeGroupAutoscalingOptionsRequest(
         id="gpu-b", defaults=_defaults())).nodeGroupAutoscalingOptions
-    assert got.scaleDownUnneededDuration.seconds == 60
-    assert got.scaleDownUnneededTime.duration == 60 * 10**9
+    assert got.scaleDownUnneededDuration.seconds == 30
+    assert got.scaleDownUnneededTime.duration == 30 * 10**9
     cpu = stub.NodeGroupGetOptions(pb.NodeGroupAutoscalingOptionsRequest(
         id="cpu", defaults=_defaults())).nodeGroupAutoscalingOptions
     assert cpu.scaleDownUnneededDuration.seconds == 600
