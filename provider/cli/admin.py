@@ -11,9 +11,11 @@ from provider.cli.errors import UsageError
 
 def client_tls(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cacert", type=Path, help="CA that signed the server's "
-                        "certificate (with --cert and --key: mTLS, as CA connects)")
-    parser.add_argument("--cert", type=Path, help="client certificate")
-    parser.add_argument("--key", type=Path, help="client key")
+                        "certificate (with --cert and --key: mTLS)")
+    parser.add_argument("--cert", type=Path, help="client certificate: an operator's "
+                        "(operator.crt from `allset certs`, secret allset-operator-tls); "
+                        "CA's may not call the admin service")
+    parser.add_argument("--key", type=Path, help="its key")
     parser.add_argument("--server-name", help="name to check the server certificate "
                         "against (default: the host of --server)")
 

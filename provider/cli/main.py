@@ -22,6 +22,7 @@ from provider.cli.serve import DEFAULT_ADDRESS, DEFAULT_STATE_DIR
 from provider.cli.serve import serve as run_serve
 from provider.cli.simulate import simulate as run_simulate
 from provider.config import ConfigError
+from provider.service.identities import AUTOSCALER_CN, OPERATOR_CN
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,6 +77,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key", type=Path, help="server private key (PEM)")
     serve.add_argument("--tls-client-ca", type=Path,
                        help="CA that signs client certificates (mTLS: clients must present one)")
+    serve.add_argument("--autoscaler-cn", action="append", metavar="NAME",
+                       help="Common Name of Cluster Autoscaler's client certificate: it may "
+                       "call the CloudProvider service, nothing else (repeatable; default "
+                       f"{AUTOSCALER_CN})")
+    serve.add_argument("--operator-cn", action="append", metavar="NAME",
+                       help="Common Name of an operator's client certificate: it may call "
+                       "the admin service (status, plan --server) and CloudProvider's "
+                       f"read-only methods (repeatable; default {OPERATOR_CN})")
     serve.add_argument("--insecure", action="store_true",
                        help="serve plaintext without TLS, on a loopback address only")
     serve.add_argument("--insecure-bind-any", action="store_true",

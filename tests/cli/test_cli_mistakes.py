@@ -146,3 +146,16 @@ def test_grace_out_of_range(tmp_path: Path) -> None:
         assert fails("serve", "--insecure", "--address", f"127.0.0.1:{free_port()}",
                      "--grace", grace, "--state-dir", str(tmp_path)) == (
             f"allset: --grace: {float(grace):g} is not between 0 and 3600 seconds")
+
+
+def test_identity_flags(pki: Path, tmp_path: Path) -> None:
+    """--autoscaler-cn and --operator-cn name client certificates (issue 35, item 2)."""
+    assert fails("serve", "--insecure", "--operator-cn", "me", "--state-dir",
+                 str(tmp_path)) == (
+        "allset: --autoscaler-cn and --operator-cn name client certificates: they apply "
+        "with mTLS, not --insecure (plaintext has no identity)")
+    assert fails("serve", "--tls-cert", str(pki / "server.crt"), "--tls-key",
+                 str(pki / "server.key"), "--tls-client-ca", str(pki / "ca.crt"),
+                 "--operator-cn", "cluster-autoscaler", "--state-dir", str(tmp_path)) == (
+        "allset: --autoscaler-cn and --operator-cn both name cluster-autoscaler: an "
+        "operator's certificate must not be able to change the cloud")
