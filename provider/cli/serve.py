@@ -92,6 +92,14 @@ def serve(args: argparse.Namespace) -> int:
             "serve needs --tls-cert, --tls-key and --tls-client-ca (mTLS), "
             "or --insecure for plaintext (see `allset certs`)"
         )
+    if args.kubeconfig is not None:
+        # A file named on the command line that is not there is a typo, not an API server
+        # that is down: the controller's start would retry it forever.
+        try:
+            args.kubeconfig.read_bytes()
+        except OSError as err:
+            raise UsageError(f"--kubeconfig: cannot read {args.kubeconfig}: "
+                             f"{err.strerror or err}") from err
     # Found before anything starts (a lock, a lease) and before gRPC, which says only
     # "Failed to bind" (and logs a line of its own).
     for flag, address in addresses.items():
