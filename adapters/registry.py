@@ -66,7 +66,7 @@ def _fake(config: LoadedConfig, clock: Clock) -> CloudAdapter:
         launch_latency_seconds=cfg.launch_latency_seconds,
         boot_seconds=cfg.boot_seconds,
         terminate_seconds=cfg.terminate_seconds,
-        state_path=_beside(config.source, cfg.state_path),
+        state_path=beside_config(config.source, cfg.state_path),
         shared=cfg.shared,
     )
     try:
@@ -91,7 +91,7 @@ def unusable_path(path: str, err: OSError | sqlite3.Error) -> str:
             "config file)")
 
 
-def _beside(source: str, path: str | None) -> str | None:
+def beside_config(source: str, path: str | None) -> str | None:
     """A relative statePath is relative to the config file, not to wherever allset was
     started: `serve` and `plan` run from different directories still share one cloud."""
     if path is None or Path(path).is_absolute() or not Path(source).is_file():

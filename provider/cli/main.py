@@ -1,4 +1,4 @@
-"""`allset` command line: serve, instances, certs, plan, simulate, status. Each command's
+"""`allset` command line: serve, instances, certs, plan, simulate, status, validate. Each command's
 work is in a module of its own beside this one, and imports what it needs when it runs, so
 `allset --help` starts fast."""
 
@@ -21,6 +21,7 @@ from provider.cli.plan import plan as run_plan
 from provider.cli.serve import DEFAULT_ADDRESS, DEFAULT_STATE_DIR
 from provider.cli.serve import serve as run_serve
 from provider.cli.simulate import simulate as run_simulate
+from provider.cli.validate import validate as run_validate
 from provider.config import ConfigError
 from provider.service.identities import AUTOSCALER_CN, OPERATOR_CN
 
@@ -144,6 +145,12 @@ def _parser() -> argparse.ArgumentParser:
     certs.add_argument("--days", type=int, default=365,
                        help="validity of every certificate (1 to 36500, default 365)")
     certs.set_defaults(run=run_certs)
+
+    check = sub.add_parser("validate", parents=[common],
+                           help="check a config offline (schema, rules across fields, groups' "
+                           "shapes): no cloud credentials, no network, nothing written")
+    check.add_argument("--config", type=Path, required=True, help="config file")
+    check.set_defaults(run=run_validate)
 
     plan = sub.add_parser("plan", parents=[common],
                           help="plan a ProvisioningRequest against the cloud now")
