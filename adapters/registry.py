@@ -4,6 +4,7 @@ when that cloud is configured, so the simulated cloud runs without them installe
 from __future__ import annotations
 
 import datetime as dt
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,49 +32,66 @@ def _fake(config: LoadedConfig, clock: Clock) -> CloudAdapter:
         )
         for g in config.groups
     }
-    return FakeCloud(
-        FakeSettings(
-            reservations=[
-                Reservation(
-                    id=r.id,
-                    zone=r.zone,
-                    instance_type=r.instance_type,
-                    total=r.count,
-                    free=r.count,
-                    kind=r.kind,
-                    targeted=r.targeted,
-                    fabric=r.fabric,
-                    starts_at=_epoch(r.starts_at),
-                    ends_at=_epoch(r.ends_at),
-                    price=r.price,
-                )
-                for r in cfg.reservations
-            ],
-            stockouts=[Stockout(s.zone, s.instance_type, s.capacity_type) for s in cfg.stockouts],
-            quotas=[
-                Quota(
-                    name=q.name,
-                    unit=q.unit,
-                    limit=q.limit,
-                    used=0,
-                    capacity_types=tuple(CapacityType(c) for c in q.capacity_types),
-                    instance_types=tuple(q.instance_types),
-                    zones=tuple(q.zones),
-                )
-                for q in cfg.quotas
-            ],
-            shapes=shapes,
-            launch_latency_seconds=cfg.launch_latency_seconds,
-            boot_seconds=cfg.boot_seconds,
-            terminate_seconds=cfg.terminate_seconds,
-            state_path=_beside(config.source, cfg.state_path),
-            shared=cfg.shared,
-        ),
-        clock,
+    settings = FakeSettings(
+        reservations=[
+            Reservation(
+                id=r.id,
+                zone=r.zone,
+                instance_type=r.instance_type,
+                total=r.count,
+                free=r.count,
+                kind=r.kind,
+                targeted=r.targeted,
+                fabric=r.fabric,
+                starts_at=_epoch(r.starts_at),
+                ends_at=_epoch(r.ends_at),
+                price=r.price,
+            )
+            for r in cfg.reservations
+        ],
+        stockouts=[Stockout(s.zone, s.instance_type, s.capacity_type) for s in cfg.stockouts],
+        quotas=[
+            Quota(
+                name=q.name,
+                unit=q.unit,
+                limit=q.limit,
+                used=0,
+                capacity_types=tuple(CapacityType(c) for c in q.capacity_types),
+                instance_types=tuple(q.instance_types),
+                zones=tuple(q.zones),
+            )
+            for q in cfg.quotas
+        ],
+        shapes=shapes,
+        launch_latency_seconds=cfg.launch_latency_seconds,
+        boot_seconds=cfg.boot_seconds,
+        terminate_seconds=cfg.terminate_seconds,
+        state_path=beside_config(config.source, cfg.state_path),
+        shared=cfg.shared,
     )
+    try:
+        return FakeCloud(settings, clock)  # opens (and creates) statePath now
+    except (OSError, sqlite3.Error) as err:
+        if settings.state_path is None:
+            raise
+        raise ConfigError(config.source, [(
+            "cloud.fake.statePath", unusable_path(settings.state_path, err))]) from err
 
 
-def _beside(source: str, path: str | None) -> str | None:
+def unusable_path(path: str, err: OSError | sqlite3.Error) -> str:
+    """Why a file allset creates at ``path`` cannot be, and what to do: one line, not the
+    traceback of whichever directory on the way failed."""
+    if isinstance(err, OSError):
+        where = f" ({err.filename})" if err.filename and str(err.filename) != path else ""
+        reason = f"{err.strerror or err}{where}"
+    else:
+        reason = str(err)  # sqlite3: "unable to open database file", "file is not a database"
+    return (f"cannot create or open {path}: {reason}; give a file allset may create (its "
+            "directory too) or one it wrote before (a relative path is relative to the "
+            "config file)")
+
+
+def beside_config(source: str, path: str | None) -> str | None:
     """A relative statePath is relative to the config file, not to wherever allset was
     started: `serve` and `plan` run from different directories still share one cloud."""
     if path is None or Path(path).is_absolute() or not Path(source).is_file():

@@ -66,3 +66,20 @@ def private_sqlite(path: Path) -> None:
             continue
         if mode & 0o077:
             os.chmod(p, FILE_MODE)
+
+
+def creation_problem(path: Path) -> str | None:
+    """Why a file could not be created at ``path`` (its missing directories too), judged
+    without creating anything: for checks that must change nothing (`allset validate`)."""
+    if path.is_dir():
+        return f"{path} is a directory"
+    if path.exists():
+        return None if os.access(path, os.R_OK | os.W_OK) else f"{path}: permission denied"
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                return f"{parent} is not a directory"
+            if not os.access(parent, os.W_OK | os.X_OK):
+                return f"this user may not create files in {parent}"
+            return None
+    return None

@@ -1,5 +1,5 @@
-"""`allset certs`: a development CA with server and client certificates, and the
-cloud-config CA reads them from."""
+"""`allset certs`: a development CA with server and client certificates (CA's, and an
+operator's for `allset status`), and the cloud-config CA reads them from."""
 
 from __future__ import annotations
 
@@ -22,10 +22,14 @@ def certs(args: argparse.Namespace) -> int:
         raise UsageError(f"--out: cannot write {err.filename or args.out}: "
                          f"{err.strerror}") from err
     address = args.address or f"{args.server_name[0]}:8086"
-    print(f"# Wrote {args.out}/ca.crt, server.crt/.key and client.crt/.key")
+    print(f"# Wrote {args.out}/ca.crt, server.crt/.key, client.crt/.key (Cluster Autoscaler's) "
+          "and operator.crt/.key (for allset status and plan --server)")
     print("# Serve with:")
     print(f"#   allset serve --tls-cert {issued['server'].cert} --tls-key {issued['server'].key} "
           f"--tls-client-ca {issued['ca'].cert}")
+    print("# Inspect with (only the operator certificate may call the admin service):")
+    print(f"#   allset status --server {address} --cacert {issued['ca'].cert} "
+          f"--cert {issued['operator'].cert} --key {issued['operator'].key}")
     print("# Cluster Autoscaler cloud-config (--cloud-config) for --cloud-provider=externalgrpc:")
     print(f"address: {address}")
     print(f"cert: {issued['client'].cert}")

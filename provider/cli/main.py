@@ -1,4 +1,4 @@
-"""`allset` command line: serve, instances, certs, plan, simulate, status. Each command's
+"""`allset` command line: serve, instances, certs, plan, simulate, status, validate. Each command's
 work is in a module of its own beside this one, and imports what it needs when it runs, so
 `allset --help` starts fast."""
 
@@ -21,7 +21,9 @@ from provider.cli.plan import plan as run_plan
 from provider.cli.serve import DEFAULT_ADDRESS, DEFAULT_STATE_DIR
 from provider.cli.serve import serve as run_serve
 from provider.cli.simulate import simulate as run_simulate
+from provider.cli.validate import validate as run_validate
 from provider.config import ConfigError
+from provider.service.identities import AUTOSCALER_CN, OPERATOR_CN
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,13 +64,15 @@ def _parser() -> argparse.ArgumentParser:
         description="All-or-nothing, reservation-first Cluster Autoscaler provider for GPU fleets",
     )
     parser.add_argument("--version", action="version", version=f"allset {_version()}")
-    parser.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"])
-    parser.add_argument("--log-format", default="text", choices=["text", "json"],
-                        help="json: one object per line, with attempt and request fields")
+    _log_flags(parser, default=True)
+    # The same flags after the command (`allset serve --log-format json`): given there they
+    # win; left out they leave the top level's value alone (SUPPRESS sets nothing).
+    common = argparse.ArgumentParser(add_help=False)
+    _log_flags(common, default=False)
     sub = parser.add_subparsers(required=True, metavar="command")
 
-    serve = sub.add_parser("serve", help="serve the externalgrpc CloudProvider service")
+    serve = sub.add_parser("serve", parents=[common],
+                           help="serve the externalgrpc CloudProvider service")
     serve.add_argument("--config", type=Path,
                        help="config file (default: a built-in demo on the simulated cloud)")
     serve.add_argument("--address", default=DEFAULT_ADDRESS, help="host:port to listen on")
@@ -76,6 +80,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-key", type=Path, help="server private key (PEM)")
     serve.add_argument("--tls-client-ca", type=Path,
                        help="CA that signs client certificates (mTLS: clients must present one)")
+    serve.add_argument("--autoscaler-cn", action="append", metavar="NAME",
+                       help="Common Name of Cluster Autoscaler's client certificate: it may "
+                       "call the CloudProvider service, nothing else (repeatable; default "
+                       f"{AUTOSCALER_CN})")
+    serve.add_argument("--operator-cn", action="append", metavar="NAME",
+                       help="Common Name of an operator's client certificate: it may call "
+                       "the admin service (status, plan --server) and CloudProvider's "
+                       f"read-only methods (repeatable; default {OPERATOR_CN})")
     serve.add_argument("--insecure", action="store_true",
                        help="serve plaintext without TLS, on a loopback address only")
     serve.add_argument("--insecure-bind-any", action="store_true",
@@ -102,8 +114,9 @@ def _parser() -> argparse.ArgumentParser:
                        "kubelet probes when the main port requires mTLS (default: off)")
     serve.set_defaults(run=run_serve)
 
-    instances = sub.add_parser("instances", help="every instance the cloud has for this "
-                               "cluster, with its group, attempt and commit state")
+    instances = sub.add_parser("instances", parents=[common],
+                               help="every instance the cloud has for this cluster, with "
+                               "its group, attempt and commit state")
     instances.add_argument("--config", type=Path,
                            help="config file (default: the built-in demo)")
     instances.add_argument("--output", choices=["text", "json"], default="text")
@@ -113,15 +126,17 @@ def _parser() -> argparse.ArgumentParser:
                            "also shows until it commits)")
     instances.set_defaults(run=run_instances)
 
-    stat = sub.add_parser("status", help="what a running allset holds: groups, "
-                          "reservations, attempts and their outcomes, bookings")
+    stat = sub.add_parser("status", parents=[common],
+                          help="what a running allset holds: groups, reservations, "
+                          "attempts and their outcomes, bookings")
     stat.add_argument("--server", required=True, metavar="HOST:PORT",
                       help="the allset serve address (CA's port)")
     client_tls(stat)
     stat.add_argument("--output", choices=["text", "json"], default="text")
     stat.set_defaults(run=run_status)
 
-    certs = sub.add_parser("certs", help="write a dev CA, server and client certificates")
+    certs = sub.add_parser("certs", parents=[common],
+                           help="write a dev CA, server, CA's client and operator certificates")
     certs.add_argument("--out", type=Path, required=True, help="directory to write PEM files to")
     certs.add_argument("--server-name", action="append", required=True,
                        help="DNS name or IP the server certificate is valid for (repeatable)")
@@ -131,7 +146,14 @@ def _parser() -> argparse.ArgumentParser:
                        help="validity of every certificate (1 to 36500, default 365)")
     certs.set_defaults(run=run_certs)
 
-    plan = sub.add_parser("plan", help="plan a ProvisioningRequest against the cloud now")
+    check = sub.add_parser("validate", parents=[common],
+                           help="check a config offline (schema, rules across fields, groups' "
+                           "shapes): no cloud credentials, no network, nothing written")
+    check.add_argument("--config", type=Path, required=True, help="config file")
+    check.set_defaults(run=run_validate)
+
+    plan = sub.add_parser("plan", parents=[common],
+                          help="plan a ProvisioningRequest against the cloud now")
     plan.add_argument("--config", type=Path,
                       help="plan from a fresh listing of this config's cloud")
     plan.add_argument("--server", metavar="HOST:PORT", help="plan in a running allset, "
@@ -146,9 +168,10 @@ def _parser() -> argparse.ArgumentParser:
     client_tls(plan)
     plan.set_defaults(run=run_plan)
 
-    sim = sub.add_parser("simulate", help="simulate a GPU fleet in virtual time: allset "
-                         "against Cluster Autoscaler's per-pod and best-effort-atomic "
-                         "scale-up and reserved groups pinned at their reservation's size")
+    sim = sub.add_parser("simulate", parents=[common],
+                         help="simulate a GPU fleet in virtual time: allset against "
+                         "Cluster Autoscaler's per-pod and best-effort-atomic scale-up and "
+                         "reserved groups pinned at their reservation's size")
     source = sim.add_mutually_exclusive_group(required=True)
     source.add_argument("--trace", type=Path, help="trace file (YAML or JSON)")
     source.add_argument("--generate", type=int, metavar="SEED",
@@ -170,6 +193,14 @@ def _parser() -> argparse.ArgumentParser:
                      "undeclared is allset before time-aware planning")
     sim.set_defaults(run=run_simulate)
     return parser
+
+
+def _log_flags(parser: argparse.ArgumentParser, *, default: bool) -> None:
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                        default="info" if default else argparse.SUPPRESS)
+    parser.add_argument("--log-format", choices=["text", "json"],
+                        default="text" if default else argparse.SUPPRESS,
+                        help="json: one object per line, with attempt and request fields")
 
 
 def _version() -> str:

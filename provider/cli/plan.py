@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from provider.cli.admin import admin_call
+from provider.cli.admin import admin_call, server_address
 from provider.cli.errors import UsageError
 from provider.config import ConfigError, load_config
 
@@ -32,6 +32,8 @@ def plan(args: argparse.Namespace) -> int:
     if (args.config is None) == (args.server is None):
         raise UsageError("give --config (plan from a fresh listing) or --server (plan in a "
                          "running allset), one of them")
+    if args.server is not None:
+        server_address(args.server)
     if args.queue is not None and (problem := queue_problem(args.queue)):
         raise UsageError(f"--queue: {problem}")
     try:

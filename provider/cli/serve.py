@@ -15,6 +15,7 @@ from typing import Any
 from provider.cli.demo import config_or_demo
 from provider.cli.errors import UsageError
 from provider.config import LoadedConfig
+from provider.service.identities import AUTOSCALER_CN, OPERATOR_CN, Identities
 
 log = logging.getLogger("allset")
 
@@ -61,9 +62,13 @@ def serve(args: argparse.Namespace) -> int:
     credentials: grpc.ServerCredentials | None
     if args.insecure_bind_any and not args.insecure:
         raise UsageError("--insecure-bind-any only applies with --insecure")
+    identities = _identities(args)
     if args.insecure:
         if any(tls):
             raise UsageError("--insecure cannot be combined with --tls-* flags")
+        if args.autoscaler_cn or args.operator_cn:
+            raise UsageError("--autoscaler-cn and --operator-cn name client certificates: "
+                             "they apply with mTLS, not --insecure (plaintext has no identity)")
         if not args.insecure_bind_any and not is_loopback(args.address):
             raise UsageError(
                 f"--insecure serves plaintext, unauthenticated: --address {args.address} is "
@@ -87,6 +92,14 @@ def serve(args: argparse.Namespace) -> int:
             "serve needs --tls-cert, --tls-key and --tls-client-ca (mTLS), "
             "or --insecure for plaintext (see `allset certs`)"
         )
+    if args.kubeconfig is not None:
+        # A file named on the command line that is not there is a typo, not an API server
+        # that is down: the controller's start would retry it forever.
+        try:
+            args.kubeconfig.read_bytes()
+        except OSError as err:
+            raise UsageError(f"--kubeconfig: cannot read {args.kubeconfig}: "
+                             f"{err.strerror or err}") from err
     # Found before anything starts (a lock, a lease) and before gRPC, which says only
     # "Failed to bind" (and logs a line of its own).
     for flag, address in addresses.items():
@@ -129,7 +142,7 @@ def serve(args: argparse.Namespace) -> int:
         election.start()
     try:
         server = Server(provider, args.address, credentials,
-                        health_address=args.health_address)
+                        health_address=args.health_address, identities=identities)
     except (RuntimeError, OSError) as err:  # lost a race for the port since the check
         raise UsageError(f"--address or --health-address: cannot listen: {err}") from err
     if args.metrics_address:
@@ -167,6 +180,18 @@ def serve(args: argparse.Namespace) -> int:
     if lock is not None:
         lock.release()
     return 0
+
+
+def _identities(args: argparse.Namespace) -> Identities:
+    """Who is the autoscaler and who an operator, by certificate Common Name."""
+    identities = Identities(
+        autoscaler=frozenset(args.autoscaler_cn or [AUTOSCALER_CN]),
+        operators=frozenset(args.operator_cn or [OPERATOR_CN]))
+    both = identities.overlap()
+    if both:
+        raise UsageError(f"--autoscaler-cn and --operator-cn both name {', '.join(sorted(both))}: "
+                         "an operator's certificate must not be able to change the cloud")
+    return identities
 
 
 def _lock_state(directory: Path) -> Any:

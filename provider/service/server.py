@@ -12,6 +12,8 @@ from grpc_reflection.v1alpha import reflection
 
 from provider.app import Provider
 from provider.service.admin import add_admin
+from provider.service.authz import Authorization
+from provider.service.identities import Identities
 from provider.service.servicer import CloudProviderServicer
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
@@ -35,11 +37,16 @@ class Server:
         *,
         max_workers: int = 16,
         health_address: str = "",
+        identities: Identities | None = None,
     ) -> None:
         self.provider = provider
         self._stopping = False
+        # Over mTLS each method is for one identity (service/identities.py). Plaintext
+        # carries no identity to check: it serves loopback only, unless told otherwise.
+        interceptors = [] if credentials is None else [Authorization(identities or Identities())]
         self._server = grpc.server(
             ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+            interceptors=interceptors,
             options=[("grpc.so_reuseport", 0)],
         )
         pb_grpc.add_CloudProviderServicer_to_server(CloudProviderServicer(provider), self._server)

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from provider.base.files import create_private, private_dir
+from provider.service.identities import AUTOSCALER_CN, OPERATOR_CN
 
 
 def server_credentials(cert: Path, key: Path, client_ca: Path) -> grpc.ServerCredentials:
@@ -56,7 +57,8 @@ class _CertFiles:
             return config
 
 
-PKI_FILES = ("ca.crt", "ca.key", "server.crt", "server.key", "client.crt", "client.key")
+PKI_FILES = ("ca.crt", "ca.key", "server.crt", "server.key", "client.crt", "client.key",
+             "operator.crt", "operator.key")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +87,10 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 def write_dev_pki(out: Path, server_names: list[str], days: int = 365) -> dict[str, Issued]:
-    """A CA, a server certificate for ``server_names`` and a client certificate for CA's
-    externalgrpc client, all written as PEM files under ``out`` (created 0700 if missing).
+    """A CA, a server certificate for ``server_names``, a client certificate for CA's
+    externalgrpc client and one for operators (`allset status`, `allset plan --server`),
+    their subjects the two identities the server tells apart (identities.py), all
+    written as PEM files under ``out`` (created 0700 if missing).
     Existing files are never overwritten: FileExistsError names the first one, and
     nothing is written."""
     for name in PKI_FILES:
@@ -149,7 +153,8 @@ def write_dev_pki(out: Path, server_names: list[str], days: int = 365) -> dict[s
     return {
         "ca": Issued(out / "ca.crt", out / "ca.key"),
         "server": leaf("server", server_names[0], ExtendedKeyUsageOID.SERVER_AUTH, sans),
-        "client": leaf("client", "cluster-autoscaler", ExtendedKeyUsageOID.CLIENT_AUTH, []),
+        "client": leaf("client", AUTOSCALER_CN, ExtendedKeyUsageOID.CLIENT_AUTH, []),
+        "operator": leaf("operator", OPERATOR_CN, ExtendedKeyUsageOID.CLIENT_AUTH, []),
     }
 
 

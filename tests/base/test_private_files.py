@@ -60,7 +60,7 @@ def test_certs_cli_creates_a_private_directory_and_never_overwrites(
     assert done.returncode == 0, done.stderr
     assert mode(out) == 0o700
     assert {p.name: mode(p) for p in out.glob("*.key")} == {
-        "ca.key": 0o600, "server.key": 0o600, "client.key": 0o600}
+        "ca.key": 0o600, "server.key": 0o600, "client.key": 0o600, "operator.key": 0o600}
     before = (out / "ca.key").read_bytes()
     again = run_allset("certs", "--out", str(out), "--server-name", "localhost")
     assert again.returncode == 1

@@ -146,3 +146,53 @@ def test_grace_out_of_range(tmp_path: Path) -> None:
         assert fails("serve", "--insecure", "--address", f"127.0.0.1:{free_port()}",
                      "--grace", grace, "--state-dir", str(tmp_path)) == (
             f"allset: --grace: {float(grace):g} is not between 0 and 3600 seconds")
+
+
+def test_identity_flags(pki: Path, tmp_path: Path) -> None:
+    """--autoscaler-cn and --operator-cn name client certificates (issue 35, item 2)."""
+    assert fails("serve", "--insecure", "--operator-cn", "me", "--state-dir",
+                 str(tmp_path)) == (
+        "allset: --autoscaler-cn and --operator-cn name client certificates: they apply "
+        "with mTLS, not --insecure (plaintext has no identity)")
+    assert fails("serve", "--tls-cert", str(pki / "server.crt"), "--tls-key",
+                 str(pki / "server.key"), "--tls-client-ca", str(pki / "ca.crt"),
+                 "--operator-cn", "cluster-autoscaler", "--state-dir", str(tmp_path)) == (
+        "allset: --autoscaler-cn and --operator-cn both name cluster-autoscaler: an "
+        "operator's certificate must not be able to change the cloud")
+
+
+def _with_state_path(tmp_path: Path, state_path: str) -> Path:
+    config = tmp_path / "sim.yaml"
+    text = Path(SIMULATED).read_text()
+    assert "    # statePath: state/cloud.db\n" in text
+    config.write_text(text.replace("    # statePath: state/cloud.db\n",
+                                   f"    statePath: {state_path}\n"))
+    return config
+
+
+def test_a_state_path_that_cannot_be_created_is_a_config_error(tmp_path: Path) -> None:
+    """The README's /var/lib/allset for a user who may not create it ended in a
+    FileNotFoundError traceback (issue 35, item 3): here a directory under a file."""
+    (tmp_path / "blocker").write_text("")
+    config = _with_state_path(tmp_path, "blocker/sub/cloud.db")
+    line = (f"allset: {config}: cloud.fake.statePath: cannot create or open "
+            f"{tmp_path}/blocker/sub/cloud.db: Not a directory ({tmp_path}/blocker/sub); give "
+            "a file allset may create (its directory too) or one it wrote before (a relative "
+            "path is relative to the config file)")
+    assert fails("serve", "--insecure", "--config", str(config), "--address",
+                 f"127.0.0.1:{free_port()}", "--state-dir", str(tmp_path / "state")) == line
+    # Every command that opens the simulated cloud says the same.
+    assert fails("instances", "--config", str(config)) == line
+    assert fails("plan", "--config", str(config), "--request", REQUEST) == line
+
+
+def test_a_state_path_that_is_not_allsets_file(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a database, but someone's notes\n" * 100)
+    (tmp_path / "a-directory").mkdir()
+    for name, reason in (("notes.txt", "file is not a database"),
+                         ("a-directory", "unable to open database file")):
+        config = _with_state_path(tmp_path, name)
+        assert fails("instances", "--config", str(config)).startswith(
+            f"allset: {config}: cloud.fake.statePath: cannot create or open "
+            f"{tmp_path}/{name}: {reason}; "), name
+    assert (tmp_path / "notes.txt").read_text().startswith("not a database")

@@ -55,7 +55,7 @@ def test_status_says_in_one_line_when_it_cannot_reach_the_server() -> None:
     assert out.returncode == 1 and "go together" in one_line(out.stderr)
 
 
-def test_status_over_mtls_as_ca_connects(tmp_path: Path) -> None:
+def test_status_over_mtls_takes_the_operator_certificate(tmp_path: Path) -> None:
     import os
     import subprocess
 
@@ -70,14 +70,25 @@ def test_status_over_mtls_as_ca_connects(tmp_path: Path) -> None:
             [str(ALLSET), "serve", "--address", address, "--tls-cert", str(pki / "server.crt"),
              "--tls-key", str(pki / "server.key"), "--tls-client-ca", str(pki / "ca.crt")],
             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=log)
-    tls = ["--cacert", str(pki / "ca.crt"), "--cert", str(pki / "client.crt"),
-           "--key", str(pki / "client.key"), "--server-name", "localhost"]
+    tls = ["--cacert", str(pki / "ca.crt"), "--cert", str(pki / "operator.crt"),
+           "--key", str(pki / "operator.key"), "--server-name", "localhost"]
     try:
         wait_until(lambda: run_allset("status", "--server", address, *tls).returncode == 0, 30)
         out = run_allset("status", "--server", address, *tls, "--output", "json")
         assert json.loads(out.stdout)["acting"] is True
+        # CA's own certificate gets through the handshake but not into the admin service.
+        as_ca = run_allset("status", "--server", address, "--cacert", str(pki / "ca.crt"),
+                           "--cert", str(pki / "client.crt"), "--key", str(pki / "client.key"),
+                           "--server-name", "localhost")
+        assert as_ca.returncode == 1
+        assert one_line(as_ca.stderr) == (
+            f'allset: --server {address}: PERMISSION_DENIED: client "CN=cluster-autoscaler" '
+            "may not call allset.admin.v1.Admin/Status: it is not an operator identity "
+            "(serve --operator-cn CN=allset-operator); use the operator certificate "
+            "(operator.crt from `allset certs`, or the allset-operator-tls secret)")
         plain = run_allset("status", "--server", address)  # no client certificate
-        assert plain.returncode == 1 and "UNAVAILABLE" in one_line(plain.stderr)
+        assert plain.returncode == 1
+        assert one_line(plain.stderr).startswith(f"allset: --server {address} requires mTLS")
     finally:
         proc.terminate()
         proc.wait(timeout=30)

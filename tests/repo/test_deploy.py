@@ -271,6 +271,24 @@ def test_allset_serves_the_server_certificate_and_trusts_the_client_one(director
     assert "--insecure" not in container.get("args", [])
 
 
+@pytest.mark.parametrize("directory", OVERLAYS, ids=_id)
+def test_the_client_certificates_are_the_identities_allset_tells_apart(directory: Path) -> None:
+    """CA's certificate and the operators' come from the same issuer with the commonNames
+    allset serves each as (issue 35, item 2), and they are not the same identity."""
+    from provider.service.identities import AUTOSCALER_CN, OPERATOR_CN
+
+    docs = render(directory)
+    _, container = _allset(docs)
+    args = args_of(container)
+    client = one(docs, "Certificate", "allset-client")
+    operator = one(docs, "Certificate", "allset-operator")
+    assert client["spec"]["commonName"] == args["--autoscaler-cn"] == AUTOSCALER_CN
+    assert operator["spec"]["commonName"] == args["--operator-cn"] == OPERATOR_CN
+    assert operator["spec"]["issuerRef"] == client["spec"]["issuerRef"]
+    assert "client auth" in operator["spec"]["usages"]
+    assert operator["spec"]["secretName"] == "allset-operator-tls"
+
+
 def test_cluster_autoscaler_is_wired_to_allset(with_ca: list[Doc]) -> None:
     ca = one(with_ca, "Deployment", "cluster-autoscaler")
     (container,) = containers(ca)

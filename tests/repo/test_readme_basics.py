@@ -29,8 +29,8 @@ def test_what_readme_commands_write_into_the_checkout_is_ignored() -> None:
         pytest.skip("not a git checkout")
     outs = re.findall(r"allset certs --out (\S+)", README)
     assert outs
-    paths = [f"{out}/{name}" for out in outs for name in ("ca.key", "server.key", "client.key",
-                                                           "ca.crt")]
+    paths = [f"{out}/{name}" for out in outs
+             for name in ("ca.key", "server.key", "client.key", "operator.key", "ca.crt")]
     done = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=ROOT,
                           capture_output=True, text=True, check=False)
     assert sorted(done.stdout.split()) == sorted(paths), done
