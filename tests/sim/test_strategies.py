@@ -142,3 +142,29 @@ def test_reservations_open_and_close_over_time() -> None:
     assert f["onDemandGpuHours"] == pytest.approx(
         16 * (300 + 3600 + GPU_UNNEEDED - 1800) / 3600)
     assert f["reservedGpuHours"] == pytest.approx(16 * 1800 / 3600 + 16 * (END - 7260) / 3600)
+
+
+def test_allset_books_idle_nodes_instead_of_launching() -> None:
+    # Issue 34: "second" arrives 10 s after "first" ends, inside the GPU group's 30 s
+    # unneeded time: it starts at once on first's two on-demand nodes, none launched.
+    t = trace([group("h100-a")], [job("first", ("h100", 2)),
+                                  job("second", ("h100", 2), at=BOOT + 3600 + 10)])
+    result, world = run(t, "allset")
+    first, second = world.jobs
+    assert first.first_start == BOOT
+    assert second.first_start == BOOT + 3600 + 10  # no boot: the nodes were up
+    assert len(world.cloud.all_instances()) == 2
+    assert result.counters["reusedNodes"] == 2
+    # Billed: boot, two runs back to back with the 10 s between, then the unneeded time.
+    assert result.figures["onDemandGpuHours"] == pytest.approx(
+        16 * (BOOT + 3600 + 10 + 3600 + GPU_UNNEEDED) / 3600)
+
+
+def test_allset_does_not_keep_an_on_demand_node_past_its_unneeded_time() -> None:
+    # "second" comes a minute after "first" ended: the nodes went after 30 s; it launches.
+    t = trace([group("h100-a")], [job("first", ("h100", 2)),
+                                  job("second", ("h100", 2), at=BOOT + 3600 + 60)])
+    result, world = run(t, "allset")
+    assert world.jobs[1].first_start == BOOT + 3600 + 60 + BOOT
+    assert len(world.cloud.all_instances()) == 4
+    assert result.counters["reusedNodes"] == 0
