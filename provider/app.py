@@ -57,6 +57,7 @@ class Provider:
         self.clock: Clock = clock or SystemClock()
         self.adapter = adapter
         self.groups: dict[str, NodeGroup] = {g.id: g for g in config.groups}
+        self._ends_cache: tuple[object, dict[str, float | None]] | None = None
         self.unavailable = UnavailableOfferings(self.clock, config.unavailable_ttl_seconds,
                                                 config.not_offered_ttl_seconds,
                                                 _quota_families(adapter, config.groups))
@@ -321,9 +322,21 @@ class Provider:
         if group is None or not group.keep_reserved_nodes or rid is None or \
                 inst.tags.source is not CapacityType.RESERVED:
             return False
-        now = self.clock.now()
-        return any(r.id == rid and (r.ends_at is None or r.ends_at > now)
-                   for r in self.ledger.snapshot.reservations)
+        ends = self._reservation_ends()
+        if rid not in ends:
+            return False  # not listed: ended, or not seen yet
+        end = ends[rid]
+        return end is None or end > self.clock.now()
+
+    def _reservation_ends(self) -> dict[str, float | None]:
+        """Reservation id -> its end, per snapshot: asked for every Node of every labelling
+        pass, which must not walk every reservation for each of thousands of Nodes."""
+        snapshot = self.ledger.snapshot
+        cached = self._ends_cache
+        if cached is None or cached[0] is not snapshot:
+            cached = self._ends_cache = (
+                snapshot, {r.id: r.ends_at for r in snapshot.reservations})
+        return cached[1]
 
     def booked(self, provider_id: str) -> bool:
         """Whether a request books this node (per Node event: no copy of every booking)."""

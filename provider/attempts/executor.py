@@ -657,6 +657,9 @@ class Executor:
         instances = [i for _, insts in kept for i in insts]
         if not instances and complete and reused:
             # Idle nodes alone serve the gang: nothing to launch, commit or roll back.
+            if cancelled():  # withdrawn meanwhile: the nodes stay idle (_ended unbooks)
+                return Outcome(spec.id, Result.CANCELLED, failures=tuple(failures),
+                               plans_tried=plans, rolled_back=rolled_back)
             return Outcome(spec.id, Result.SUCCEEDED, failures=tuple(failures),
                            plans_tried=plans, rolled_back=rolled_back, reused=reused)
         if not instances:

@@ -39,10 +39,6 @@ class Reuse:
     parts: tuple[Part, ...]
     rest: Demand | None
 
-    @property
-    def nodes(self) -> int:
-        return sum(p.count for p in self.parts)
-
 
 def by_domain(inputs: Inputs, idle: Sequence[IdleNode]) -> list[Reuse]:
     """For each domain holding idle nodes that host some pod of the gang, what they take,

@@ -304,5 +304,13 @@ def test_a_failed_launch_beside_reused_nodes_unbooks_them_and_terminates_only_it
     out = ex.execute(AttemptSpec("a1", "x", request="ns/r"), build_reusing(h.provider, 5, IDLE))
     assert out.result in (Result.FAILED, Result.INFEASIBLE) and out.reused == ()
     assert h.provider.ledger.view().booked == frozenset()
-    # Nothing of the idle nodes was touched: no terminate names them.
-    assert not any(i.id.startswith("idle") for i in h.cloud.all_instances())
+    assert h.live() == []  # what it launched was rolled back; the idle nodes stay idle
+
+
+def test_a_request_withdrawn_while_it_books_idle_nodes_leaves_them_idle() -> None:
+    h, ex = setup()
+    asks = iter([False, True])  # withdrawn after the plan booked them, before the end
+    out = ex.execute(AttemptSpec("a1", "x", request="ns/r"), build_reusing(h.provider, 2, IDLE),
+                     cancelled=lambda: next(asks, True))
+    assert out.result is Result.CANCELLED and out.reused == ()
+    assert h.provider.ledger.view().booked == frozenset()
