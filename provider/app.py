@@ -26,6 +26,7 @@ from provider.domain.cloud import CapacityType, CloudAdapter, CloudError, CloudI
 from provider.domain.errors import DomainError, FailedPrecondition, Unavailable
 from provider.domain.fleet import Fleet
 from provider.domain.model import NodeGroup, Resources, ScaleUpMode
+from provider.domain.plan import IdleNode
 from provider.leadership.elector import AlwaysLeader, Leadership, NotLeader
 from provider.planner.matching import Matcher
 
@@ -62,6 +63,7 @@ class Provider:
                                                 config.not_offered_ttl_seconds,
                                                 _quota_families(adapter, config.groups))
         self.ledger = Ledger(config.groups, self.clock, self.unavailable)
+        self.ledger.booked_elsewhere(self.booked)
         self.fleet = Fleet(config.groups)
         self.ready = threading.Event()  # set by the first complete cloud listing
         self.leadership: Leadership = leadership or AlwaysLeader(self.clock)
@@ -106,6 +108,9 @@ class Provider:
         # Whether a request (key, uid) still holds its committed gang: True, False, or
         # None while not known yet (the controller has not listed requests since start).
         self._standing: Callable[[str, str | None], bool | None] = lambda key, uid: False
+        # The nodes a request may book instead of launching, now (controller.idle; none
+        # without a controller: only it sees Nodes and pods).
+        self._idle: Callable[[], list[IdleNode]] = list
         self._refresh_lock = threading.Lock()
         # Guards only who watches and what they last heard; never held across I/O, so the
         # elector's thread is not kept from renewing the lease by a slow cloud listing.
@@ -280,6 +285,14 @@ class Provider:
             if self._booker.get(pid) == request:
                 del self._booker[pid]
 
+    def find_idle_with(self, find: Callable[[], list[IdleNode]]) -> None:
+        """Say which nodes are idle (the controller, which sees Nodes and pods)."""
+        self._idle = find
+
+    def idle(self) -> list[IdleNode]:
+        """The nodes a request may book instead of launching, now."""
+        return self._idle()
+
     def protect_gangs_with(self, standing: Callable[[str, str | None], bool | None]) -> None:
         """Say which ProvisioningRequests stand (the controller): CA may not delete a node
         of a standing request's committed gang, booked by this process yet or not. After
@@ -294,6 +307,10 @@ class Provider:
             booker = self._booker.get(pid)
         if booker is not None:
             return FailedPrecondition(f"node {pid} is booked by {booker} and cannot be removed")
+        planned = self.ledger.booker(pid)
+        if planned is not None:
+            return FailedPrecondition(f"node {pid} is idle and being booked by attempt "
+                                      f"{planned}; it cannot be removed")
         if request is None or not inst.tags.committed:
             return None
         stands = self._standing(request, inst.tags.request_uid)

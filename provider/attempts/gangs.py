@@ -23,7 +23,7 @@ from provider.domain.cloud import CloudInstance, InstanceState
 from provider.domain.demand import Demand
 from provider.domain.errors import DomainError
 from provider.domain.fleet import Fleet, NodeState
-from provider.domain.plan import Infeasible, Part, Plan
+from provider.domain.plan import IdleNode, Infeasible, Part, Plan
 from provider.planner.timing import Wait
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,8 @@ class Bookings(Protocol):
     def book(self, request: str, provider_ids: set[str]) -> None: ...
 
     def unbook(self, request: str) -> set[str]: ...
+
+    def booked(self, provider_id: str) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +138,8 @@ class GangAttempts:
 
     # --- before the attempt --------------------------------------------------------------
 
-    def wait_for_window(self, key: str, demand: Demand, created: float) -> Wait | None:
+    def wait_for_window(self, key: str, demand: Demand, created: float,
+                        idle: Sequence[IdleNode] = ()) -> Wait | None:
         """Wait for reserved capacity that opens before the deadline when that is cheaper
         than buying now; its slots are held for this request meanwhile, so work that
         arrives later does not take them first. None: plan and launch now (and nothing is
@@ -154,7 +157,8 @@ class GangAttempts:
             with self.planning:
                 view = self._ledger.view(holder=key)
                 sizes = self._fleet.occupied()
-                _, wait = self._planner.timing(demand, view, sizes)
+                free = [n for n in idle if n.provider_id not in view.booked]
+                _, wait = self._planner.timing(demand, view, sizes, idle=free)
             if wait is None:
                 break
             # Decided on a view; held only if the slots are still there (another request
@@ -168,33 +172,56 @@ class GangAttempts:
     # --- the attempt ---------------------------------------------------------------------
 
     def launch(self, attempt: str, key: str, uid: str, demand: Demand,
-               cancelled: Callable[[], bool]) -> Outcome:
-        """Plan and launch the whole gang as one attempt (in the caller's thread)."""
+               cancelled: Callable[[], bool], idle: Sequence[IdleNode] = ()) -> Outcome:
+        """Plan and launch the whole gang as one attempt (in the caller's thread).
+        ``idle``: empty nodes the plan may book instead of launching (the controller found
+        them so); those another attempt booked or CA began deleting since are left out
+        when the plan is built, and the ledger's claim refuses one booked in between."""
 
         def build(view: CapacityView, done: Sequence[Part]) -> Plan | Infeasible:
             # What every group holds against maxSize: nodes, CA's scale-ups and other
             # requests' launches (the executor claims this plan's share atomically).
-            return self._planner.plan(demand, view, self._fleet.occupied(exclude=attempt))
+            free = [n for n in idle if n.provider_id not in view.booked
+                    and self.still_idle(n.provider_id)]
+            return self._planner.plan(demand, view, self._fleet.occupied(exclude=attempt),
+                                      idle=free)
 
         return self._executor.execute(
             AttemptSpec(attempt, self._cluster, request=key, request_uid=uid), build,
             cancelled=cancelled, planning=self.planning)
 
+    def still_idle(self, provider_id: str) -> bool:
+        """The node runs, in a group of the config, and neither CA nor the cloud is taking
+        it away, nor does a request book it."""
+        node = self._fleet.node(provider_id)
+        inst = node.instance if node is not None else None
+        return node is not None and inst is not None and node.state is NodeState.RUNNING \
+            and not inst.marked_deleting and inst.state is InstanceState.RUNNING \
+            and not self._bookings.booked(provider_id)
+
     def adopt(self, key: str, outcome: Outcome) -> None:
-        """What the attempt committed joins the fleet, booked for the request."""
+        """What the attempt committed joins the fleet; it and the idle nodes it reused are
+        booked for the request (which then holds them against scale-down in the ledger's
+        stead)."""
         if outcome.instances:
             self._fleet.adopt(outcome.instances, self._clock.now())
-            self.book(key, outcome.instances)
+        if outcome.instances or outcome.reused:
+            self._bookings.book(key, {*(i.provider_id for i in outcome.instances),
+                                      *outcome.reused})
+            self._ledger.unbook(outcome.reused)
 
     # --- the committed gang ----------------------------------------------------------------
 
     def gang(self, key: str, uid: str, attempt: str | None, count: int | None,
-             seen: Seen) -> Gang | None:
-        """The request's committed gang (``attempt`` and ``count`` as its status records
-        them), or None when it has none. Instances of this request from any other attempt
-        are strays (an earlier gang whose termination failed) and are terminated, never
-        counted."""
+             seen: Seen, reused: Sequence[str] = ()) -> Gang | None:
+        """The request's committed gang (``attempt``, ``count`` and the idle nodes it
+        ``reused`` as its status records them), or None when it has none. Instances of this
+        request from any other attempt are strays (an earlier gang whose termination
+        failed) and are terminated, never counted. A reused node is in the gang while it
+        runs, and lost once CA or the cloud takes it; it is never this request's to
+        terminate (its tags name the request that launched it)."""
         live, going = owned(self._fleet, uid)
+        recorded_attempt = attempt  # the idle nodes recorded are this attempt's
         # Stopped nodes are lost to their gang but still there, billing: they name their
         # attempt as live ones do (a gang the cloud stopped whole is a gang, lost, not none)
         # and, of another attempt, are strays to delete.
@@ -213,6 +240,15 @@ class GangAttempts:
                 return None  # no gang (several would be strays of lost records)
             attempt = attempts.pop()
         mine = [i for i in live if i.tags.attempt == attempt]
+        gone_reused: list[str] = []
+        for pid in reused if attempt == recorded_attempt else ():
+            node = self._fleet.node(pid)
+            inst = node.instance if node is not None else None
+            if node is None or inst is None or node.state is NodeState.DELETING or \
+                    _leaving(inst):
+                gone_reused.append(pid)
+            else:
+                mine.append(inst)
         strays = [i for i in (*live, *stopped) if i.tags.attempt != attempt]
         if strays:
             log.warning("%s: terminating %d instances of earlier attempts %s", key,
@@ -234,7 +270,8 @@ class GangAttempts:
         seen.known |= {i.provider_id for i in mine}
         now_ids = {i.provider_id for i in mine}
         lost = sorted((seen.known - now_ids) | {i.provider_id for i in going
-                                                if i.tags.attempt == attempt})
+                                                if i.tags.attempt == attempt}
+                      | set(gone_reused))
         return Gang(attempt, count, tuple(mine), tuple(lost), recorded)
 
     def book(self, key: str, instances: Sequence[CloudInstance]) -> None:

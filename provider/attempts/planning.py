@@ -35,7 +35,7 @@ from typing import Protocol
 from provider.capacity.ledger import CapacityView
 from provider.domain.demand import Demand
 from provider.domain.model import NodeGroup
-from provider.domain.plan import Infeasible, Plan, Reason, ReasonCode
+from provider.domain.plan import IdleNode, Infeasible, Plan, Reason, ReasonCode
 from provider.planner.answer import plan
 from provider.planner.matching import Matcher
 from provider.planner.timing import Wait, wait_or_buy
@@ -54,12 +54,14 @@ copyreg.pickle(types.MappingProxyType, lambda m: (_frozen_mapping, (dict(m),)))
 
 
 class Planner(Protocol):
-    def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int]) -> Answer:
-        """The cheapest whole plan on ``view``, or why there is none (planner.answer)."""
+    def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
+             idle: Sequence[IdleNode] = ()) -> Answer:
+        """The cheapest whole plan on ``view``, or why there is none (planner.answer);
+        ``idle``: nodes it may book instead of launching."""
         ...
 
-    def timing(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int]
-               ) -> tuple[Answer, Wait | None]:
+    def timing(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
+               idle: Sequence[IdleNode] = ()) -> tuple[Answer, Wait | None]:
         """The plan now, and whether waiting for a reservation's window is cheaper
         (planner.timing.wait_or_buy)."""
         ...
@@ -75,20 +77,22 @@ class InProcess:
     def __init__(self, matcher: Matcher) -> None:
         self._matcher = matcher
 
-    def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int]) -> Answer:
-        return plan(demand, view, self._matcher, sizes)
+    def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
+             idle: Sequence[IdleNode] = ()) -> Answer:
+        return plan(demand, view, self._matcher, sizes, idle=idle)
 
-    def timing(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int]
-               ) -> tuple[Answer, Wait | None]:
-        return _timing(self._matcher, demand, view, sizes)
+    def timing(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
+               idle: Sequence[IdleNode] = ()) -> tuple[Answer, Wait | None]:
+        return _timing(self._matcher, demand, view, sizes, idle)
 
     def close(self) -> None:
         pass
 
 
-def _timing(matcher: Matcher, demand: Demand, view: CapacityView, sizes: Mapping[str, int]
-            ) -> tuple[Answer, Wait | None]:
-    now = plan(demand, view, matcher, sizes)
+def _timing(matcher: Matcher, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
+            idle: Sequence[IdleNode] = ()) -> tuple[Answer, Wait | None]:
+    # Idle nodes serve now at no cost: a wait is weighed against the plan that books them.
+    now = plan(demand, view, matcher, sizes, idle=idle)
     return now, wait_or_buy(demand, view, matcher, sizes, now)
 
 
@@ -133,13 +137,14 @@ def _matcher() -> Matcher:
     return _MATCHER
 
 
-def _plan_there(demand: Demand, view: CapacityView, sizes: dict[str, int]) -> Answer:
-    return plan(demand, _received(view), _matcher(), sizes)
+def _plan_there(demand: Demand, view: CapacityView, sizes: dict[str, int],
+                idle: tuple[IdleNode, ...]) -> Answer:
+    return plan(demand, _received(view), _matcher(), sizes, idle=idle)
 
 
-def _timing_there(demand: Demand, view: CapacityView, sizes: dict[str, int]
-                  ) -> tuple[Answer, Wait | None]:
-    return _timing(_matcher(), demand, _received(view), sizes)
+def _timing_there(demand: Demand, view: CapacityView, sizes: dict[str, int],
+                  idle: tuple[IdleNode, ...]) -> tuple[Answer, Wait | None]:
+    return _timing(_matcher(), demand, _received(view), sizes, idle)
 
 
 def _ready() -> int:
@@ -172,16 +177,17 @@ class PlanProcess:
             initializer=_start, initargs=(self._groups, self._gpu_label, os.getpid()))
         return pool, pool.submit(_ready).result()
 
-    def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int]) -> Answer:
+    def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
+             idle: Sequence[IdleNode] = ()) -> Answer:
         answer = self._call(demand, lambda pool: pool.submit(
-            _plan_there, demand, self._send(view), dict(sizes)).result())
+            _plan_there, demand, self._send(view), dict(sizes), tuple(idle)).result())
         assert isinstance(answer, Plan | Infeasible)
         return answer
 
-    def timing(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int]
-               ) -> tuple[Answer, Wait | None]:
+    def timing(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
+               idle: Sequence[IdleNode] = ()) -> tuple[Answer, Wait | None]:
         answer = self._call(demand, lambda pool: pool.submit(
-            _timing_there, demand, self._send(view), dict(sizes)).result())
+            _timing_there, demand, self._send(view), dict(sizes), tuple(idle)).result())
         if isinstance(answer, Infeasible):
             return answer, None
         assert isinstance(answer, tuple)

@@ -116,6 +116,9 @@ class Ledger:
         # booking shows where idle nodes are listed from (the caller's unbook), or for
         # BOOKING_HOLD at most, so that two attempts never book one node.
         self._booked: dict[str, tuple[str, float]] = {}
+        # Whether a request's booking holds a node (the ledger's own hold ends once the
+        # attempt hands its reused nodes to that booking): a claim never takes one.
+        self._held_elsewhere: Callable[[str], bool] = lambda node: False
 
     @property
     def snapshot(self) -> CloudSnapshot:
@@ -213,6 +216,10 @@ class Ledger:
             self._version += 1
             return None
 
+    def booked_elsewhere(self, held: Callable[[str], bool]) -> None:
+        """Say which nodes requests' bookings hold (Provider.booked)."""
+        self._held_elsewhere = held
+
     def _taken_by_others(self, attempt: str, reused: Sequence[str]) -> str | None:
         now = self._clock.now()
         for node in reused:
@@ -220,7 +227,16 @@ class Ledger:
             if booked is not None and booked[0] != attempt and booked[1] > now:
                 return (f"idle node {node} was booked by attempt {booked[0]} while the plan "
                         f"was made")
+            if booked is None and self._held_elsewhere(node):
+                return f"idle node {node} was booked by a request while the plan was made"
         return None
+
+    def booker(self, node: str) -> str | None:
+        """The attempt whose plan booked this idle node and has not handed it to its
+        request's booking yet (CA may not delete it meanwhile), or None."""
+        with self._lock:
+            booked = self._booked.get(node)
+            return booked[0] if booked is not None and booked[1] > self._clock.now() else None
 
     def unbook(self, nodes: Sequence[str]) -> None:
         """The booking of these reused nodes is visible where idle nodes are listed from,

@@ -17,6 +17,7 @@ from provider.app import Provider
 from provider.controller import conditions as c
 from provider.controller import source_labels
 from provider.controller.gang_bridge import GangBridge
+from provider.controller.idle import IdleNodes
 from provider.controller.kube import KubeApi, resumable
 from provider.controller.nodes import Node, NodeCache, provider_id
 from provider.controller.pod_cache import PodCache
@@ -60,6 +61,9 @@ class Controller:
             gangs.act_while(provider.acting)
             gangs.fence_with(self._fence)
             provider.watch_serving(lambda acting: gangs.wake() if acting else None)
+        idle = IdleNodes(provider, self.nodes, self.pods, kube, self.standing,
+                         self.standing_bookings)
+        provider.find_idle_with(idle.find)
         self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes,
                                       self.pods)
         self._cache: dict[str, dict[str, Any]] = {}
@@ -83,9 +87,17 @@ class Controller:
             obj = self._cache.get(key)
         if obj is None or (uid is not None and uid_of(obj) != uid):
             return False
-        conds = c.read((obj.get("status") or {}).get("conditions"))
-        ended = (conds.get(name) for name in (c.BOOKING_EXPIRED, c.CAPACITY_REVOKED, c.FAILED))
-        return not any(cond is not None and cond.true for cond in ended)
+        return _stands(obj)
+
+    def standing_bookings(self) -> set[str] | None:
+        """The booking values of the requests that stand (see ``standing``); None before
+        the first list."""
+        with self._lock:
+            if not self._listed:
+                return None
+            objs = list(self._cache.values())
+        return {c.booking_value(str(meta.get("namespace")), str(meta.get("name")))
+                for obj in objs if _stands(obj) for meta in [obj.get("metadata") or {}]}
 
     def _fence(self) -> None:
         if not self._p.acting():
@@ -416,3 +428,9 @@ class Controller:
         for state, n in counts.items():
             self._states.labels(state=state).set(n)
 
+
+def _stands(obj: dict[str, Any]) -> bool:
+    """Not ended: its booking did not expire, its capacity was not revoked, it did not fail."""
+    conds = c.read((obj.get("status") or {}).get("conditions"))
+    ended = (conds.get(name) for name in (c.BOOKING_EXPIRED, c.CAPACITY_REVOKED, c.FAILED))
+    return not any(cond is not None and cond.true for cond in ended)

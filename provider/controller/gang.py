@@ -11,6 +11,10 @@ from typing import Any
 # ProvisioningRequestConfig names, so these never reach a pod).
 ATTEMPT_DETAIL = "allset.dev/attempt"  # written before the attempt's first cloud call
 PLANNED_DETAIL = "allset.dev/planned-nodes"  # written once the attempt committed
+# The idle nodes the attempt booked instead of launching (provider IDs, comma-separated),
+# written with the planned count: their tags name the request that launched them, so only
+# this record makes them this request's gang after a restart.
+REUSED_DETAIL = "allset.dev/reused-nodes"
 
 
 def details(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -23,3 +27,8 @@ def planned(obj: Mapping[str, Any]) -> tuple[str | None, int | None]:
     attempt = found.get(ATTEMPT_DETAIL) or None
     text = found.get(PLANNED_DETAIL) or ""
     return attempt, (int(text) if text.isdigit() else None)
+
+
+def reused(obj: Mapping[str, Any]) -> tuple[str, ...]:
+    """The provider IDs of the idle nodes the recorded attempt booked."""
+    return tuple(p for p in (details(obj).get(REUSED_DETAIL) or "").split(",") if p)

@@ -29,19 +29,41 @@ def is_ready(node: Node) -> bool:
                for cond in (node.get("status") or {}).get("conditions") or [])
 
 
+# The taint CA puts on a Node it has decided to delete, before it calls DeleteNodes
+# (cluster-autoscaler utils/taints: ToBeDeletedTaint); it goes again if the deletion fails.
+CA_DELETING_TAINT = "ToBeDeletedByClusterAutoscaler"
+
+
+def ca_deleting(node: Node) -> bool:
+    return any(t.get("key") == CA_DELETING_TAINT
+               for t in (node.get("spec") or {}).get("taints") or [])
+
+
+def cordoned(node: Node) -> bool:
+    return bool((node.get("spec") or {}).get("unschedulable"))
+
+
 def slim(node: Node) -> Node:
     """The Node with only what allset reads (same shape as the object): its name, labels,
-    annotations, providerID and Ready condition. The rest (status images, addresses,
-    managedFields) was most of allset's memory at 5,000 Nodes (bench/scale)."""
+    annotations, providerID, whether it is cordoned or CA is deleting it, and its Ready
+    condition. The rest (status images, addresses, managedFields, other taints) was most
+    of allset's memory at 5,000 Nodes (bench/scale)."""
     meta = node.get("metadata") or {}
     spec = node.get("spec") or {}
     ready = [{"type": "Ready", "status": cond.get("status")}
              for cond in (node.get("status") or {}).get("conditions") or []
              if cond.get("type") == "Ready"]
+    kept: dict[str, Any] = {"providerID": spec["providerID"]} if "providerID" in spec else {}
+    if spec.get("unschedulable"):
+        kept["unschedulable"] = True
+    taints = [{"key": t.get("key"), "effect": t.get("effect")}
+              for t in spec.get("taints") or [] if t.get("key") == CA_DELETING_TAINT]
+    if taints:
+        kept["taints"] = taints
     return {
         "metadata": {k: meta[k] for k in ("name", "uid", "resourceVersion", "labels",
                                           "annotations", "deletionTimestamp") if k in meta},
-        "spec": {"providerID": spec["providerID"]} if "providerID" in spec else {},
+        "spec": kept,
         "status": {"conditions": ready},
     }
 
@@ -52,7 +74,8 @@ def _what_matters(node: Node | None) -> tuple[Any, ...] | None:
     if node is None:
         return None
     meta = node.get("metadata") or {}
-    return (provider_id(node), is_ready(node), meta.get("labels"), meta.get("annotations"))
+    return (provider_id(node), is_ready(node), meta.get("labels"), meta.get("annotations"),
+            ca_deleting(node), cordoned(node))
 
 
 class NodeCache:

@@ -34,6 +34,9 @@ class PodFacts:
     node: str | None
     live: bool  # not finished and not being deleted
     selects: str | None = None  # the booking its nodeSelector asks for (Kueue wrote it)
+    # A DaemonSet's pod or a static pod's mirror: on every node, so it never makes one busy
+    # (as CA's scale-down judges: drain skips both).
+    daemon: bool = False
 
 
 def facts(pod: Pod) -> PodFacts:
@@ -48,7 +51,17 @@ def facts(pod: Pod) -> PodFacts:
         node=(pod.get("spec") or {}).get("nodeName") or None,
         live=not meta.get("deletionTimestamp") and phase in (None, "Pending", "Running"),
         selects=_selected_booking(pod),
+        daemon=_daemon(pod),
     )
+
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # kubelet marks a static pod's mirror so
+
+
+def _daemon(pod: Pod) -> bool:
+    meta = pod.get("metadata") or {}
+    return MIRROR_ANNOTATION in (meta.get("annotations") or {}) or any(
+        ref.get("kind") == "DaemonSet" for ref in meta.get("ownerReferences") or [])
 
 
 def _selected_booking(pod: Pod) -> str | None:
@@ -90,6 +103,7 @@ class PodCache:
         self._pending: set[tuple[str, str]] = set()
         # booking value -> live pods whose nodeSelector asks for it (placed or not)
         self._selecting: dict[str, set[tuple[str, str]]] = {}
+        self._on_node: dict[str, set[tuple[str, str]]] = {}  # node -> live pods, no daemons
         self.synced = threading.Event()
 
     # --- reads -------------------------------------------------------------------------
@@ -104,6 +118,11 @@ class PodCache:
         is there, the workload booked onto those Nodes still needs their label."""
         with self._lock:
             return len(self._selecting.get(booking, ()))
+
+    def occupying(self, node: str) -> int:
+        """Live pods on Node ``node`` but DaemonSets' and static ones: 0 is an empty node."""
+        with self._lock:
+            return len(self._on_node.get(node, ()))
 
     def pending(self) -> list[Pod]:
         """Live pods not yet on a node, whole."""
@@ -123,6 +142,8 @@ class PodCache:
             sets.append((self._consumers, (f.namespace, f.consumes), f.name))
         if f.selects and f.live:
             sets.append((self._selecting, f.selects, key))
+        if f.node and f.live and not f.daemon:
+            sets.append((self._on_node, f.node, key))
         for index, bucket, item in sets:
             if add:
                 index.setdefault(bucket, set()).add(item)
@@ -151,7 +172,7 @@ class PodCache:
             old = self._facts
             self._facts, self._pods = fresh, kept
             self._by_namespace, self._consumers, self._pending = {}, {}, set()
-            self._selecting = {}
+            self._selecting, self._on_node = {}, {}
             for f in fresh.values():
                 self._index(f, add=True)
         self.synced.set()

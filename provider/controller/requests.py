@@ -19,14 +19,15 @@ from provider.attempts.gangs import Gang, Seen
 from provider.base.clock import epoch, rfc3339
 from provider.controller import conditions as c
 from provider.controller import source_labels
-from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, planned
+from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, REUSED_DETAIL, planned, reused
+from provider.controller.idle import WORKLOAD_ANNOTATION, workload_ref
 from provider.controller.kube import KUEUE_GROUP, Gone, KubeApi
 from provider.controller.nodes import NodeCache, is_ready
 from provider.controller.pod_cache import PodCache
 from provider.controller.writes import Change, Writer, key_of, newer, uid_of
 from provider.domain.cloud import CloudInstance
 from provider.domain.demand import CLASS_NAME, Demand
-from provider.domain.plan import Infeasible, ReasonCode
+from provider.domain.plan import IdleNode, Infeasible, ReasonCode
 from provider.domain.provreq import BadRequest, Parameters, demand_from
 from provider.planner.limits import never_fits
 from provider.planner.timing import Wait
@@ -230,14 +231,16 @@ class RequestHandler:
             self._w.update(obj, [(c.FAILED, True, str(refused.primary.code),
                                   refused.summary())], warning=True)
             return None
-        waiting = self._wait_for_window(obj, t, key, demand, accept)
+        idle = self._p.idle()
+        waiting = self._wait_for_window(obj, t, key, demand, accept, idle)
         if waiting is not None:
             return waiting
         attempt = self._gangs.new_attempt_id()
         # The attempt is named in the request before its first cloud call, so a restart
         # knows which instances are this request's gang.
         recorded = self._w.update(obj, accept, details={ATTEMPT_DETAIL: attempt,
-                                                        PLANNED_DETAIL: None})
+                                                        PLANNED_DETAIL: None,
+                                                        REUSED_DETAIL: None})
         if recorded is None:
             return NOT_READY_DELAY
         if (recorded.get("metadata") or {}).get("deletionTimestamp"):
@@ -248,18 +251,24 @@ class RequestHandler:
         # and neither is undone. One set while the record was written (or since) stops
         # this attempt before its first launch, or rolls it back.
         try:
-            outcome = self._gangs.launch(attempt, key, t.uid, demand, t.cancel.is_set)
+            outcome = self._gangs.launch(attempt, key, t.uid, demand, t.cancel.is_set, idle)
         finally:
             t.attempt = None
-        if outcome.instances:
+        if outcome.instances or outcome.reused:
+            # Booked at once (CA may not take a reused node from here on), then recorded:
+            # a crash before the record leaves launched nodes whose tags count the reused
+            # ones in the plan, a gang short of it that is rolled back, never one reported
+            # whole without them.
             self._gangs.adopt(key, outcome)
             t.failures = 0
-            n = len(outcome.instances)
-            # Its event (reason WaitingForNodes) says what launched.
+            n = len(outcome.instances) + len(outcome.reused)
+            # Its event (reason WaitingForNodes) says what launched and what was reused.
             self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_NODES,
-                                  _waiting_text(n, outcome.attempt))],
+                                  _waiting_text(len(outcome.instances), outcome.attempt,
+                                                outcome.reused))],
                            # With its attempt: a count never pairs with another's record.
-                           details={ATTEMPT_DETAIL: outcome.attempt, PLANNED_DETAIL: str(n)})
+                           details={ATTEMPT_DETAIL: outcome.attempt, PLANNED_DETAIL: str(n),
+                                    REUSED_DETAIL: ",".join(outcome.reused) or None})
             return 0.0
         if outcome.result is Result.CANCELLED:
             return None
@@ -276,13 +285,13 @@ class RequestHandler:
         return delay
 
     def _wait_for_window(self, obj: Obj, t: Tracked, key: str, demand: Demand,
-                         accept: list[Change]) -> float | None:
+                         accept: list[Change], idle: Sequence[IdleNode]) -> float | None:
         """A wait for a reservation's window that is cheaper than buying now (its slots
         held for this request meanwhile), stated in the request's status; None: plan and
         launch now."""
         now = self._p.clock.now()
         created = epoch((obj.get("metadata") or {}).get("creationTimestamp")) or now
-        wait = self._gangs.wait_for_window(key, demand, created)
+        wait = self._gangs.wait_for_window(key, demand, created, idle)
         if wait is None:
             t.waiting = None
             return None
@@ -306,13 +315,14 @@ class RequestHandler:
         value = c.booking_value(obj["metadata"]["namespace"], obj["metadata"]["name"])
         # Protected from scale-down from commit on, and labelled as each Node registers.
         self._gangs.book(key, found.instances)
-        done = self._label(found.instances, value)
+        done = self._label(found.instances, value, workload_ref(obj))
         n = len(found.instances)
         if done < n:
             # One message for the whole wait: a status write (and an event) per Node
             # that registers would cost more than it tells.
+            again = reused(obj)
             self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_NODES,
-                                  _waiting_text(n, found.attempt))])
+                                  _waiting_text(n - len(again), found.attempt, again))])
             return WAITING_RECHECK
         # The gang as the fleet holds it now, booked: a node taken between this pass's
         # look and its booking (CA's DeleteNodes, a loss) must not be reported Provisioned.
@@ -320,9 +330,11 @@ class RequestHandler:
         if now is None or now.short or \
                 {i.id for i in now.instances} != {i.id for i in found.instances}:
             return 0.0  # handled again at once, from the gang as it is
+        kept = len(reused(obj))
         self._w.update(obj, [(c.PROVISIONED, True, c.CAPACITY_IS_PROVISIONED,
-                              f"{n} nodes registered, Ready and labelled; pods select "
-                              f"them with {c.BOOKING_LABEL}={value}")],
+                              f"{_nodes(n)} registered, Ready and labelled"
+                              f"{f' ({kept} of them idle nodes reused)' if kept else ''}; "
+                              f"pods select them with {c.BOOKING_LABEL}={value}")],
                        details={c.BOOKING_DETAIL: value})
         return 0.0
 
@@ -342,7 +354,8 @@ class RequestHandler:
                               f"{_lost_text(found)} before the gang was provisioned; its "
                               f"other {len(found.instances)} nodes, and any the cloud "
                               f"stopped, were terminated")],
-                       warning=True, details={ATTEMPT_DETAIL: None, PLANNED_DETAIL: None},
+                       warning=True, details={ATTEMPT_DETAIL: None, PLANNED_DETAIL: None,
+                                              REUSED_DETAIL: None},
                        note=f"the whole gang is retried in {delay:.0f}s")
         return delay
 
@@ -365,7 +378,7 @@ class RequestHandler:
         if found is not None:  # None: provisioned before plans were recorded (upgrade)
             value = c.booking_value(meta["namespace"], meta["name"])
             self._gangs.book(key, found.instances)
-            self._label(found.instances, value)
+            self._label(found.instances, value, workload_ref(obj))
         if self._consumed(meta["namespace"], meta["name"], t.demand.pods):
             self._release(key, t.uid)
             self._w.update(obj, [(c.BOOKING_EXPIRED, True, c.BOOKING_CONSUMED,
@@ -405,7 +418,7 @@ class RequestHandler:
         """The request's committed gang, or None when it has none; a planned count found
         on its instances' tags (a crash before it was recorded) is recorded now."""
         attempt, count = planned(obj)
-        found = self._gangs.gang(key_of(obj), t.uid, attempt, count, t.seen)
+        found = self._gangs.gang(key_of(obj), t.uid, attempt, count, t.seen, reused(obj))
         if found is not None and not found.count_recorded:
             self._w.update(obj, [], details={ATTEMPT_DETAIL: found.attempt,
                                              PLANNED_DETAIL: str(found.planned)})
@@ -413,11 +426,13 @@ class RequestHandler:
 
     # --- Nodes ---------------------------------------------------------------------------
 
-    def _label(self, instances: Sequence[CloudInstance], value: str) -> int:
+    def _label(self, instances: Sequence[CloudInstance], value: str,
+               workload: str | None) -> int:
         """Label each registered Node of the gang for its pods and protect it from
         scale-down, with its capacity-source labels in the same patch (one write per Node,
         not two: at a thousand Nodes registering at once the API server's patch rate is
-        what Provisioned waits for); returns how many are registered, Ready and labelled."""
+        what Provisioned waits for), naming the Workload it serves (controller.idle);
+        returns how many are registered, Ready and labelled."""
         done = 0
         for inst in instances:
             node = self._nodes.get(inst.provider_id)
@@ -429,11 +444,13 @@ class RequestHandler:
                 {c.BOOKING_LABEL: value} if labels.get(c.BOOKING_LABEL) != value else {}
             if inst.tags.committed:
                 want.update(source_labels.missing(node, inst))
-            if want or notes.get(c.SCALE_DOWN_DISABLED) != "true":
+            protect: dict[str, str | None] = {c.SCALE_DOWN_DISABLED: "true"}
+            if notes.get(WORKLOAD_ANNOTATION) != workload:
+                protect[WORKLOAD_ANNOTATION] = workload
+            if want or notes.get(c.SCALE_DOWN_DISABLED) != "true" or len(protect) > 1:
                 read = str(meta.get("resourceVersion") or "")
                 try:
-                    node = self._kube.patch_node(meta["name"], want,
-                                                 {c.SCALE_DOWN_DISABLED: "true"})
+                    node = self._kube.patch_node(meta["name"], want, protect)
                 except Gone:
                     continue  # the next Node event says what became of it
                 # Read back at once: the next pass neither waits for the watch event nor
@@ -453,11 +470,15 @@ class RequestHandler:
         ``unlabel``: the gang is being terminated, nothing will run there. Otherwise the
         label goes once no standing request and no live pod asks for it
         (Controller.label_sources)."""
+        namespace, _, name = key.partition("/")
+        own = c.booking_value(namespace, name)
         for pid in self._gangs.release(key, uid):
             node = self._nodes.get(pid)
             if node is None:
                 continue
             meta = node.get("metadata") or {}
+            if (meta.get("labels") or {}).get(c.BOOKING_LABEL) not in (None, own):
+                continue  # launched for this request, reused since by another: not ours
             labels = {c.BOOKING_LABEL: None} \
                 if unlabel and c.BOOKING_LABEL in (meta.get("labels") or {}) else {}
             # A reserved node kept warm keeps its protection: the keeper owns it then.
@@ -547,9 +568,16 @@ def _handed_over(obj: Obj) -> bool:
                                                    c.CAPACITY_REVOKED))
 
 
-def _waiting_text(n: int, attempt: str) -> str:
-    return (f"{n} nodes launched by attempt {attempt}; Provisioned once each Node is "
-            f"registered, Ready and labelled")
+def _waiting_text(n: int, attempt: str, again: Sequence[str] = ()) -> str:
+    what = f"{_nodes(n)} launched" if n else "nothing launched"
+    if again:
+        what += f" and {_nodes(len(again))} reused ({', '.join(again)})"
+    return (f"{what} by attempt {attempt}; Provisioned once each Node is registered, Ready "
+            f"and labelled")
+
+
+def _nodes(n: int) -> str:
+    return f"{n} node" if n == 1 else f"{n} nodes"
 
 
 def _lost_text(found: Gang) -> str:

@@ -115,6 +115,8 @@ class Fleet:
         self._state = {g.id: _GroupState(g) for g in groups}
         self._views: dict[str, GroupView] = {}
         self._owner: dict[str, str] = {}  # provider id -> group id
+        # group id -> (its view, that view's nodes by provider id), built on first read
+        self._node_index: dict[str, tuple[GroupView, dict[str, NodeView]]] = {}
         # ProvisioningRequest uid -> {provider id: group id} of its instances in the views,
         # so a request's gang is read without walking every node of the fleet. Each inner
         # dict is replaced, never changed, and holds a superset while a view is replaced
@@ -171,13 +173,21 @@ class Fleet:
         return out
 
     def instance(self, provider_id: str) -> CloudInstance | None:
+        node = self.node(provider_id)
+        return node.instance if node is not None else None
+
+    def node(self, provider_id: str) -> NodeView | None:
+        """The node as its group's current view shows it (lock-free), or None. Indexed per
+        view: a pass over every Node of the cluster asks this for each."""
         gid = self._owner.get(provider_id)
-        if gid is None:
+        view = self._views.get(gid) if gid is not None else None
+        if view is None:
             return None
-        for node in self._views[gid].nodes:
-            if node.provider_id == provider_id:
-                return node.instance
-        return None
+        cached = self._node_index.get(view.group.id)
+        if cached is None or cached[0] is not view:
+            cached = (view, {n.provider_id: n for n in view.nodes})
+            self._node_index[view.group.id] = cached  # a race builds the same index twice
+        return cached[1].get(provider_id)
 
     def occupied(self, exclude: str | None = None) -> dict[str, int]:
         """Per group: nodes held against maxSize (instances, CA's slots, requests' claims),

@@ -42,7 +42,9 @@ def live_plan(provider: Provider, documents: Sequence[Any], source: str,
     demand = provider.config.guarded(demand, queue=queue)
     view = provider.ledger.view()
     sizes = provider.fleet.occupied()
-    result, wait = provider.planner.timing(demand, view, sizes)
+    # The idle nodes the request would book instead of launching (the plan says which).
+    idle = [n for n in provider.idle() if n.provider_id not in view.booked]
+    result, wait = provider.planner.timing(demand, view, sizes, idle=idle)
     text = plan_text(demand.name, result)
     if demand.expected_runtime_seconds is not None:
         text += "\n" + timing_text(demand, wait)

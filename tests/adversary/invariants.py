@@ -75,18 +75,40 @@ def i2_provisioned_whole(s: State, final: bool) -> list[str]:
     return out
 
 
+def _gang_of(s: State, r: RequestSeen) -> tuple[str, list[CloudInstance], int] | None:
+    """(attempt, its nodes, how many it planned) of a Provisioned request: its committed
+    instances of its last committed attempt (by their tags) and the idle nodes its record
+    says it booked (by provider ID); None when neither exists."""
+    attempts = [a for a, uid in s.attempt_uid.items() if uid == r.uid]
+    committed = [a for a in attempts
+                 if any(i.tags.attempt == a and i.tags.committed for i in s.instances)]
+    # A gang of reused nodes alone commits nothing: its record is all there is of it.
+    attempt = r.attempt if r.reused else committed[-1] if committed else None
+    if attempt is None:
+        return None
+    mine = [i for i in s.instances if i.tags.attempt == attempt and i.tags.committed]
+    plans = {_plan_of(i) for i in mine}
+    count = _planned(s, attempt, plans)
+    borrowed = list(r.reused) if r.attempt == attempt else []
+    by_pid = {i.provider_id: i for i in s.instances}
+    mine += [by_pid[p] for p in borrowed if p in by_pid]
+    # The tags of what it launched count the reused nodes too (a record that lost them
+    # must not let the gang pass for whole).
+    tagged = max((i.tags.plan_nodes or 0 for i in mine if i.tags.attempt == attempt),
+                 default=0)
+    return attempt, mine, max(count + len(borrowed), tagged)
+
+
 def _request_whole(s: State, r: RequestSeen, nodes: dict[str, NodeSeen],
                    final: bool) -> list[str]:
     attempts = [a for a, uid in s.attempt_uid.items() if uid == r.uid]
     committed = [a for a in attempts
                  if any(i.tags.attempt == a and i.tags.committed for i in s.instances)]
-    if not committed:
+    found = _gang_of(s, r)
+    if found is None:
         return [f"{r.key} is Provisioned but no attempt of it ever committed"]
-    attempt = committed[-1]
+    attempt, mine, planned = found
     also = f"; it has committed attempts {committed}" if len(committed) > 1 else ""
-    mine = [i for i in s.instances if i.tags.attempt == attempt and i.tags.committed]
-    plans = {_plan_of(i) for i in mine}
-    planned = _planned(s, attempt, plans)
     # As it turned Provisioned: a node lost since its pass read the cluster is not held
     # against it (its next pass revokes the request; quiescence checks that).
     excused = frozenset() if final else s.lost_meanwhile
@@ -108,6 +130,24 @@ def _request_whole(s: State, r: RequestSeen, nodes: dict[str, NodeSeen],
         elif node.booking != r.booking:
             out.append(f"{r.key} is Provisioned but Node of {inst.id} lacks booking "
                        f"{r.booking} (has {node.booking}; attempt {attempt}{also})")
+    return out
+
+
+def i13_one_gang_per_node(s: State, final: bool) -> list[str]:
+    """No node is in two gangs that are Provisioned and not ended: a reused node is the
+    borrower's alone."""
+    holder: dict[str, str] = {}
+    out = []
+    for r in s.requests:
+        if not r.provisioned or r.ended or r.deleting:
+            continue
+        found = _gang_of(s, r)
+        for inst in found[1] if found is not None else ():
+            if inst.state is InstanceState.TERMINATED:
+                continue
+            other = holder.setdefault(inst.provider_id, r.key)
+            if other != r.key:
+                out.append(f"{inst.id} is in the Provisioned gangs of both {other} and {r.key}")
     return out
 
 
@@ -300,6 +340,8 @@ INVARIANTS: tuple[Invariant, ...] = (
               "is owned by a configured group or reported", i1_no_leak),
     Invariant("I2", "no request is Provisioned with fewer nodes than planned, and its Nodes "
               "exist, are Ready and carry its booking", i2_provisioned_whole),
+    Invariant("I13", "a node is in at most one Provisioned gang that stands (a reused node "
+              "is the borrower's alone)", i13_one_gang_per_node),
     Invariant("I3", "allset's own launches never take a group over maxSize", i3_max_size),
     Invariant("I4", "no idempotency token launches twice, nor a gang twice", i4_launch_once),
     Invariant("I5", "no reservation slot is promised twice", i5_slot_once),

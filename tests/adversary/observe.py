@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 
 from provider.controller import conditions as c
+from provider.controller.gang import planned, reused
 from provider.domain.cloud import CloudInstance, InstanceState
 from provider.domain.fleet import NodeState
 from provider.domain.model import ScaleUpMode
@@ -58,6 +59,7 @@ class Observer:
     asked: set[str] = field(default_factory=set)  # ever DELETING in a fleet or owed
     coverage: Counter[str] = field(default_factory=Counter)
     provisioned_keys: set[str] = field(default_factory=set)
+    reused_keys: set[str] = field(default_factory=set)  # Provisioned on idle nodes, in part
     # Request attempts seen in flight while another request's ran in the same process.
     concurrent: set[str] = field(default_factory=set)
     holds: set[tuple[str, str, str]] = field(default_factory=set)  # (process, holder, rid)
@@ -107,6 +109,7 @@ class Observer:
             for iid, when in w.lost.items()
             if when >= w.ledger.prepared.get(r.key, float("inf")))
         self.provisioned_keys |= {r.key for r in requests if r.uid in fresh}
+        self.reused_keys |= {r.key for r in requests if r.uid in fresh and r.reused}
         ledger_free: dict[str, int] = {}
         held: tuple[tuple[str, str, int], ...] = ()
         claims: tuple[tuple[str, str, int], ...] = ()
@@ -286,10 +289,12 @@ class Observer:
             ended = any(conds[t].true for t in (c.FAILED, c.BOOKING_EXPIRED, c.CAPACITY_REVOKED)
                         if t in conds)
             prov = conds.get(c.PROVISIONED)
+            attempt, count = planned(r)
             out.append(RequestSeen(f"{NAMESPACE}/{meta['name']}", meta["uid"],
                                    prov is not None and prov.true, ended,
                                    c.booking_value(NAMESPACE, meta["name"]),
-                                   bool(meta.get("deletionTimestamp"))))
+                                   bool(meta.get("deletionTimestamp")),
+                                   attempt, reused(r), count))
         return out
 
     def _nodes(self) -> list[NodeSeen]:
@@ -370,6 +375,7 @@ class Observer:
                 if i.tags.reservation in self.windows and i.tags.committed}),
             "gang requests created by the bridge": len(w.counted),
             "gang requests Provisioned": len(self.provisioned_keys & set(w.counted)),
+            "requests Provisioned on reused idle nodes": len(self.reused_keys),
             "pods named by two gang APIs": len(w.overlapping),
             "pods named by two gang APIs asked for": len(w.overlapping & asked),
         })

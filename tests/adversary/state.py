@@ -33,6 +33,10 @@ class RequestSeen:
     ended: bool  # Failed, BookingExpired or CapacityRevoked: no longer promises nodes
     booking: str  # the booking label value its nodes must carry
     deleting: bool = False  # deleted, its finalizer holding it: withdrawn
+    # Its record: the attempt, the idle nodes it booked (provider IDs) and the planned count.
+    attempt: str | None = None
+    reused: tuple[str, ...] = ()
+    planned: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -217,6 +217,8 @@ def test_a_recreated_request_never_takes_over_the_old_ones_nodes(world: World) -
     w.sync(2)
     assert w.request() is None
     assert live(w) == old
+    for n, inst in enumerate(old):  # and they do: not idle, so not to be reused either
+        w.kube.create(objects.pod(NS, f"old-{n}", node_name=inst.name))
     create(w, pod_sets={"workers": 16})  # same namespace and name, new UID
     new_uid = uid(w)
     assert new_uid != old_uid

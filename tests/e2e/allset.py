@@ -43,6 +43,7 @@ cloud:
       - {{id: r-crash, zone: us-east-1d, instanceType: p5.48xlarge, count: 1}}
       - {{id: r-failover, zone: us-east-1e, instanceType: p5.48xlarge, count: 1}}
       - {{id: r-dra-a100, zone: us-east-1f, instanceType: p4d.24xlarge, count: 2}}
+      - {{id: r-reuse, zone: us-east-1h, instanceType: p5.48xlarge, count: 1}}
       - {{id: cb-limit, zone: us-east-1g, instanceType: p5.48xlarge, count: 2,
          kind: capacity-block, targeted: true, startsAt: {cb_start}, endsAt: {cb_end}}}
     stockouts:
@@ -53,6 +54,11 @@ nodeGroups:
      price: {{onDemand: 98.32}},
      taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
   - {{id: mend, zone: us-east-1a, instanceType: p5.48xlarge, maxSize: 4,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
+     price: {{onDemand: 98.32}},
+     taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
+  # test_reuse: one reserved slot, the rest on demand; idle nodes are booked again.
+  - {{id: reuse, zone: us-east-1h, instanceType: p5.48xlarge, maxSize: 4,
      gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
      price: {{onDemand: 98.32}},
      taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}

@@ -3,9 +3,13 @@ scenarios assert on."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from provider.domain.cloud import CloudInstance, InstanceState
+from provider.wire import externalgrpc_pb2 as pb
+from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 from tests.e2e.kueue import CHECK, KUEUE
-from tests.e2e.rest import Obj, Rest, condition, is_true
+from tests.e2e.rest import Obj, Rest, condition, is_true, wait_for
 
 PROVREQ = "autoscaling.x-k8s.io"
 BOOKING_LABEL = "allset.dev/booking"
@@ -75,3 +79,27 @@ def of_request(instances: list[CloudInstance], namespace: str, name: str
 
 def of_group(instances: list[CloudInstance], group: str) -> list[CloudInstance]:
     return [i for i in instances if i.tags.node_group == group]
+
+
+def gang_of(instances: list[CloudInstance], request: Obj) -> list[CloudInstance]:
+    """A request's gang: what it launched and the idle nodes it booked instead
+    (``allset.dev/reused-nodes``, issue 34), live."""
+    meta = request["metadata"]
+    details = (request.get("status") or {}).get("provisioningClassDetails") or {}
+    reused = set((details.get("allset.dev/reused-nodes") or "").split(",")) - {""}
+    return live([i for i in instances if i.provider_id in reused]
+                + of_request(instances, meta["namespace"], meta["name"]))
+
+
+def scale_in(stub: pb_grpc.CloudProviderStub, instances: Callable[[], list[CloudInstance]],
+             group: str) -> None:
+    """What CA does to a group's empty nodes once they are unneeded: DeleteNodes through
+    allset, until none of them lives (a scenario that must see a launch starts so, or the
+    idle nodes an earlier one left would be booked instead)."""
+    doomed = live(of_group(instances(), group))
+    if doomed:
+        stub.NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(id=group, nodes=[
+            pb.ExternalGrpcNode(providerID=i.provider_id, name=i.id) for i in doomed]),
+            timeout=10)
+    wait_for(f"group {group}'s idle nodes to go",
+             lambda: not live(of_group(instances(), group)), 60)

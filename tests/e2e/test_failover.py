@@ -25,7 +25,16 @@ from tests.e2e import kueue
 from tests.e2e.allset import Allset
 from tests.e2e.conftest import ALLSET_USER, World
 from tests.e2e.holding_proxy import HoldingProxy
-from tests.e2e.look import PROVREQ, admitted, live, of_group, of_request, workload_of
+from tests.e2e.look import (
+    PROVREQ,
+    admitted,
+    live,
+    of_group,
+    of_request,
+    pods_of,
+    scale_in,
+    workload_of,
+)
 from tests.e2e.proxy import Relay
 from tests.e2e.rest import wait_for
 from tests.e2e.test_kueue_path import _placed_on_booked_nodes, _provisioned
@@ -73,7 +82,10 @@ class Replicas:
 
 @pytest.fixture
 def replicas(world: World) -> Iterator[Replicas]:
-    """The suite's own allset stops for these tests (it would act on the same requests)."""
+    """The suite's own allset stops for these tests (it would act on the same requests),
+    once CA has scaled in what an earlier scenario left in the group: each scenario here
+    must see its gang launched."""
+    scale_in(world.allset.stub(), world.kubelet.instances, "failover")
     world.allset.stop()
     made = Replicas(world)
     try:
@@ -149,6 +161,8 @@ def test_leader_killed_mid_attempt_then_the_standby_takes_over(world: World,
         rest.delete("batch/v1", "Job", "failover", "default")
 
     # --- then the new leader is cut off from the API server -----------------------------
+    wait_for("failover's pods to go", lambda: not pods_of(rest, "failover"), 60)
+    scale_in(b.stub(), world.kubelet.instances, "failover")
     a2, _ = replicas.new("a2")
     a2.start(standby=True)
     b_relay = replicas.made[1][1]

@@ -7,7 +7,7 @@ import pytest
 
 from tests.e2e import direct
 from tests.e2e.conftest import World
-from tests.e2e.look import PROVREQ, live, of_request
+from tests.e2e.look import PROVREQ, gang_of
 from tests.e2e.rest import is_true
 
 
@@ -24,7 +24,7 @@ def test_request_in_each_served_version(world: World, version: str) -> None:
         assert is_true(seen, "Provisioned")
         assert seen["status"]["provisioningClassDetails"] == \
             got["status"]["provisioningClassDetails"]
-        (inst,) = live(of_request(world.kubelet.instances(), "default", name))
+        (inst,) = gang_of(world.kubelet.instances(), got)  # launched, or an idle one booked
         assert inst.tags.committed
     finally:
         direct.delete(rest, name)

@@ -1,0 +1,91 @@
+"""Which Nodes a ProvisioningRequest may book instead of launching (issue 34): Ready, empty
+but for DaemonSets' and static pods, booked by no request, neither cordoned nor being
+deleted by CA, and no longer needed by the workload of the booking that labelled them
+last. A pod that failed leaves its node empty for a moment, and the pod its Job makes in
+its place selects that booking's label: while any pod selects it, or its Kueue Workload
+is admitted and not finished, or its request still stands, the node is not idle."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from provider.app import Provider
+from provider.controller import conditions as c
+from provider.controller.kube import KUEUE_GROUP, KubeApi
+from provider.controller.nodes import Node, NodeCache, ca_deleting, cordoned, is_ready, provider_id
+from provider.controller.pod_cache import PodCache
+from provider.domain.plan import IdleNode
+
+# On a booked Node: the Kueue Workload its booking served, "<apiVersion>/<namespace>/<name>"
+# (its request may be deleted while the Workload runs on: Kueue's garbage collection).
+WORKLOAD_ANNOTATION = "allset.dev/workload"
+
+
+def workload_ref(obj: Mapping[str, Any]) -> str | None:
+    """The Workload that owns a request, as WORKLOAD_ANNOTATION names it; None: none."""
+    meta = obj.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        api_version = str(ref.get("apiVersion") or "")
+        if ref.get("kind") == "Workload" and api_version.startswith(KUEUE_GROUP + "/"):
+            return f"{api_version}/{meta.get('namespace')}/{ref.get('name')}"
+    return None
+
+
+def runs(workload: Mapping[str, Any] | None) -> bool:
+    """Admitted and not finished: its pods are there or are being made again."""
+    conds = {str(x.get("type")): x.get("status")
+             for x in (workload or {}).get("status", {}).get("conditions") or []}
+    return conds.get("Admitted") == "True" and conds.get("Finished") != "True"
+
+
+class IdleNodes:
+    def __init__(self, provider: Provider, nodes: NodeCache, pods: PodCache, kube: KubeApi,
+                 standing: Callable[[str, str | None], bool | None],
+                 standing_bookings: Callable[[], set[str] | None]) -> None:
+        self._p = provider
+        self._nodes = nodes
+        self._pods = pods
+        self._kube = kube
+        self._standing = standing
+        self._standing_bookings = standing_bookings
+
+    def find(self) -> list[IdleNode]:
+        """The idle nodes now (none until requests and pods are listed: before that a
+        booking's workload cannot be told from none)."""
+        values = self._standing_bookings()
+        if values is None or not self._pods.synced.is_set():
+            return []
+        found = []
+        for node in self._nodes.all():
+            idle = self._idle(node, values)
+            if idle is not None:
+                found.append(idle)
+        return found
+
+    def _idle(self, node: Node, standing: set[str]) -> IdleNode | None:
+        meta = node.get("metadata") or {}
+        pid, name = provider_id(node), str(meta.get("name") or "")
+        if not pid or not is_ready(node) or meta.get("deletionTimestamp") or \
+                ca_deleting(node) or cordoned(node) or self._pods.occupying(name):
+            return None
+        if self._p.booked(pid):
+            return None
+        inst = self._p.fleet.instance(pid)  # None: not of a group allset serves
+        if inst is None or not inst.tags.committed:
+            return None
+        if inst.tags.request is not None and \
+                self._standing(inst.tags.request, inst.tags.request_uid) is not False:
+            return None  # its own request's gang (or the requests are not known yet)
+        booking = (meta.get("labels") or {}).get(c.BOOKING_LABEL)
+        if booking and (booking in standing or self._pods.selecting(str(booking))):
+            return None
+        if self._workload_runs((meta.get("annotations") or {}).get(WORKLOAD_ANNOTATION)):
+            return None
+        return IdleNode(pid, inst.tags.node_group, inst.tags.source, inst.tags.reservation)
+
+    def _workload_runs(self, ref: object) -> bool:
+        if not isinstance(ref, str) or ref.count("/") < 3:
+            return False
+        api_version, namespace, name = ref.rsplit("/", 2)
+        return runs(self._kube.get_workload(api_version, namespace, name))

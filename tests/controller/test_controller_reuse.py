@@ -1,0 +1,253 @@
+"""Issue 34, item 1: a ProvisioningRequest books idle nodes instead of launching like ones,
+through the controller on our fake Kubernetes API and the simulated cloud. Idle: Ready, no
+pods but DaemonSets', booked by no request, not being deleted by CA, and no workload of
+the booking that labelled it last still needing it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from provider.controller import conditions as c
+from provider.controller.gang import REUSED_DETAIL
+from provider.controller.idle import WORKLOAD_ANNOTATION
+from provider.controller.nodes import CA_DELETING_TAINT
+from provider.domain.cloud import InsufficientCapacity
+from provider.service.live_plan import live_plan
+from tests.fakes.kube import objects
+from tests.kit.controller import NS, World, create, kueue_request, live, restart, running, world
+from tests.kit.helpers import BASE_CONFIG
+
+__all__ = ["world"]
+
+
+@pytest.fixture
+def released() -> Iterator[World]:
+    """reservedNodes: release: no kept-warm protection to hide what a booking does."""
+    yield from running(re.sub(r"(\n  - id: [^\n]+\n)", r"\1    reservedNodes: release\n",
+                              BASE_CONFIG))
+
+
+def _done_first(w: World, name: str = "job") -> Any:
+    """A request of one GPU node provisioned, its booking ended and no pod left on its
+    node (the Job ran and finished): the node is idle."""
+    create(w, name, pod_sets={"workers": 8}, bookingDurationSeconds="60")
+    w.provision()
+    assert w.condition(c.PROVISIONED, name).true  # type: ignore[union-attr]
+    w.h.clock.advance(70)
+    w.sync(2)
+    assert w.condition(c.BOOKING_EXPIRED, name).true  # type: ignore[union-attr]
+    (inst,) = live(w, f"{NS}/{name}")
+    return inst
+
+
+def _details(w: World, name: str) -> dict[str, str]:
+    return dict(((w.request(name) or {}).get("status") or {}).get(
+        "provisioningClassDetails") or {})
+
+
+def test_a_second_request_is_provisioned_on_the_idle_node_with_no_launch(world: World
+                                                                         ) -> None:
+    w = world
+    first = _done_first(w)
+    create(w, "job2", pod_sets={"workers": 8})
+    w.sync(3)
+    provisioned = w.condition(c.PROVISIONED, "job2")
+    assert provisioned is not None and provisioned.true, provisioned
+    assert "1 of them idle nodes reused" in provisioned.message
+    assert [i.id for i in w.h.cloud.live_instances()] == [first.id]  # nothing launched
+    assert _details(w, "job2")[REUSED_DETAIL] == first.provider_id
+    node = w.node(first.name)
+    assert node["metadata"]["labels"][c.BOOKING_LABEL] == "ml.job2"
+    assert node["metadata"]["annotations"][c.SCALE_DOWN_DISABLED] == "true"
+    assert w.h.provider.bookings() == {first.provider_id: "ml/job2"}
+    waiting = [e["message"] for e in w.kube.list("events", NS)
+               if e["involvedObject"]["name"] == "job2" and e["reason"] == c.WAITING_FOR_NODES]
+    assert any(f"nothing launched and 1 node reused ({first.provider_id})" in m
+               for m in waiting), waiting
+    with pytest.raises(Exception, match="is booked by ml/job2"):
+        w.h.provider.delete_nodes("gpu", [first.provider_id])
+
+
+def test_a_node_ca_is_deleting_is_not_taken(world: World) -> None:
+    w = world
+    first = _done_first(w)
+    w.kube.modify("nodes", first.name, lambda n: n["spec"].update(
+        taints=[{"key": CA_DELETING_TAINT, "value": "1700000000", "effect": "NoSchedule"}]))
+    w.sync(1)
+    create(w, "job2", pod_sets={"workers": 8})
+    w.provision()
+    assert w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
+    assert REUSED_DETAIL not in _details(w, "job2")
+    assert len(live(w, "ml/job2")) == 1
+
+
+def test_a_node_whose_booking_a_pod_still_selects_is_not_taken(world: World) -> None:
+    """A pod of the first workload failed, and the one its Job made in its place is
+    pending with the booking's nodeSelector: the empty node is still its."""
+    w = world
+    first = _done_first(w)
+    pod = objects.pod(NS, "replacement")
+    pod["spec"]["nodeSelector"] = {c.BOOKING_LABEL: "ml.job"}
+    w.kube.create(pod)
+    create(w, "job2", pod_sets={"workers": 8})
+    w.provision()
+    assert w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
+    assert REUSED_DETAIL not in _details(w, "job2")
+    assert w.node(first.name)["metadata"]["labels"][c.BOOKING_LABEL] == "ml.job"
+
+
+def test_a_node_whose_workload_is_admitted_is_not_taken_and_is_once_it_finished(
+        world: World) -> None:
+    """Kueue's Workload of the first booking is admitted and not finished (its Job is
+    between a failed pod and its replacement): its node is not idle even with no pod on
+    it; finished, it is."""
+    w = world
+    kueue_request(w, "job", None, bookingDurationSeconds="60")
+    w.provision()
+    gang = live(w)
+    assert len(gang) == 2
+    for inst in gang:
+        assert w.node(inst.name)["metadata"]["annotations"][WORKLOAD_ANNOTATION] == \
+            "kueue.x-k8s.io/v1beta2/ml/wl-job"
+
+    def workload(*conds: tuple[str, str]) -> None:
+        w.kube.modify("workloads", "wl-job", lambda o: o.update(status={"conditions": [
+            {"type": t, "status": s} for t, s in conds]}), NS, group="kueue.x-k8s.io")
+
+    workload(("Admitted", "True"))
+    w.h.clock.advance(70)
+    w.sync(2)
+    assert w.condition(c.BOOKING_EXPIRED).true  # type: ignore[union-attr]
+    create(w, "job2", pod_sets={"workers": 8})
+    w.sync(3)
+    assert REUSED_DETAIL not in _details(w, "job2")
+    assert len(live(w, "ml/job2")) == 1
+    workload(("Admitted", "True"), ("Finished", "True"))
+    create(w, "job3", pod_sets={"workers": 16})
+    w.sync(3)
+    assert sorted(_details(w, "job3")[REUSED_DETAIL].split(",")) == \
+        sorted(i.provider_id for i in gang)
+    assert live(w, "ml/job3") == []
+
+
+def test_a_failed_launch_unbooks_the_reused_node_and_never_terminates_it(world: World
+                                                                        ) -> None:
+    w = world
+    first = _done_first(w)
+    w.h.cloud.inject("launch", InsufficientCapacity("no p5 left"),
+                     times=10)
+    create(w, "job2", pod_sets={"workers": 16})  # the idle node and one launched
+    w.sync(3)
+    provisioned = w.condition(c.PROVISIONED, "job2")
+    assert provisioned is not None and not provisioned.true
+    assert [i.id for i in w.h.cloud.live_instances()] == [first.id]
+    assert w.h.provider.bookings() == {}
+    notes = w.node(first.name)["metadata"].get("annotations") or {}
+    assert w.node(first.name)["metadata"]["labels"][c.BOOKING_LABEL] == "ml.job"  # untouched
+    # Kept warm (a reserved node of a keep group), not booked: the keeper's protection.
+    assert notes.get(c.SCALE_DOWN_DISABLED) == "true"
+    assert w.h.provider.ledger.booker(first.provider_id) is None
+
+
+def test_the_first_request_gone_leaves_the_reused_node_to_the_second(released: World
+                                                                      ) -> None:
+    """The hazard: the reused node's tags still name the first request, whose end (its
+    deletion, its release) unprotected and unlabelled every node its tags name."""
+    w = released
+    first = _done_first(w)
+    create(w, "job2", pod_sets={"workers": 8})
+    w.sync(3)
+    assert w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
+    patches = w.kube.count("patch", "nodes")
+    client.CustomObjectsApi(w.api).delete_namespaced_custom_object(
+        "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests", "job")
+    w.sync(3)
+    assert w.kube.count("patch", "nodes") == patches  # nobody took its protection off
+    assert w.request("job") is None
+    node = w.node(first.name)
+    assert node["metadata"]["labels"][c.BOOKING_LABEL] == "ml.job2"
+    assert node["metadata"]["annotations"][c.SCALE_DOWN_DISABLED] == "true"
+    assert [i.id for i in w.h.cloud.live_instances()] == [first.id]
+    assert w.h.provider.bookings() == {first.provider_id: "ml/job2"}
+
+
+def test_a_restart_finds_the_reused_node_in_the_gang_from_the_status(world: World) -> None:
+    w = world
+    first = _done_first(w)
+    create(w, "job2", pod_sets={"workers": 16})  # one reused, one launched
+    w.provision()
+    assert w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
+    launched = live(w, "ml/job2")
+    assert len(launched) == 1
+    w.controller.stop()
+    restart(w)
+    w.sync(3)
+    assert w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
+    assert w.condition(c.CAPACITY_REVOKED, "job2") is None
+    assert set(w.h.provider.bookings()) == {first.provider_id, launched[0].provider_id}
+    # The reused node is lost: the gang is short, its capacity revoked, the launched node
+    # unbooked but not terminated (it may run the workload), the reused one never ours.
+    w.h.cloud.reclaim(first.id)
+    w.h.provider.refresh_now()
+    w.sync(3)
+    revoked = w.condition(c.CAPACITY_REVOKED, "job2")
+    assert revoked is not None and revoked.true and first.provider_id in revoked.message
+    assert [i.id for i in live(w, "ml/job2")] == [launched[0].id]
+
+
+def test_a_gang_short_before_provisioned_rolls_back_its_launch_only(world: World) -> None:
+    w = world
+    first = _done_first(w)
+    create(w, "job2", pod_sets={"workers": 16})
+    w.sync(3)  # launched, not registered yet
+    (mine,) = live(w, "ml/job2")
+    w.h.clock.advance(61)  # past the fleet's listing grace
+    w.h.cloud.reclaim(mine.id)
+    w.h.provider.refresh_now()
+    w.sync(2)
+    lost = w.condition(c.PROVISIONED, "job2")
+    assert lost is not None and not lost.true and lost.reason == "NodesLost"
+    assert first.id in [i.id for i in w.h.cloud.live_instances()]
+    assert first.provider_id not in w.h.provider.bookings()
+    assert REUSED_DETAIL not in _details(w, "job2")
+
+
+def test_the_live_plan_says_which_idle_nodes_it_would_book(world: World) -> None:
+    """`allset plan --server`: the running server plans on the idle nodes its controller
+    sees, and says so."""
+    w = world
+    first = _done_first(w)
+    request = objects.provisioning_request(NS, "next", {"workers": 16})
+    template = w.kube.get("podtemplates", "workers", NS)
+    answer = live_plan(w.h.provider, [request, template], "next.yaml")
+    parts = answer["plan"]["parts"]
+    assert [p["reused"] for p in parts if p["reused"]] == [[first.provider_id]], parts
+    assert sum(p["count"] for p in parts if not p["reused"]) == 1
+    assert "(reused)" in answer["text"]
+    assert [i.id for i in w.h.cloud.live_instances()] == [first.id]  # a plan, no launch
+
+
+def test_a_daemonsets_pod_leaves_a_node_idle_a_cordon_does_not(world: World) -> None:
+    """As CA judges an empty node: DaemonSets' pods (and static pods' mirrors) are on every
+    node and do not count; a cordoned node is someone's decision to empty it."""
+    w = world
+    first = _done_first(w)
+    daemon = objects.pod(NS, "node-exporter-x", node_name=first.name)
+    daemon["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                                              "name": "node-exporter", "uid": "ds-1"}]
+    w.kube.create(daemon)
+    w.kube.modify("nodes", first.name, lambda n: n["spec"].update(unschedulable=True))
+    w.sync(1)
+    create(w, "job2", pod_sets={"workers": 8})
+    w.sync(3)
+    assert REUSED_DETAIL not in _details(w, "job2")
+    w.kube.modify("nodes", first.name, lambda n: n["spec"].update(unschedulable=False))
+    w.sync(1)
+    create(w, "job3", pod_sets={"workers": 8})
+    w.sync(3)
+    assert _details(w, "job3").get(REUSED_DETAIL) == first.provider_id
