@@ -11,9 +11,10 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 from provider.attempts.executor import Executor as AttemptExecutor
 from provider.attempts.executor import Journal, MemoryJournal, Observer, PartRunner, ThreadRunner
+from provider.attempts.figures import reserved_gpus, scale_in_saving, spend_per_hour
 from provider.attempts.gangs import GangAttempts
 from provider.attempts.ids import attempt_id
-from provider.attempts.metrics import Metrics
+from provider.attempts.metrics import FleetFigures, Metrics
 from provider.attempts.planning import InProcess, Planner
 from provider.attempts.recent import RecentOutcomes
 from provider.attempts.reconcile import Reconciler, UnknownGroups
@@ -111,6 +112,11 @@ class Provider:
         # The nodes a request may book instead of launching, now (controller.idle; none
         # without a controller: only it sees Nodes and pods).
         self._idle: Callable[[], list[IdleNode]] = list
+        # CA's --scale-down-unneeded-time per group, as its last GetOptions said it.
+        self._ca_unneeded: dict[str, float] = {}
+        # ProvisioningRequests not Provisioned yet, by why they wait (the controller's count).
+        self.pending_by_reason: dict[str, int] = {}
+        self.metrics.collect_fleet(self.fleet_figures)
         self._refresh_lock = threading.Lock()
         # Guards only who watches and what they last heard; never held across I/O, so the
         # elector's thread is not kept from renewing the lease by a slow cloud listing.
@@ -285,6 +291,28 @@ class Provider:
             if self._booker.get(pid) == request:
                 del self._booker[pid]
 
+    def fleet_figures(self) -> FleetFigures:
+        """Reserved GPUs per zone (paid, up, busy) and spend per hour per source and group."""
+        idle = {n.provider_id for n in self.idle()}
+        return (reserved_gpus(self.ledger.snapshot, self.groups.values(), self.fleet, idle),
+                spend_per_hour(self.fleet))
+
+    def _count_saving(self, group_id: str, doomed: Sequence[CloudInstance]) -> None:
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        for inst in doomed:
+            saved = scale_in_saving(group, inst.tags.source, self._ca_unneeded.get(group_id))
+            if saved:
+                self.metrics.scale_in_saved.labels(group=group_id).inc(saved)
+
+    def report_pending(self, by_reason: dict[str, int]) -> None:
+        self.pending_by_reason = dict(by_reason)
+
+    def note_ca_unneeded(self, group_id: str, seconds: float | None) -> None:
+        if seconds is not None and group_id in self.groups:
+            self._ca_unneeded[group_id] = seconds
+
     def find_idle_with(self, find: Callable[[], list[IdleNode]]) -> None:
         """Say which nodes are idle (the controller, which sees Nodes and pods)."""
         self._idle = find
@@ -410,6 +438,7 @@ class Provider:
             raise
         doomed = self.fleet.apply_deletion(deletion)
         ids = [i.id for i in doomed]
+        self._count_saving(group_id, doomed)
         # A placeholder that filled since the check: owed as well. Its scale-up never
         # commits it (Fleet.select_commit), so should this process not finish it, any
         # leader's reconcile rolls back the uncommitted instance: no mark is needed.

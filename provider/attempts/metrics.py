@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from provider.attempts.executor import Outcome, Result
+from provider.attempts.figures import ReservedGpus
 from provider.domain.cloud import CapacityType, CloudSnapshot
 from provider.domain.plan import Part
 
@@ -54,6 +59,12 @@ class Metrics:
         self.reserved_free = Gauge("allset_reservation_free_slots", "Free slots per "
                                    "reservation at the last refresh.",
                                    ["reservation", "zone", "instance_type"], registry=r)
+        self.reused = Counter("allset_nodes_reused", "Idle nodes ProvisioningRequests "
+                              "booked instead of launching like ones.", registry=r)
+        self.scale_in_saved = Counter(
+            "allset_scale_in_saved_usd", "Estimated USD saved by on-demand and spot nodes "
+            "CA deleted after their group's unneeded time rather than CA's default.",
+            ["group"], registry=r)
         for result in Result:
             self.attempts.labels(outcome=str(result))
         for source in CapacityType:
@@ -71,6 +82,14 @@ class Metrics:
     def finished(self, outcome: Outcome) -> None:
         self.attempts.labels(outcome=str(outcome.result)).inc()
         self.decision.observe(outcome.seconds)
+        if outcome.result is Result.SUCCEEDED and outcome.reused:
+            self.reused.inc(len(outcome.reused))
+
+    # --- the fleet, as a scrape finds it -------------------------------------------------
+
+    def collect_fleet(self, figures: Callable[[], FleetFigures]) -> None:
+        """Reserved GPUs and spend per hour, computed at each scrape from ``figures``."""
+        self.registry.register(_FleetCollector(figures))
 
     # --- reconcile ---------------------------------------------------------------------
 
@@ -80,3 +99,31 @@ class Metrics:
         self.reserved_free.clear()
         for r in snapshot.reservations:
             self.reserved_free.labels(r.id, r.zone, r.instance_type).set(r.free)
+
+
+FleetFigures = tuple[list[ReservedGpus], dict[tuple[str, str], float]]
+
+
+class _FleetCollector(Collector):
+    def __init__(self, figures: Callable[[], FleetFigures]) -> None:
+        self._figures = figures
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []  # described by what collect() yields (no figures needed to register)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        reserved, spend = self._figures()
+        gpus = GaugeMetricFamily(
+            "allset_reserved_gpus", "GPUs of listed reservations: paid (every slot), up "
+            "(on allset's running reserved nodes), busy (on those not idle).",
+            labels=["state", "zone"])
+        for r in reserved:
+            for state, value in (("paid", r.paid), ("up", r.up), ("busy", r.busy)):
+                gpus.add_metric([state, r.zone], value)
+        yield gpus
+        usd = GaugeMetricFamily(
+            "allset_spend_usd_per_hour", "USD per hour of allset's running nodes bought "
+            "outside reservations, by source and group.", labels=["source", "group"])
+        for (source, group), rate in sorted(spend.items()):
+            usd.add_metric([source, group], rate)
+        yield usd

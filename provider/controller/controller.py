@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 from kubernetes.client.rest import ApiException
-from prometheus_client import Gauge
 
 from provider.app import Provider
 from provider.controller import conditions as c
@@ -22,6 +21,7 @@ from provider.controller.kube import KubeApi, resumable
 from provider.controller.nodes import Node, NodeCache, provider_id
 from provider.controller.pod_cache import PodCache
 from provider.controller.queue import WorkQueue
+from provider.controller.request_metrics import RequestMetrics
 from provider.controller.requests import NOT_READY_DELAY, Backoff, RequestHandler, ours
 from provider.controller.writes import key_of, newer, uid_of
 from provider.domain.cloud import CloudInstance
@@ -64,8 +64,9 @@ class Controller:
         idle = IdleNodes(provider, self.nodes, self.pods, kube, self.standing,
                          self.standing_bookings)
         provider.find_idle_with(idle.find)
+        self.metrics = RequestMetrics(provider.metrics.registry)
         self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes,
-                                      self.pods)
+                                      self.pods, self.metrics)
         self._cache: dict[str, dict[str, Any]] = {}
         self._listed = False  # the cache holds a complete list (since this process began)
         self._lock = threading.Lock()
@@ -74,8 +75,6 @@ class Controller:
         self._labelling = threading.Lock()  # one label_sources pass at a time
         self._threads: list[threading.Thread] = []
         provider.protect_gangs_with(self.standing)
-        self._states = Gauge("allset_provisioning_requests", "ProvisioningRequests of our "
-                             "class by state.", ["state"], registry=provider.metrics.registry)
 
     def standing(self, key: str, uid: str | None) -> bool | None:
         """Whether request ``key`` (of this uid) still holds its gang: it exists and has
@@ -412,21 +411,10 @@ class Controller:
             self.queue.add(key, delay)
 
     def _count_states(self) -> None:
-        counts = {"pending": 0, "provisioned": 0, "failed": 0, "booking-expired": 0}
         with self._lock:
             objs = list(self._cache.values())
-        for obj in objs:
-            conds = c.read((obj.get("status") or {}).get("conditions"))
-            if conds.get(c.FAILED) is not None and conds[c.FAILED].true:
-                counts["failed"] += 1
-            elif conds.get(c.BOOKING_EXPIRED) is not None and conds[c.BOOKING_EXPIRED].true:
-                counts["booking-expired"] += 1
-            elif conds.get(c.PROVISIONED) is not None and conds[c.PROVISIONED].true:
-                counts["provisioned"] += 1
-            else:
-                counts["pending"] += 1
-        for state, n in counts.items():
-            self._states.labels(state=state).set(n)
+        self.metrics.count(objs)
+        self._p.report_pending(self.metrics.by_reason)
 
 
 def _stands(obj: dict[str, Any]) -> bool:

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from provider.app import Provider
 from provider.attempts.executor import Result
 from provider.attempts.gangs import Gang, Seen
@@ -24,6 +26,7 @@ from provider.controller.idle import WORKLOAD_ANNOTATION, workload_ref
 from provider.controller.kube import KUEUE_GROUP, Gone, KubeApi
 from provider.controller.nodes import NodeCache, is_ready
 from provider.controller.pod_cache import PodCache
+from provider.controller.request_metrics import RequestMetrics
 from provider.controller.writes import Change, Writer, key_of, newer, uid_of
 from provider.domain.cloud import CloudInstance
 from provider.domain.demand import CLASS_NAME, Demand
@@ -80,8 +83,10 @@ class RequestHandler:
     again (seconds, or None for "when it changes")."""
 
     def __init__(self, provider: Provider, kube: KubeApi, backoff: Backoff,
-                 nodes: NodeCache, pods: PodCache) -> None:
+                 nodes: NodeCache, pods: PodCache,
+                 metrics: RequestMetrics | None = None) -> None:
         self._p = provider
+        self._metrics = metrics or RequestMetrics(CollectorRegistry())
         self._gangs = provider.gangs
         self._kube = kube
         self._backoff = backoff
@@ -331,11 +336,12 @@ class RequestHandler:
                 {i.id for i in now.instances} != {i.id for i in found.instances}:
             return 0.0  # handled again at once, from the gang as it is
         kept = len(reused(obj))
-        self._w.update(obj, [(c.PROVISIONED, True, c.CAPACITY_IS_PROVISIONED,
-                              f"{_nodes(n)} registered, Ready and labelled"
-                              f"{f' ({kept} of them idle nodes reused)' if kept else ''}; "
-                              f"pods select them with {c.BOOKING_LABEL}={value}")],
-                       details={c.BOOKING_DETAIL: value})
+        if self._w.update(obj, [(c.PROVISIONED, True, c.CAPACITY_IS_PROVISIONED,
+                                 f"{_nodes(n)} registered, Ready and labelled"
+                                 f"{f' ({kept} of them idle nodes reused)' if kept else ''}; "
+                                 f"pods select them with {c.BOOKING_LABEL}={value}")],
+                          details={c.BOOKING_DETAIL: value}) is not None:
+            self._metrics.provisioned.observe(self._age(obj))
         return 0.0
 
     def _lost_before_provisioned(self, obj: Obj, t: Tracked, found: Gang) -> float | None:
@@ -381,8 +387,9 @@ class RequestHandler:
             self._label(found.instances, value, workload_ref(obj))
         if self._consumed(meta["namespace"], meta["name"], t.demand.pods):
             self._release(key, t.uid)
-            self._w.update(obj, [(c.BOOKING_EXPIRED, True, c.BOOKING_CONSUMED,
-                                  "every pod of the request is scheduled")])
+            if self._w.update(obj, [(c.BOOKING_EXPIRED, True, c.BOOKING_CONSUMED,
+                                     "every pod of the request is scheduled")]) is not None:
+                self._metrics.placed.observe(self._age(obj))
             return None
         since = epoch(conds[c.PROVISIONED].last_transition) or now
         ends = since + t.demand.booking_seconds
@@ -489,6 +496,12 @@ class RequestHandler:
                     self._kube.patch_node(meta["name"], labels, notes)
 
     # --- helpers -------------------------------------------------------------------------
+
+    def _age(self, obj: Obj) -> float:
+        """Seconds since the request was created (0 if its timestamp is unreadable)."""
+        now = self._p.clock.now()
+        return max(0.0, now - (epoch((obj.get("metadata") or {}).get("creationTimestamp"))
+                               or now))
 
     def _demand(self, obj: Obj) -> tuple[Demand, Parameters]:
         meta = obj.get("metadata") or {}

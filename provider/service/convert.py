@@ -66,6 +66,17 @@ _DURATIONS = (
 )
 
 
+def unneeded_seconds(defaults: pb.NodeGroupAutoscalingOptions) -> float | None:
+    """CA's --scale-down-unneeded-time as its GetOptions defaults carry it (either
+    generation), or None when it sent none."""
+    if defaults.HasField("scaleDownUnneededDuration"):
+        value = defaults.scaleDownUnneededDuration
+        return value.seconds + value.nanos / NANOS
+    if defaults.HasField("scaleDownUnneededTime"):
+        return defaults.scaleDownUnneededTime.duration / NANOS
+    return None
+
+
 def options(defaults: pb.NodeGroupAutoscalingOptions,
             overrides: GroupOptions) -> pb.NodeGroupAutoscalingOptions:
     """Echo every default back in both generations, then apply the group's overrides.

@@ -221,6 +221,7 @@ class CloudProviderServicer(pb_grpc.CloudProviderServicer):
     def NodeGroupGetOptions(self, request: pb.NodeGroupAutoscalingOptionsRequest,
                             context: Any) -> pb.NodeGroupAutoscalingOptionsResponse:
         key = (request.id, request.defaults.SerializeToString(deterministic=True))
+        self._provider.note_ca_unneeded(request.id, convert.unneeded_seconds(request.defaults))
         cached = self._options_cache.get(key)
         if cached is not None:
             return cached

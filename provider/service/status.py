@@ -40,6 +40,7 @@ def status(provider: Provider) -> Status:
                     for r in provider.ledger.view().reservations]
     in_flight, _ = provider.executor.known()
     by_request: dict[str, int] = Counter(bookings.values())
+    reserved, spend = provider.fleet_figures()
     return {
         "acting": provider.acting(),
         "notActingBecause": None if provider.acting() else provider.not_ready_reason(),
@@ -48,7 +49,20 @@ def status(provider: Provider) -> Status:
         "attemptsInFlight": sorted(in_flight),
         "lastOutcomes": [_outcome(o) for o in provider.recent.last()],
         "bookings": [{"request": r, "nodes": n} for r, n in sorted(by_request.items())],
+        "reservedGpus": [{"zone": r.zone, "paid": r.paid, "up": r.up, "busy": r.busy}
+                         for r in reserved],
+        "spendPerHour": [{"source": src, "group": g, "usd": round(usd, 2)}
+                         for (src, g), usd in sorted(spend.items())],
+        "pendingByReason": dict(sorted(provider.pending_by_reason.items())),
+        "nodesReused": int(_total(provider, "allset_nodes_reused_total")),
+        "scaleInSavedUsd": round(_total(provider, "allset_scale_in_saved_usd_total"), 2),
     }
+
+
+def _total(provider: Provider, sample: str) -> float:
+    """A counter's value summed over its labels, as the metrics endpoint shows it."""
+    return sum(s.value for m in provider.metrics.registry.collect() for s in m.samples
+               if s.name == sample)
 
 
 def _outcome(o: Outcome) -> dict[str, Any]:
@@ -83,4 +97,22 @@ def render(found: Status) -> str:
         lines.append("none yet")
     lines += ["", "BOOKINGS"]
     lines += [f"{b['request']}: {b['nodes']} nodes" for b in found["bookings"]] or ["none"]
+    lines += ["", "RESERVED GPUS  ZONE          PAID    UP  BUSY  UTILISATION"]
+    for r in found["reservedGpus"]:
+        used = f"{100 * r['busy'] / r['paid']:.0f}%" if r["paid"] else "-"
+        lines.append(f"{'':<15}{r['zone']:<12}  {r['paid']:>4}  {r['up']:>4}  {r['busy']:>4}"
+                     f"  {used}")
+    if not found["reservedGpus"]:
+        lines.append("none listed")
+    spend = found["spendPerHour"]
+    by_source: dict[str, float] = {}
+    for row in spend:
+        by_source[row["source"]] = by_source.get(row["source"], 0.0) + row["usd"]
+    lines += ["", "SPEND OUTSIDE RESERVATIONS: " + (", ".join(
+        f"{src} USD {usd:,.2f}/h" for src, usd in sorted(by_source.items())) or "none")]
+    pending = found["pendingByReason"]
+    lines += ["PENDING REQUESTS: " + (", ".join(f"{r} {n}" for r, n in pending.items())
+                                      or "none")]
+    lines += [f"IDLE NODES REUSED: {found['nodesReused']}; SCALE-IN SAVED (estimate): "
+              f"USD {found['scaleInSavedUsd']:,.2f}"]
     return "\n".join(lines)

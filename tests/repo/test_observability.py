@@ -9,12 +9,14 @@ from typing import Any
 import yaml
 
 from provider.attempts.metrics import Metrics
+from provider.controller.request_metrics import PENDING_REASONS, STATES
 from provider.domain.cloud import CapacityType
 from tests.kit.deploy import DEPLOY, ROOT, one, render
 
 MONITORING = DEPLOY / "monitoring"
-_REGISTERED = re.compile(r'\b(Counter|Gauge|Histogram)\(\s*"(allset_\w+)"')
-_SUFFIXES = {"Counter": ("_total",), "Gauge": ("",), "Histogram": ("_bucket", "_sum", "_count")}
+_REGISTERED = re.compile(r'\b(Counter|Gauge|Histogram|GaugeMetricFamily)\(\s*"(allset_\w+)"')
+_SUFFIXES = {"Counter": ("_total",), "Gauge": ("",), "GaugeMetricFamily": ("",),
+             "Histogram": ("_bucket", "_sum", "_count")}
 
 
 def registered() -> dict[str, str]:
@@ -74,12 +76,17 @@ def test_label_values_in_queries_are_ones_the_code_sets() -> None:
     launched = r'allset_nodes_launched_total\{source="([^"]+)"'
     sources = {v for e in exprs for v in re.findall(launched, e)}
     assert sources and sources <= {str(c) for c in CapacityType}
-    controller = (ROOT / "provider" / "controller" / "controller.py").read_text(encoding="utf-8")
-    (counted,) = re.findall(r"counts = \{([^}]*)\}", controller)
-    states = set(re.findall(r'"([a-z-]+)":', counted))
     by_state = r'allset_provisioning_requests\{state="([^"]+)"'
     used = {v for e in exprs for v in re.findall(by_state, e)}
-    assert used and used <= states
+    assert used and used <= set(STATES)
+    by_reason = r'allset_pending_requests\{reason="([^"]+)"'
+    reasons = {v for e in exprs for v in re.findall(by_reason, e)}
+    assert reasons and reasons <= set(PENDING_REASONS)
+    gpus = {v for e in exprs for v in re.findall(r'allset_reserved_gpus\{state="([^"]+)"', e)}
+    assert gpus == {"paid", "up", "busy"}
+    spend = {v for e in exprs
+             for v in re.findall(r'allset_spend_usd_per_hour\{source="([^"]+)"', e)}
+    assert spend and spend <= {str(CapacityType.ON_DEMAND), str(CapacityType.SPOT)}
 
 
 def test_the_alerts_asked_for_exist() -> None:

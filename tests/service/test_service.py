@@ -448,3 +448,17 @@ def test_pod_price_by_request_share(served: Served) -> None:
     huge = _pod("1000", "1Gi").SerializeToString()
     expect(grpc.StatusCode.FAILED_PRECONDITION, stub.PricingPodPrice,
            pod_request(pod_bytes=huge))
+
+
+def test_get_options_remembers_cas_unneeded_time_in_either_generation(served: Served) -> None:
+    """What scale-in by source saved is counted against CA's own
+    --scale-down-unneeded-time, which only its GetOptions defaults carry."""
+    h, stub = served
+    new = pb.NodeGroupAutoscalingOptions(
+        scaleDownUnneededDuration=duration_pb2.Duration(seconds=600))
+    stub.NodeGroupGetOptions(pb.NodeGroupAutoscalingOptionsRequest(id="gpu", defaults=new))
+    legacy = pb.NodeGroupAutoscalingOptions()
+    legacy.scaleDownUnneededTime.duration = 300 * 10**9
+    stub.NodeGroupGetOptions(pb.NodeGroupAutoscalingOptionsRequest(id="cpu", defaults=legacy))
+    stub.NodeGroupGetOptions(pb.NodeGroupAutoscalingOptionsRequest(id="gpu-b"))  # none sent
+    assert h.provider._ca_unneeded == {"gpu": 600.0, "cpu": 300.0}
