@@ -328,14 +328,18 @@ class KubeApi:
              _request_timeout=self._write_timeout)
 
 
+# Where Events about cluster-scoped objects (Nodes) go, as the kubelet and CA put them.
+CLUSTER_EVENTS_NAMESPACE = "default"
+
+
 def event(involved: Mapping[str, Any], reason: str, message: str, *, warning: bool,
           stamp: str) -> dict[str, Any]:
     """A core/v1 Event from allset about ``involved`` (its apiVersion, kind, name,
-    namespace and uid), at ``stamp`` (RFC 3339)."""
+    namespace and uid; a Node has no namespace), at ``stamp`` (RFC 3339)."""
     return {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"generateName": f"{involved['name']}.",
-                     "namespace": involved["namespace"]},
+                     "namespace": involved.get("namespace") or CLUSTER_EVENTS_NAMESPACE},
         "involvedObject": dict(involved),
         "reason": reason, "message": message[:1024],
         "type": "Warning" if warning else "Normal",

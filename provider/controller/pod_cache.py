@@ -124,6 +124,12 @@ class PodCache:
         with self._lock:
             return len(self._on_node.get(node, ()))
 
+    def consuming(self, namespace: str, request: str) -> list[Pod]:
+        """Every pod of ``namespace`` whose annotation consumes ``request``, placed or not."""
+        with self._lock:
+            return [self._pods[(namespace, n)] for n in self._by_namespace.get(namespace, ())
+                    if self._facts[(namespace, n)].consumes == request]
+
     def pending(self) -> list[Pod]:
         """Live pods not yet on a node, whole."""
         with self._lock:

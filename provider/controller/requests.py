@@ -24,7 +24,7 @@ from provider.controller import source_labels
 from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, REUSED_DETAIL, planned, reused
 from provider.controller.idle import WORKLOAD_ANNOTATION, workload_ref
 from provider.controller.kube import KUEUE_GROUP, Gone, KubeApi
-from provider.controller.nodes import NodeCache, is_ready
+from provider.controller.nodes import Node, NodeCache, is_ready
 from provider.controller.pod_cache import PodCache
 from provider.controller.request_metrics import RequestMetrics
 from provider.controller.writes import Change, Writer, key_of, newer, uid_of
@@ -320,7 +320,7 @@ class RequestHandler:
         value = c.booking_value(obj["metadata"]["namespace"], obj["metadata"]["name"])
         # Protected from scale-down from commit on, and labelled as each Node registers.
         self._gangs.book(key, found.instances)
-        done = self._label(found.instances, value, workload_ref(obj))
+        done = self._label(found.instances, value, workload_ref(obj), key, t.uid)
         n = len(found.instances)
         if done < n:
             # One message for the whole wait: a status write (and an event) per Node
@@ -342,6 +342,10 @@ class RequestHandler:
                                  f"pods select them with {c.BOOKING_LABEL}={value}")],
                           details={c.BOOKING_DETAIL: value}) is not None:
             self._metrics.provisioned.observe(self._age(obj))
+            self._tell_pods(obj, c.CAPACITY_IS_PROVISIONED, (
+                f"ProvisioningRequest {key} is Provisioned: {_nodes(n)}"
+                f"{f' ({kept} reused)' if kept else ''} booked, labelled "
+                f"{c.BOOKING_LABEL}={value}"))
         return 0.0
 
     def _lost_before_provisioned(self, obj: Obj, t: Tracked, found: Gang) -> float | None:
@@ -377,14 +381,16 @@ class RequestHandler:
             if not self._gangs.terminate_stopped(t.uid):
                 return RETRY_TERMINATE
             self._release(key, t.uid)
-            self._w.update(obj, [(c.CAPACITY_REVOKED, True, NODES_LOST,
-                                  f"{_lost_text(found)} after the request was "
-                                  f"provisioned")], warning=True)
+            lost = f"{_lost_text(found)} after the request was provisioned"
+            if self._w.update(obj, [(c.CAPACITY_REVOKED, True, NODES_LOST, lost)],
+                              warning=True) is not None:
+                self._tell_pods(obj, NODES_LOST, f"ProvisioningRequest {key}: {lost}; its "
+                                                 f"booking ended", warning=True)
             return None
         if found is not None:  # None: provisioned before plans were recorded (upgrade)
             value = c.booking_value(meta["namespace"], meta["name"])
             self._gangs.book(key, found.instances)
-            self._label(found.instances, value, workload_ref(obj))
+            self._label(found.instances, value, workload_ref(obj), key, t.uid)
         if self._consumed(meta["namespace"], meta["name"], t.demand.pods):
             self._release(key, t.uid)
             if self._w.update(obj, [(c.BOOKING_EXPIRED, True, c.BOOKING_CONSUMED,
@@ -434,12 +440,13 @@ class RequestHandler:
     # --- Nodes ---------------------------------------------------------------------------
 
     def _label(self, instances: Sequence[CloudInstance], value: str,
-               workload: str | None) -> int:
+               workload: str | None, key: str, uid: str) -> int:
         """Label each registered Node of the gang for its pods and protect it from
         scale-down, with its capacity-source labels in the same patch (one write per Node,
         not two: at a thousand Nodes registering at once the API server's patch rate is
         what Provisioned waits for), naming the Workload it serves (controller.idle);
-        returns how many are registered, Ready and labelled."""
+        returns how many are registered, Ready and labelled. A Node that takes the
+        booking gets an Event saying so (Booked, or Reused for an idle node of another's)."""
         done = 0
         for inst in instances:
             node = self._nodes.get(inst.provider_id)
@@ -466,9 +473,34 @@ class RequestHandler:
                 written = (node.get("metadata") or {}).get("labels") or {}
                 if written.get(c.BOOKING_LABEL) != value:
                     continue
+                if labels.get(c.BOOKING_LABEL) != value:
+                    self._tell_node(node, inst, key, uid)
             if is_ready(node):
                 done += 1
         return done
+
+    def _tell_node(self, node: Node, inst: CloudInstance, key: str, uid: str) -> None:
+        meta = node.get("metadata") or {}
+        ref = {"apiVersion": "v1", "kind": "Node", "name": meta.get("name"),
+               "uid": meta.get("uid")}
+        if inst.tags.request_uid == uid:
+            self._w.event_on(ref, "Booked", f"launched by attempt {inst.tags.attempt} for "
+                                            f"ProvisioningRequest {key}; booked for its pods")
+        else:
+            was = inst.tags.request or f"Cluster Autoscaler ({inst.tags.attempt})"
+            self._w.event_on(ref, "Reused", f"idle node (launched for {was}) booked for "
+                                            f"ProvisioningRequest {key} instead of a launch")
+
+    def _tell_pods(self, obj: Obj, reason: str, message: str, *,
+                   warning: bool = False) -> None:
+        """An Event on each pod that consumes the request (those that say so already:
+        Kueue's are annotated once it admits the workload, a gang's own at once)."""
+        meta = obj["metadata"]
+        for pod in self._pods.consuming(meta["namespace"], meta["name"]):
+            pm = pod.get("metadata") or {}
+            self._w.event_on({"apiVersion": "v1", "kind": "Pod", "name": pm.get("name"),
+                              "namespace": pm.get("namespace"), "uid": pm.get("uid")},
+                             reason, message, warning=warning)
 
     def _release(self, key: str, uid: str | None, *, unlabel: bool = False) -> None:
         """End a booking: CA may scale the nodes down again. Their booking label stays

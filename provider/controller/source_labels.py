@@ -10,8 +10,8 @@ import re
 from provider.controller.conditions import SCALE_DOWN_DISABLED
 from provider.controller.nodes import Node
 from provider.domain.cloud import CloudInstance
+from provider.domain.model import CAPACITY_TYPE_LABEL
 
-CAPACITY_TYPE_LABEL = "allset.dev/capacity-type"
 RESERVATION_LABEL = "allset.dev/reservation"
 # On a reserved Node allset keeps up while idle (reservedNodes: keep), beside CA's
 # scale-down-disabled: says the protection is the keeper's, so that it alone takes it off

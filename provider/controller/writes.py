@@ -151,14 +151,20 @@ class Writer:
 
     def event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
         meta = obj["metadata"]
-        involved = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
-                    "name": meta["name"], "namespace": meta["namespace"],
-                    "uid": meta.get("uid")}
+        self.event_on({"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                       "name": meta["name"], "namespace": meta["namespace"],
+                       "uid": meta.get("uid")}, reason, message, warning=warning)
+
+    def event_on(self, involved: Mapping[str, Any], reason: str, message: str, *,
+                 warning: bool = False) -> None:
+        """An Event on any object (a Node of the gang, a pod of the request)."""
+        made = event(involved, reason, message, warning=warning,
+                     stamp=rfc3339(self._clock.now()))
         try:
-            self._kube.create_event(meta["namespace"], event(
-                involved, reason, message, warning=warning, stamp=rfc3339(self._clock.now())))
+            self._kube.create_event(made["metadata"]["namespace"], made)
         except Exception as err:  # events are best effort; the status is the record
-            log.warning("event for %s not recorded: %s", key_of(obj), err)
+            log.warning("event %s on %s %s not recorded: %s", reason, involved.get("kind"),
+                        involved.get("name"), err)
 
 
 def _may_record(key: str, stored: Mapping[str, str],

@@ -161,6 +161,8 @@ def region_of(zone: str) -> str:
 
 GROUP_LABEL = "allset.dev/node-group"
 FABRIC_LABEL = "allset.dev/fabric"
+# Where a node's capacity comes from (reserved, on-demand, spot), as Karpenter users expect.
+CAPACITY_TYPE_LABEL = "allset.dev/capacity-type"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 REGION_LABEL = "topology.kubernetes.io/region"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
@@ -182,5 +184,9 @@ def node_labels(group: NodeGroup, gpu_label: str) -> dict[str, str]:
         labels[gpu_label] = group.gpu_type
     if group.fabric:
         labels[FABRIC_LABEL] = group.fabric
+    if len(group.capacity_types) == 1:
+        # Known before launch only when the group has one source: a group that tries its
+        # reservation, then on demand, learns each node's at launch (its Node says it).
+        labels[CAPACITY_TYPE_LABEL] = str(group.capacity_types[0])
     labels.update(group.labels)
     return labels

@@ -251,3 +251,29 @@ def test_a_daemonsets_pod_leaves_a_node_idle_a_cordon_does_not(world: World) -> 
     create(w, "job3", pod_sets={"workers": 8})
     w.sync(3)
     assert _details(w, "job3").get(REUSED_DETAIL) == first.provider_id
+
+
+def test_the_nodes_and_the_pods_say_what_happened(world: World) -> None:
+    """Issue 35, item 8: Events on the Nodes (Booked when launched for the request, Reused
+    when an idle node took its booking) and on the pods that consume the request
+    (CapacityIsProvisioned), not only on the ProvisioningRequest."""
+    w = world
+    first = _done_first(w)
+
+    def node_events(name: str) -> list[tuple[str, str]]:
+        return [(e["reason"], e["message"]) for e in w.kube.list("events", "default")
+                if e["involvedObject"]["kind"] == "Node" and e["involvedObject"]["name"] == name]
+
+    ((reason, message),) = node_events(first.name)
+    assert reason == "Booked" and "for ProvisioningRequest ml/job" in message, message
+    for i in range(8):
+        w.kube.create(objects.pod(NS, f"p{i}", {
+            "autoscaling.x-k8s.io/consume-provisioning-request": "job2"}))
+    create(w, "job2", pod_sets={"workers": 8})
+    w.sync(3)
+    events = dict(node_events(first.name))
+    assert sorted(events) == ["Booked", "Reused"]
+    assert "launched for ml/job) booked for ProvisioningRequest ml/job2" in events["Reused"]
+    on_pods = [(e["involvedObject"]["name"], e["reason"]) for e in w.kube.list("events", NS)
+               if e["involvedObject"]["kind"] == "Pod"]
+    assert sorted(on_pods) == sorted((f"p{i}", c.CAPACITY_IS_PROVISIONED) for i in range(8))

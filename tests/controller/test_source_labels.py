@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from provider.controller.source_labels import CAPACITY_TYPE_LABEL, RESERVATION_LABEL
+from provider.controller.source_labels import RESERVATION_LABEL
+from provider.domain.model import CAPACITY_TYPE_LABEL
 from tests.kit.controller import World, create, world
 
 __all__ = ["world"]

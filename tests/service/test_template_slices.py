@@ -12,7 +12,7 @@ from google.protobuf import json_format
 
 from provider.domain.devices.model import Device, DeviceSlice, Version
 from provider.domain.devices.quantity import parse_milli
-from provider.domain.model import NodeGroup
+from provider.domain.model import CAPACITY_TYPE_LABEL, NodeGroup, node_labels
 from provider.service.nodeinfo import template_name, template_slices
 from provider.service.slices import resource_slice, resource_slice_proto
 from provider.wire import externalgrpc_pb2 as pb
@@ -240,3 +240,24 @@ def test_cpu_template_has_no_slices(stub: pb_grpc.CloudProviderStub) -> None:
     node, slices = _template(stub, "cpu")
     assert slices == []
     assert node.metadata.name == "cpu-template"
+
+
+def test_the_template_says_its_capacity_type_when_the_group_has_one() -> None:
+    """Issue 35, item 8: CA's simulations and nodeSelectors see allset.dev/capacity-type on
+    the template of a group with one capacity source; a group that tries its reservation,
+    then on demand, cannot say before the launch (its Nodes say it once they register)."""
+    cfg = config(BASE_CONFIG_ONE_SOURCE)
+    labels = {g.id: node_labels(g, cfg.schema.gpu_label) for g in cfg.groups}
+    assert labels["spot-only"][CAPACITY_TYPE_LABEL] == "spot"
+    assert CAPACITY_TYPE_LABEL not in labels["gpu"]
+
+
+BASE_CONFIG_ONE_SOURCE = """\
+cluster: test
+cloud: {provider: fake}
+nodeGroups:
+  - {id: gpu, zone: us-east-1a, instanceType: p5.48xlarge, maxSize: 4, cpu: 191,
+     memory: 1900Gi, gpu: {type: nvidia-h100-80gb, count: 8}, price: {onDemand: 98.32}}
+  - {id: spot-only, zone: us-east-1a, instanceType: g6.12xlarge, maxSize: 4, cpu: 47,
+     memory: 180Gi, capacityTypes: [spot], price: {onDemand: 4.6, spot: 1.8}}
+"""
