@@ -278,6 +278,16 @@ BROKEN: dict[str, State] = {
         5, "ml/job", ("u1", "r2-bb", "2"), ("u1", "r1-aa", None), "a1", "allset-a_a1", 1,
         ("allset-b_b2", 2), True, True),)),
     "G1": dataclasses.replace(GOOD, gang_kills=("i1 of ml/job's Provisioned gang",)),
+    # a second request Provisioned on a node of the first's standing gang (double booking)
+    "I13": dataclasses.replace(
+        GOOD,
+        instances=(_inst("r1", attempt="r-1", request="ml/a"),),
+        launches=(_launch("r-1", "0.0", ("r1",), request="ml/a"),),
+        attempt_uid={"r-1": "u1", "r-2": "u2"},
+        requests=(RequestSeen("ml/a", "u1", True, False, "ml.a"),
+                  RequestSeen("ml/b", "u2", True, False, "ml.b", attempt="r-2",
+                              reused=("fake://z/r1",), planned=1)),
+        ca=()),
     # at quiescence nobody acts; or the acting one is not where CA's route goes
     "L1": dataclasses.replace(GOOD, replicas=True),
     "R1": dataclasses.replace(GOOD, replicas=True, acting=(("b2", "b"),), routed="a",
