@@ -69,7 +69,7 @@ class Provider:
         self.ready = threading.Event()  # set by the first complete cloud listing
         self.leadership: Leadership = leadership or AlwaysLeader(self.clock)
         self._thread_runner = ThreadRunner() if runner is None else None
-        self.metrics = Metrics()
+        self.metrics = Metrics(zones={g.id: g.zone for g in config.groups})
         self.journal: Journal = journal or MemoryJournal()
         self.recent = RecentOutcomes(observer or self.metrics)
         self.executor = AttemptExecutor(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -10,7 +10,7 @@ from prometheus_client.registry import Collector
 
 from provider.attempts.executor import Outcome, Result
 from provider.attempts.figures import ReservedGpus
-from provider.domain.cloud import CapacityType, CloudSnapshot
+from provider.domain.cloud import CloudSnapshot
 from provider.domain.plan import Part
 
 _DECISION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -19,8 +19,11 @@ _DECISION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 class Metrics:
     """Implements provider.attempts.executor.Observer; reconcile and refresh report here too."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None,
+                 zones: Mapping[str, str] | None = None) -> None:
+        """``zones``: each group's zone, for the labels an operator filters launches by."""
         self.registry = registry or CollectorRegistry()
+        self._zones = dict(zones or {})
         r = self.registry
         self.attempts = Counter("allset_attempts", "Attempts by outcome.", ["outcome"],
                                 registry=r)
@@ -32,7 +35,8 @@ class Metrics:
                                   "all-or-nothing outcome.", buckets=_DECISION_BUCKETS,
                                   registry=r)
         self.launched = Counter("allset_nodes_launched", "Nodes launched, by capacity "
-                                "source.", ["source"], registry=r)
+                                "source, group and zone.", ["source", "group", "zone"],
+                                registry=r)
         self.orphans = Gauge("allset_orphan_instances", "Instances of attempts that will "
                              "never commit, seen by the last reconcile (should be 0).",
                              registry=r)
@@ -67,13 +71,12 @@ class Metrics:
             ["group"], registry=r)
         for result in Result:
             self.attempts.labels(outcome=str(result))
-        for source in CapacityType:
-            self.launched.labels(source=str(source))
 
     # --- executor.Observer -------------------------------------------------------------
 
     def launched_part(self, part: Part, instances: int) -> None:
-        self.launched.labels(source=str(part.capacity_type)).inc(instances)
+        self.launched.labels(source=str(part.capacity_type), group=part.group,
+                             zone=self._zones.get(part.group, "")).inc(instances)
 
     def rolled_back_part(self, attempt: str, instances: int) -> None:
         self.rollbacks.inc()

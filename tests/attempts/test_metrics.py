@@ -25,8 +25,12 @@ def test_attempts_rollbacks_and_sources_are_counted(served: Served) -> None:
     h.run_workers()  # nothing in us-east-1b: fails before any launch
     assert sample(h, "allset_attempts_total", outcome="succeeded") == 1
     assert sample(h, "allset_attempts_total", outcome="failed") == 1
-    assert sample(h, "allset_nodes_launched_total", source="reserved") == 3
-    assert sample(h, "allset_nodes_launched_total", source="on-demand") == 1
+    assert sample(h, "allset_nodes_launched_total", source="reserved", group="gpu",
+                  zone="us-east-1a") == 3
+    assert sample(h, "allset_nodes_launched_total", source="on-demand", group="gpu",
+                  zone="us-east-1a") == 1
+    assert sample(h, "allset_nodes_launched_total", source="on-demand", group="gpu-b",
+                  zone="us-east-1b") == 0
     assert sample(h, "allset_decision_seconds_count") == 2
 
     h.cloud.set_stockout(Stockout("us-east-1a", "p5.48xlarge", CapacityType.ON_DEMAND))
