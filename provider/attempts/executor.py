@@ -124,6 +124,9 @@ class Outcome:
     # Idle nodes the committed plan books instead of launching (provider IDs): running
     # already, never launched, committed or rolled back by the attempt.
     reused: tuple[str, ...] = ()
+    # Where the committed plan runs against the gang's data and why (Plan.placement), for
+    # the request's status; "" for a gang that names no data zone.
+    placement: str = ""
 
     @property
     def last_error(self) -> CloudError | None:
@@ -579,6 +582,7 @@ class Executor:
         complete = False  # a plan launched whole (after any earlier partial rounds)
         plans = 0
         reused: tuple[str, ...] = ()
+        placement = ""
         while plans < self._max_plans and self._clock.monotonic() < deadline:
             if cancelled():
                 launched = [i for _, insts in kept for i in insts]
@@ -622,6 +626,7 @@ class Executor:
             if not bad:
                 kept.extend(good)
                 reused = plan.reused
+                placement = plan.placement.message if plan.placement else ""
                 complete = True
                 break
             # The launched part failed: the reused nodes go back to idle, untouched.
@@ -661,7 +666,8 @@ class Executor:
                 return Outcome(spec.id, Result.CANCELLED, failures=tuple(failures),
                                plans_tried=plans, rolled_back=rolled_back)
             return Outcome(spec.id, Result.SUCCEEDED, failures=tuple(failures),
-                           plans_tried=plans, rolled_back=rolled_back, reused=reused)
+                           plans_tried=plans, rolled_back=rolled_back, reused=reused,
+                           placement=placement)
         if not instances:
             result = Result.INFEASIBLE if infeasible and not failures else Result.FAILED
             return Outcome(spec.id, result, infeasible=infeasible, failures=tuple(failures),
@@ -721,7 +727,7 @@ class Executor:
         result = Result.SUCCEEDED if complete else Result.PARTIAL
         return Outcome(spec.id, result, committed, infeasible=infeasible,
                        failures=tuple(failures), plans_tried=plans, rolled_back=rolled_back,
-                       reused=reused)
+                       reused=reused, placement=placement)
 
     def _launch_part(
         self, spec: AttemptSpec, plan_index: int, part_index: int, part: Part,

@@ -29,7 +29,8 @@ class LoggedJournal:
 
     def planned(self, attempt: str, plan_index: int, plan: Plan) -> None:
         self._inner.planned(attempt, plan_index, plan)
-        notes = "; ".join(n.message for n in plan.notes)
+        notes = "; ".join([n.message for n in plan.notes] +
+                          ([plan.placement.message] if plan.placement else []))
         log.info("attempt %s plan %d: %d nodes, %s%s", attempt, plan_index, plan.node_count,
                  ", ".join(_part(p) for p in plan.parts), f" ({notes})" if notes else "",
                  extra=self._ids(attempt))

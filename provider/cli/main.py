@@ -163,7 +163,8 @@ def _parser() -> argparse.ArgumentParser:
                       "--server also one Pod: a dry run of CA's scale-up for it")
     plan.add_argument("--queue", metavar="NAMESPACE/NAME",
                       help="the Kueue LocalQueue the request comes through (its Workload's "
-                      "queueName): its value of waiting under runtimes.queues applies")
+                      "queueName): its value of waiting under runtimes.queues and its cost "
+                      "of running away from the data under locality.queues apply")
     plan.add_argument("--output", choices=["text", "json"], default="text")
     client_tls(plan)
     plan.set_defaults(run=run_plan)

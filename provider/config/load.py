@@ -31,7 +31,7 @@ from provider.config.schema import (
 from provider.config.shapes import allocatable_cpu_milli, allocatable_memory_milli
 from provider.config.units import duration_seconds, quantity_milli
 from provider.domain.cloud import CapacityType, Shape
-from provider.domain.demand import Demand, valued
+from provider.domain.demand import Demand, cross_zone_costed, valued
 from provider.domain.devices.catalog import GpuDevices, gpu_slice, mig_resource, plain_slice
 from provider.domain.devices.model import AttrValue, DeviceSlice, Version
 from provider.domain.model import (
@@ -116,13 +116,16 @@ class LoadedConfig:
 
     def guarded(self, demand: Demand, queue: str | None = None) -> Demand:
         """``demand`` with the operator's guard on declared runtimes and value of waiting
-        (``runtimes``); ``queue``: the Kueue LocalQueue it came through, namespace/name."""
+        (``runtimes``), and its cost of running away from its data (``locality``);
+        ``queue``: the Kueue LocalQueue it came through, namespace/name."""
         r = self.schema.runtimes
         demand = dataclasses.replace(
             demand, runtime_margin=r.margin,
             undeclared_runtime_seconds=None if r.undeclared is None
             else duration_seconds(r.undeclared),
             queue=queue)
+        where = self.schema.locality
+        demand = cross_zone_costed(demand, where.cross_zone_cost_per_gpu_hour, where.queues)
         return valued(demand, r.wait_value_per_gpu_hour, r.queues)
 
     @property

@@ -421,8 +421,9 @@ class ProvisioningRequests(Model):
 _QUEUE_NAMESPACE = re.compile(_DNS_LABEL)
 _QUEUE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
-# USD per GPU-hour of waiting: finite and not negative, as the request's parameter.
-WaitValue = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+# USD per GPU-hour (of waiting, of running away from data): finite and not negative, as
+# the request's parameters.
+UsdPerGpuHour = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 def queue_problem(key: str) -> str | None:
@@ -463,11 +464,28 @@ class Runtimes(Model):
         "deadline instead of buying on-demand now. Precedence: the request's parameter "
         "waitValuePerGpuHour, else its Kueue queue's value under queues, else this, else "
         "(unset) the on-demand price of a GPU-hour of the plan it would buy now")
-    queues: dict[QueueKey, WaitValue] = Field(
+    queues: dict[QueueKey, UsdPerGpuHour] = Field(
         default_factory=dict, description="value of waiting (USD per GPU-hour) by Kueue "
         "LocalQueue, keyed namespace/name, e.g. {ml/train: 4.0}: the queue of the Workload "
         "that owns the request; below the request's own waitValuePerGpuHour, above the "
         "default waitValuePerGpuHour")
+
+
+class Locality(Model):
+    """What running a gang away from its data costs, for requests that say where their
+    data is (parameter dataZone): the planner weighs a free reservation in another zone
+    against on-demand next to the data."""
+
+    cross_zone_cost_per_gpu_hour: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="USD an hour of one GPU running "
+        "outside its request's dataZone costs (egress, slower reads), added to that plan's "
+        "spend when plans are compared. Precedence: the request's parameter "
+        "crossZoneCostPerGpuHour, else its Kueue queue's value under queues, else this; "
+        "unset: no cost, and the data's zone only breaks ties")
+    queues: dict[QueueKey, UsdPerGpuHour] = Field(
+        default_factory=dict, description="cost of running away from the data (USD per "
+        "GPU-hour) by Kueue LocalQueue, keyed namespace/name, e.g. {ml/train: 2.5}; below "
+        "the request's own crossZoneCostPerGpuHour, above the default")
 
 
 class Gangs(Model):
@@ -508,6 +526,8 @@ class Config(Model):
     provisioning_requests: ProvisioningRequests = ProvisioningRequests()
     runtimes: Runtimes = Field(Runtimes(), description="declared runtimes against capacity "
                                "that ends")
+    locality: Locality = Field(Locality(), description="the cost of running away from a "
+                               "request's data")
     gangs: Gangs = Field(Gangs(), description="pending PodGroup gangs become requests")
     node_groups: list[NodeGroupConfig] = Field(min_length=1, description="the node "
                                                "groups CA sees")

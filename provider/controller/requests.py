@@ -270,7 +270,7 @@ class RequestHandler:
             # Its event (reason WaitingForNodes) says what launched and what was reused.
             self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_NODES,
                                   _waiting_text(len(outcome.instances), outcome.attempt,
-                                                outcome.reused))],
+                                                outcome.reused, outcome.placement))],
                            # With its attempt: a count never pairs with another's record.
                            details={ATTEMPT_DETAIL: outcome.attempt, PLANNED_DETAIL: str(n),
                                     REUSED_DETAIL: ",".join(outcome.reused) or None})
@@ -613,12 +613,13 @@ def _handed_over(obj: Obj) -> bool:
                                                    c.CAPACITY_REVOKED))
 
 
-def _waiting_text(n: int, attempt: str, again: Sequence[str] = ()) -> str:
+def _waiting_text(n: int, attempt: str, again: Sequence[str] = (), placement: str = "") -> str:
     what = f"{_nodes(n)} launched" if n else "nothing launched"
     if again:
         what += f" and {_nodes(len(again))} reused ({', '.join(again)})"
-    return (f"{what} by attempt {attempt}; Provisioned once each Node is registered, Ready "
-            f"and labelled")
+    where = f"; {placement}" if placement else ""
+    return (f"{what} by attempt {attempt}{where}; Provisioned once each Node is registered, "
+            f"Ready and labelled")
 
 
 def _nodes(n: int) -> str:

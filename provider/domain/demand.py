@@ -128,6 +128,14 @@ class Demand:
     # none, the runtime assumed for it (None: such a gang may go anywhere).
     runtime_margin: float = 1.0
     undeclared_runtime_seconds: float | None = None
+    # Place. Where the gang's data is, and what an hour of one GPU running away from it
+    # costs (egress, slower reads): the planner weighs a free reservation in another zone
+    # against on-demand next to the data (provider/planner/locality.py states the
+    # precedence: the request's, its queue's, the config default; None: no cost, the
+    # data's zone only breaks ties).
+    data_zone: str | None = None
+    cross_zone_cost_per_gpu_hour: float | None = None
+    cross_zone_cost_from: str = "the request"
 
     @property
     def runtime_to_outlast(self) -> float | None:
@@ -153,16 +161,39 @@ def value_source(demand: Demand) -> str:
         demand.wait_value_from
 
 
+def _stated(demand: Demand, field: str, default: float | None, default_name: str,
+            queues: Mapping[str, float]) -> tuple[float, str] | None:
+    """Rungs 2-3 of a precedence by request, queue, default: the value of the demand's
+    Kueue queue, else the config default, with where it came from; None when neither is
+    set. Rung 1 (the request's own value) is the caller's ``field`` when already set."""
+    if getattr(demand, field) is not None:
+        return None
+    if demand.queue is not None and demand.queue in queues:
+        return queues[demand.queue], f"queue {demand.queue}"
+    if default is not None:
+        return default, default_name
+    return None
+
+
+def cross_zone_costed(demand: Demand, default: float | None,
+                      queues: Mapping[str, float]) -> Demand:
+    """``demand`` with its cost of running away from its data set by the precedence
+    stated in provider/planner/locality.py, and where it came from."""
+    stated = _stated(demand, "cross_zone_cost_per_gpu_hour", default,
+                     "locality.crossZoneCostPerGpuHour", queues)
+    if stated is None:
+        return demand
+    return dataclasses.replace(demand, cross_zone_cost_per_gpu_hour=stated[0],
+                               cross_zone_cost_from=stated[1])
+
+
 def valued(demand: Demand, default: float | None, queues: Mapping[str, float]) -> Demand:
     """``demand`` with its value of waiting set by rungs 1-3 of the precedence stated in
     provider/planner/timing.py, and where it came from; left unset (rung 4, priced when a
     plan exists) when none applies."""
-    if demand.wait_value_per_gpu_hour is not None:
+    stated = _stated(demand, "wait_value_per_gpu_hour", default,
+                     "runtimes.waitValuePerGpuHour", queues)
+    if stated is None:
         return demand
-    if demand.queue is not None and demand.queue in queues:
-        return dataclasses.replace(demand, wait_value_per_gpu_hour=queues[demand.queue],
-                                   wait_value_from=f"queue {demand.queue}")
-    if default is not None:
-        return dataclasses.replace(demand, wait_value_per_gpu_hour=default,
-                                   wait_value_from="runtimes.waitValuePerGpuHour")
-    return demand
+    return dataclasses.replace(demand, wait_value_per_gpu_hour=stated[0],
+                               wait_value_from=stated[1])

@@ -64,11 +64,23 @@ class IdleNode:
 
 
 @dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a gang that names its data's zone runs against it, and why: shown to people
+    (`allset plan`, the attempt log), never needed to execute."""
+
+    data_zone: str
+    away_gpus: int  # GPUs of the plan outside the data's zone
+    cross_zone_cost: float  # USD/h those add when plans are compared (weighed, not billed)
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     parts: tuple[Part, ...]
     # Why capacity that looked usable was not used (e.g. an idle reservation in another
     # fabric while on-demand is bought): shown to people, never needed to execute.
     notes: tuple[Reason, ...] = ()
+    placement: Placement | None = None  # for a gang that names its data's zone
 
     @property
     def on_demand_cost_per_hour(self) -> float:

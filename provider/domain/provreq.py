@@ -3,6 +3,7 @@ gives them) translated into a Demand. Every problem names the field it is about.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -61,11 +62,18 @@ class Parameters:
     max_wait_seconds: float | None = None
     allow_interruption: bool = False
     wait_value_per_gpu_hour: float | None = None
+    data_zone: str | None = None
+    cross_zone_cost_per_gpu_hour: float | None = None
 
 
 PARAMETERS = ("topology", "capacityTypes", "bookingDurationSeconds", "validUntilSeconds",
               "noRetry", "waitForNodes", "expectedRuntimeSeconds", "maxWaitSeconds",
-              "allowInterruption", "waitValuePerGpuHour")
+              "allowInterruption", "waitValuePerGpuHour", "dataZone",
+              "crossZoneCostPerGpuHour")
+# A zone's name as the clouds write it (us-east-1a, europe-west4-b): a label value.
+_ZONE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_USD_PER_GPU_HOUR = {"waitValuePerGpuHour": "wait_value_per_gpu_hour",
+                     "crossZoneCostPerGpuHour": "cross_zone_cost_per_gpu_hour"}
 _SECONDS = {"bookingDurationSeconds": "booking_seconds",
             "validUntilSeconds": "valid_until_seconds",
             "expectedRuntimeSeconds": "expected_runtime_seconds",
@@ -140,7 +148,7 @@ def parse_parameters(raw: Mapping[str, Any], name: str = "") -> Parameters:
                 problems.append((field, f"{text!r} must be \"true\" or \"false\""))
             else:
                 out[_FLAGS[key]] = text.lower() == "true"
-        elif key == "waitValuePerGpuHour":
+        elif key in _USD_PER_GPU_HOUR:
             try:
                 value = float(text)
             except ValueError:
@@ -149,7 +157,13 @@ def parse_parameters(raw: Mapping[str, Any], name: str = "") -> Parameters:
                 problems.append((field, f"{text!r} is not a non-negative number (USD per "
                                         "GPU-hour)"))
             else:
-                out["wait_value_per_gpu_hour"] = value
+                out[_USD_PER_GPU_HOUR[key]] = value
+        elif key == "dataZone":
+            if not _ZONE.match(text):
+                problems.append((field, f"{text!r} is not a zone name (lower-case letters, "
+                                        "digits and '-', e.g. us-east-1a)"))
+            else:
+                out["data_zone"] = text
         else:
             problems.append((field, f"unknown parameter of class {CLASS_NAME}; known: "
                                     + ", ".join(PARAMETERS)))
@@ -228,6 +242,8 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
         allow_interruption=params.allow_interruption,
         max_wait_seconds=params.max_wait_seconds,
         wait_value_per_gpu_hour=params.wait_value_per_gpu_hour,
+        data_zone=params.data_zone,
+        cross_zone_cost_per_gpu_hour=params.cross_zone_cost_per_gpu_hour,
     )
     return demand, params
 

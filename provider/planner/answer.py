@@ -14,7 +14,9 @@ from provider.domain.plan import IdleNode, Infeasible, Plan
 from provider.planner.explain import explain
 from provider.planner.gang import Relax, best_solution, gather, to_plan
 from provider.planner.limits import never_fits
+from provider.planner.locality import weighed
 from provider.planner.matching import Matcher
+from provider.planner.placement import placed
 from provider.planner.reuse import by_domain, joined
 
 
@@ -23,7 +25,9 @@ def plan(demand: Demand, view: CapacityView, matcher: Matcher,
          idle: Sequence[IdleNode] = ()) -> Plan | Infeasible:
     """The cheapest whole plan, or a typed answer saying why there is none. A gang that
     could never fit at its groups' maxSize is refused before any planning. ``idle``: nodes
-    the gang may book instead of launching (provider/planner/reuse.py), priced at zero."""
+    the gang may book instead of launching (provider/planner/reuse.py), priced at zero.
+    Cheapest counts the cost of running away from the gang's data, where it names its
+    zone (provider/planner/locality.py), and the plan then says where it runs and why."""
     refused = never_fits(demand, matcher)
     if refused is not None:
         return refused
@@ -43,13 +47,14 @@ def plan(demand: Demand, view: CapacityView, matcher: Matcher,
             if rest is None:
                 continue
             candidate = joined(reuse, to_plan(rest_inputs, rest))
-        if best is None or _rank(candidate) < _rank(best):
+        if best is None or _rank(demand, view, candidate) < _rank(demand, view, best):
             best = candidate
     if best is None:
         return explain(inputs, matcher)
-    return best
+    return placed(inputs, best)
 
 
-def _rank(p: Plan) -> tuple[float, int]:
-    """Least spend first; then the plan that launches fewest (reuses most) nodes."""
-    return (round(p.on_demand_cost_per_hour, 6), -len(p.reused))
+def _rank(demand: Demand, view: CapacityView, p: Plan) -> tuple[float, int]:
+    """Least spend (with any cross-zone cost) first; then the plan that launches fewest
+    (reuses most) nodes."""
+    return (round(weighed(demand, p, view.groups), 6), -len(p.reused))

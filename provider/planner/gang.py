@@ -8,6 +8,7 @@ left is solved exactly (provider.planner.solver)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from provider.domain.demand import Demand, Topology
 from provider.domain.model import NodeGroup
 from provider.domain.plan import Part, Plan, Reason, ReasonCode
 from provider.planner.layout import Arcs, Kind, Layout, layout
+from provider.planner.locality import surcharge
 from provider.planner.matching import Candidate, Matcher
 from provider.planner.solver import (
     Arc,
@@ -154,8 +156,9 @@ class Inputs:
 
     def sources_of(self, gid: str) -> list[Source]:
         """The group's usable capacity sources (built on demand: a plan needs those of one
-        group per class only)."""
-        return [Source(gid, ctype, price, None, rid, size, ends)
+        group per class only), each with what a node of it adds away from the gang's data."""
+        extra = surcharge(self.demand, self.groups[gid])
+        return [Source(gid, ctype, price, None, rid, size, ends, extra)
                 for ctype, price, rid, size, ends in self.usable[gid].sources]
 
 
@@ -189,25 +192,34 @@ class Allocation:
 
 
 def best_solution(inputs: Inputs, relax: Relax, *, any_will_do: bool = False,
-                  only_domain: str | None = None) -> Found | None:
-    """The best solution over every domain (or in ``only_domain`` alone). With
-    ``any_will_do``, the first one the heuristic finds: explanations only ask whether a
-    relaxed gang would fit, and a "no" from the heuristic is good enough to leave a reason
-    out."""
+                  only_domain: str | None = None, only_zone: str | None = None,
+                  away_free: bool = False) -> Found | None:
+    """The best solution over every domain (or in ``only_domain`` alone, or of the groups
+    in ``only_zone`` alone). With ``any_will_do``, the first one the heuristic finds:
+    explanations only ask whether a relaxed gang would fit, and a "no" from the heuristic
+    is good enough to leave a reason out. With ``away_free``, running away from the
+    gang's data costs nothing (what spend alone would choose). Among domains of equal
+    cost, one with the gang's data comes first."""
     topology = Topology.NONE if relax.topology else inputs.demand.topology
+    data_zone = inputs.demand.data_zone
     by_domain: dict[str, set[str]] = defaultdict(set)
+    far: set[str] = set()  # domains with a group outside the data's zone
     for kind in inputs.kinds:  # a kind's groups share their zone and fabric
+        if only_zone is not None and kind.first.zone != only_zone:
+            continue
         domain = domain_of(kind.first, topology)
         if only_domain is None or domain == only_domain:
             by_domain[domain].update(kind.groups)
+            if data_zone is not None and kind.first.zone != data_zone:
+                far.add(domain)
     problems = []
     for domain in sorted(by_domain):
         built = build(inputs, by_domain[domain], relax,
-                      count_zones=topology is Topology.NONE)
+                      count_zones=topology is Topology.NONE, away_free=away_free)
         if built is not None:
-            problems.append((built[2], domain, built[:2]))
+            problems.append((built[2], domain in far, domain, built[:2]))
     best: Found | None = None
-    for bound, _, (problem, members) in sorted(problems, key=lambda t: (t[0], t[1])):
+    for bound, _, _, (problem, members) in sorted(problems, key=lambda t: t[:3]):
         if best is not None and bound > best.solution.rank[0] + 1e-9:
             break  # sorted by bound: no later domain can be cheaper
         if any_will_do:
@@ -221,7 +233,8 @@ def best_solution(inputs: Inputs, relax: Relax, *, any_will_do: bool = False,
     return best
 
 
-def build(inputs: Inputs, domain: set[str], relax: Relax, count_zones: bool
+def build(inputs: Inputs, domain: set[str], relax: Relax, count_zones: bool,
+          away_free: bool = False
           ) -> tuple[Problem, dict[str, tuple[tuple[str, int | None], ...]], float] | None:
     """The optimisation problem for the groups of one domain; None if a pod set has no
     group there or the domain cannot hold the gang even with every source at its limit.
@@ -273,10 +286,14 @@ def build(inputs: Inputs, domain: set[str], relax: Relax, count_zones: bool
             members[cid] = tuple(zip(gids, rooms, strict=True))
             headroom[cid] = sum(rooms)
         arcs.extend(Arc(name, cid, k) for name, k in of_class[0].arcs)
-        # Members share the class's sources.
-        sources.extend(inputs.sources_of(cid))
+        # Members share the class's sources (and zone: the surcharge is the class's too).
+        own = inputs.sources_of(cid)
+        if away_free:
+            own = [dataclasses.replace(s, surcharge=0.0) for s in own]
+        sources.extend(own)
+        beyond = 0.0 if away_free else surcharge(demand, of_class[0].first)
         sources.extend(Source(cid, CapacityType.RESERVED, r.price, None, r.id, r.free,
-                              r.ends_at)
+                              r.ends_at, beyond)
                        for r in _relaxed_reservations(of_class[0].first, relax, reserved_ok))
         zones[cid] = inputs.groups[cid].zone
     quotas = () if relax.quota else _quota_rows(inputs, sorted(members))
@@ -404,10 +421,14 @@ def to_plan(inputs: Inputs, found: Found) -> Plan:
 
 def _why(source: Source) -> str:
     if source.reservation:
-        return f"reservation {source.reservation} ({source.size} free, already paid)"
-    if source.capacity_type is CapacityType.SPOT:
-        return f"spot at {source.price:.2f}/h"
-    return f"on-demand at {source.price:.2f}/h"
+        why = f"reservation {source.reservation} ({source.size} free, already paid)"
+    elif source.capacity_type is CapacityType.SPOT:
+        why = f"spot at {source.price:.2f}/h"
+    else:
+        why = f"on-demand at {source.price:.2f}/h"
+    if source.surcharge:
+        why += f"; away from its data: +{source.surcharge:.2f}/h a node cross-zone"
+    return why
 
 
 def _idle_reservations(inputs: Inputs, allocation: Allocation) -> tuple[Reason, ...]:

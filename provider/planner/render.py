@@ -29,6 +29,11 @@ def plan_json(result: Plan | Infeasible) -> dict[str, Any]:
         ],
         "cost": {"onDemandPerHour": round(result.on_demand_cost_per_hour, 6)},
         "reasons": [_reason(r) for r in result.notes],
+        **({} if result.placement is None else {"placement": {
+            "dataZone": result.placement.data_zone,
+            "awayGpus": result.placement.away_gpus,
+            "crossZonePerHour": round(result.placement.cross_zone_cost, 6),
+            "message": result.placement.message}}),
     }
 
 
@@ -56,6 +61,8 @@ def plan_text(name: str, result: Plan | Infeasible) -> str:
                      + "  " + row[5])
     for note in result.notes:
         lines.append(f"  note: {note.message}")
+    if result.placement is not None:
+        lines.append(f"  placement: {result.placement.message}")
     return "\n".join(lines)
 
 

@@ -1,7 +1,8 @@
 """The optimisation at the heart of the planner, for one topology domain.
 
 Variables: nodes per (pod set, group) and per (group, capacity source); a node hosts pods
-of one pod set. The objective is lexicographic: first the spend (exact), then a linear
+of one pod set. The objective is lexicographic: first the spend (exact; with each node's
+surcharge for running away from the gang's data, where it states one), then a linear
 tie-break that prefers fewer nodes, reservations drawn smallest block first (the largest
 blocks stay intact) and groups with more room (fewer groups). Groups here are classes of
 interchangeable groups (see gang.build), so "fewest groups" is mostly decided when a
@@ -43,10 +44,18 @@ class Source:
     reservation: str | None = None
     size: int = 0  # free slots of the reservation: the block it draws from
     ends_at: float | None = None
+    # What a node of it costs beyond its price, per hour, when plans are compared: running
+    # away from the gang's data (provider/planner/locality.py). Never spent.
+    surcharge: float = 0.0
+
+    @property
+    def weight(self) -> float:
+        """Its price per node-hour as plans are compared: the price and the surcharge."""
+        return self.price + self.surcharge
 
     @property
     def order(self) -> tuple[float, int, float, str]:
-        return (self.price, self.size, self.ends_at or math.inf, self.reservation or "~")
+        return (self.weight, self.size, self.ends_at or math.inf, self.reservation or "~")
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +155,8 @@ def families_of(problem: Problem) -> list[Family]:
             cap = math.inf if room is None else float(room)
             family.unreserved.add((src.group, src.capacity_type))
         old = family.sources.get(key)
-        if old is None or src.price < old[0]:
-            family.sources[key] = (src.price, cap)
+        if old is None or src.weight < old[0]:
+            family.sources[key] = (src.weight, cap)
     return [f for f in families.values() if f.nodes]
 
 
@@ -215,7 +224,7 @@ def _alone_bound(problem: Problem) -> float:
     caps = {id(src): _cap(problem, src) for src in problem.sources}
     for name, pods in problem.needs:
         arcs = arcs_of[name]
-        options = [(src.price / a.per_node, caps[id(src)], a.per_node)
+        options = [(src.weight / a.per_node, caps[id(src)], a.per_node)
                    for a in arcs for src in by_group[a.group]]
         if len({a.per_node for a in arcs}) == 1:
             # Every option packs alike: ceil(pods / per node) whole nodes, cheapest first.
@@ -274,7 +283,7 @@ def heuristic(p: Problem) -> Solution | None:
         left = pods
         # Capacity only shrinks as it is taken, so one pass in price-per-pod order is the
         # greedy choice at every step.
-        options = sorted(((src.price / a.per_node, src.order, a.group, a, src)
+        options = sorted(((src.weight / a.per_node, src.order, a.group, a, src)
                           for a in arcs_of[name] for src in by_group[a.group]),
                          key=lambda o: o[:3])
         for _, _, _, arc, src in options:
@@ -365,7 +374,7 @@ def _summarise(p: Problem, nodes: dict[tuple[str, str], int],
     return Solution(
         nodes={k: v for k, v in nodes.items() if v > 0},
         take=tuple((s, n) for s, n in take if n > 0),
-        cost=sum(s.price * n for s, n in take),
+        cost=sum(s.weight * n for s, n in take),
         domains=len(zones),
         groups=len(used),
         node_count=sum(n for _, n in take),
@@ -495,7 +504,7 @@ def _mip(p: Problem, start: Solution | None = None) -> Solution | None:
         block = src.size / biggest if src.reservation else 0.0
         tight = 1 - (p.headroom.get(src.group) or roomiest) / roomiest
         tie = (1.0 + 0.5 * block + 0.25 * tight / biggest) / most_nodes / 2
-        costs[y[i]] = round(src.price * PRICE_UNITS) + tie
+        costs[y[i]] = round(src.weight * PRICE_UNITS) + tie
     h.changeColsCost(n, np.arange(n, dtype=np.int32), costs)
     if start is not None:
         h.setSolution(_as_start(h, start, x, y, sources, n))

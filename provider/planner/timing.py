@@ -2,9 +2,11 @@
 deadline, is waiting for it cheaper than buying on-demand now? (pure)
 
 The cost model, stated once: a gang that runs R hours on a plan buying on-demand at P per
-hour costs P x R. Waiting W hours for a window whose plan buys at P' per hour costs
-P' x R + W x G x V, where G is the gang's GPUs (what sits idle in the queue) and V what an
-hour of one GPU's waiting is worth to the user, the first that is set of:
+hour costs P x R (P with the plan's cost of running away from the gang's data, where it
+names its zone: provider/planner/locality.py). Waiting W hours for a window whose plan buys
+at P' per hour costs P' x R + W x G x V, where G is the gang's GPUs (what sits idle in the
+queue) and V what an hour of one GPU's waiting is worth to the user, the first that is set
+of:
   1. the request's own parameter `waitValuePerGpuHour`;
   2. the value of its Kueue queue (config `runtimes.queues`, keyed `namespace/localQueue`);
   3. the operator's default (config `runtimes.waitValuePerGpuHour`);
@@ -24,6 +26,7 @@ from provider.domain.demand import Demand, value_source
 from provider.domain.model import GPU_RESOURCE, MILLI
 from provider.domain.plan import Infeasible, Plan
 from provider.planner.answer import plan
+from provider.planner.locality import weighed
 from provider.planner.matching import Matcher
 
 
@@ -70,8 +73,8 @@ def wait_or_buy(demand: Demand, view: CapacityView, matcher: Matcher,
     if not upcoming:
         return None
     hours = runtime / 3600
-    cost_now = now_plan.on_demand_cost_per_hour * hours if isinstance(now_plan, Plan) \
-        else float("inf")
+    cost_now = weighed(demand, now_plan, view.groups) * hours \
+        if isinstance(now_plan, Plan) else float("inf")
     gpus = gang_gpus(demand, now_plan if isinstance(now_plan, Plan) else None, view.groups)
     value, value_from = demand.wait_value_per_gpu_hour, value_source(demand)
     if value is None:
@@ -87,7 +90,7 @@ def wait_or_buy(demand: Demand, view: CapacityView, matcher: Matcher,
         if not slots:
             continue  # the window would not serve this gang
         waited = (r.starts_at - now) / 3600
-        cost_then = then.on_demand_cost_per_hour * hours + waited * gpus * value
+        cost_then = weighed(demand, then, view.groups) * hours + waited * gpus * value
         if cost_then < cost_now and (best is None or cost_then < best.cost_then):
             best = Wait(r.id, r.starts_at, slots, cost_now - cost_then, cost_now, cost_then,
                         value, value_from)

@@ -160,3 +160,25 @@ def test_plan_shows_the_value_of_waiting_of_the_queue_given(tmp_path: Path) -> N
     bad = allset_plan("--config", str(path), "--request", str(request), "--queue", "batch")
     assert bad.returncode == 1
     assert "--queue: queue 'batch' is not namespace/localQueueName" in bad.stderr
+
+
+def test_plan_weighs_running_away_from_the_data_by_queue() -> None:
+    """Issue 34: the example gang's data is in us-east-1a, a free reservation in us-east-1b;
+    with no cost stated it takes the reservation, through queue research/etl (15 USD per
+    GPU-hour away) it buys on-demand next to the data, and says why each time."""
+    two_zones = ROOT / "deploy" / "examples" / "two-zones.yaml"
+    near_data = ROOT / "deploy" / "examples" / "requests" / "near-data.yaml"
+    away = allset_plan("--config", str(two_zones), "--request", str(near_data),
+                       "--output", "json")
+    assert away.returncode == 0, away.stderr
+    body = json.loads(away.stdout)
+    assert {p["nodeGroup"] for p in body["parts"]} == {"cpu-b", "h100-b"}
+    assert body["placement"]["dataZone"] == "us-east-1a"
+    assert body["placement"]["awayGpus"] == 32
+    near = allset_plan("--config", str(two_zones), "--request", str(near_data),
+                       "--queue", "research/etl")
+    assert near.returncode == 0, near.stderr
+    assert "h100-a" in near.stdout and "h100-b" not in near.stdout
+    assert "placement: runs next to its data in us-east-1a: on-demand here at 394.89/h is " \
+           "below the 481.61/h of us-east-1b" in near.stdout
+    assert "from queue research/etl" in near.stdout

@@ -85,6 +85,11 @@ def test_the_cloud_is_never_chosen_by_omission() -> None:
         ("runtimes: {queues: {ML/Train: 4}}", "runtimes.queues.ML/Train", "'ML/Train' is not"),
         ("runtimes: {queues: {ml/train/x: 4}}", "runtimes.queues.ml/train/x",
          "'ml/train/x' is not"),
+        ("locality: {crossZoneCostPerGpuHour: -1}", "locality.crossZoneCostPerGpuHour",
+         "greater than or equal to 0"),
+        ("locality: {queues: {train: 2}}", "locality.queues.train",
+         "queue 'train' is not namespace/localQueueName"),
+        ("locality: {queues: {ml/train: .nan}}", "locality.queues.ml/train", "finite"),
     ],
 )
 def test_top_level_errors(patch: str, field: str, words: str) -> None:
@@ -93,6 +98,28 @@ def test_top_level_errors(patch: str, field: str, words: str) -> None:
                    if not line.startswith(f"{key}:"))
     got = problems(base + patch + "\n")
     assert any(f == field and words in m for f, m in got), got
+
+
+def test_the_cost_of_running_away_from_data_is_set_by_queue_and_by_default() -> None:
+    """Issue 34: locality.queues and locality.crossZoneCostPerGpuHour reach the demand below
+    the request's own crossZoneCostPerGpuHour."""
+    from provider.domain.demand import Demand
+
+    cfg = load_config_text(MINIMAL + "locality:\n  crossZoneCostPerGpuHour: 1.5\n"
+                           "  queues: {ml/train: 3, ml/etl: 0}\n")
+    bare = Demand("ns/r", (), data_zone="z-a")
+    on_train = cfg.guarded(bare, queue="ml/train")
+    assert (on_train.cross_zone_cost_per_gpu_hour, on_train.cross_zone_cost_from) == \
+        (3.0, "queue ml/train")
+    assert cfg.guarded(bare, queue="ml/etl").cross_zone_cost_per_gpu_hour == 0.0
+    other = cfg.guarded(bare, queue="ml/other")
+    assert (other.cross_zone_cost_per_gpu_hour, other.cross_zone_cost_from) == \
+        (1.5, "locality.crossZoneCostPerGpuHour")
+    own = cfg.guarded(Demand("ns/r", (), data_zone="z-a", cross_zone_cost_per_gpu_hour=7.0),
+                      queue="ml/train")
+    assert (own.cross_zone_cost_per_gpu_hour, own.cross_zone_cost_from) == (7.0, "the request")
+    assert load_config_text(MINIMAL).guarded(bare, queue="ml/train") \
+        .cross_zone_cost_per_gpu_hour is None
 
 
 def test_the_value_of_waiting_is_set_by_queue_and_by_default() -> None:

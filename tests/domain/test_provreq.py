@@ -73,6 +73,15 @@ def test_v1beta1_is_accepted_and_defaults_apply() -> None:
     assert demand.booking_seconds == 600
 
 
+def test_data_zone_and_its_cost_reach_the_demand() -> None:
+    params = {"dataZone": "us-east-1a", "crossZoneCostPerGpuHour": "2.5"}
+    demand, _ = demand_from(request(parameters=params), {"w": template()})
+    assert (demand.data_zone, demand.cross_zone_cost_per_gpu_hour,
+            demand.cross_zone_cost_from) == ("us-east-1a", 2.5, "the request")
+    bare, _ = demand_from(request(), {"w": template()})
+    assert (bare.data_zone, bare.cross_zone_cost_per_gpu_hour) == (None, None)
+
+
 def test_effective_requests_follow_kubernetes_rules() -> None:
     tmpl = template(
         containers=[
@@ -105,6 +114,12 @@ def test_effective_requests_follow_kubernetes_rules() -> None:
         ({"validUntilSeconds": "soon"}, "spec.parameters.validUntilSeconds", "positive number"),
         ({"noRetry": "yes"}, "spec.parameters.noRetry", '"true" or "false"'),
         ({"topolgy": "zone"}, "spec.parameters.topolgy", "unknown parameter"),
+        ({"dataZone": "US East 1a"}, "spec.parameters.dataZone", "not a zone name"),
+        ({"dataZone": ""}, "spec.parameters.dataZone", "not a zone name"),
+        ({"crossZoneCostPerGpuHour": "-1"}, "spec.parameters.crossZoneCostPerGpuHour",
+         "non-negative number"),
+        ({"crossZoneCostPerGpuHour": "inf"}, "spec.parameters.crossZoneCostPerGpuHour",
+         "non-negative number"),
     ],
 )
 def test_bad_parameters(params: dict[str, str], field: str, words: str) -> None:
