@@ -112,6 +112,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--health-address", default="",
                        help="host:port for a plaintext gRPC health service only, for "
                        "kubelet probes when the main port requires mTLS (default: off)")
+    serve.add_argument("--admin-socket", type=Path, metavar="PATH",
+                       help="also serve the admin service (status, plan --server) on this "
+                       "Unix socket, plaintext, mode 0600: for `kubectl exec <pod> -- allset "
+                       "status --server unix:PATH` (default: off)")
     serve.set_defaults(run=run_serve)
 
     instances = sub.add_parser("instances", parents=[common],
@@ -130,7 +134,8 @@ def _parser() -> argparse.ArgumentParser:
                           help="what a running allset holds: groups, reservations, "
                           "attempts and their outcomes, bookings")
     stat.add_argument("--server", required=True, metavar="HOST:PORT",
-                      help="the allset serve address (CA's port)")
+                      help="the allset serve address (CA's port), or unix:PATH for its "
+                      "--admin-socket (inside its pod, no certificates)")
     client_tls(stat)
     stat.add_argument("--output", choices=["text", "json"], default="text")
     stat.set_defaults(run=run_status)
@@ -157,7 +162,8 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--config", type=Path,
                       help="plan from a fresh listing of this config's cloud")
     plan.add_argument("--server", metavar="HOST:PORT", help="plan in a running allset, "
-                      "against its live view (claims in flight, recent stockouts)")
+                      "against its live view (claims in flight, recent stockouts); "
+                      "unix:PATH for its --admin-socket")
     plan.add_argument("--request", type=Path, required=True,
                       help="YAML with the ProvisioningRequest and its PodTemplates; with "
                       "--server also one Pod: a dry run of CA's scale-up for it")

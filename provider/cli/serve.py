@@ -106,6 +106,10 @@ def serve(args: argparse.Namespace) -> int:
         wrong = bind_problem(address) if address else None
         if wrong:
             raise UsageError(f"{flag}: cannot listen on {address}: {wrong}")
+    if args.admin_socket is not None:
+        wrong = _socket_problem(args.admin_socket)
+        if wrong:
+            raise UsageError(f"--admin-socket: {wrong}")
     if not 0 <= args.grace <= 3600:
         raise UsageError(f"--grace: {args.grace:g} is not between 0 and 3600 seconds")
     # Before anything is taken (the state lock, the lease, the journal): a SIGTERM from
@@ -142,9 +146,11 @@ def serve(args: argparse.Namespace) -> int:
         election.start()
     try:
         server = Server(provider, args.address, credentials,
-                        health_address=args.health_address, identities=identities)
+                        health_address=args.health_address, identities=identities,
+                        admin_socket=str(args.admin_socket or ""))
     except (RuntimeError, OSError) as err:  # lost a race for the port since the check
-        raise UsageError(f"--address or --health-address: cannot listen: {err}") from err
+        raise UsageError(f"--address, --health-address or --admin-socket: cannot listen: "
+                         f"{err}") from err
     if args.metrics_address:
         host, port = args.metrics_address.rsplit(":", 1)
         try:
@@ -325,3 +331,22 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
         )
 
     return RetryingStart(build, explain=explain)
+
+
+# sun_path holds 108 bytes on Linux, the terminating NUL included.
+_SOCKET_PATH_MAX = 107
+
+
+def _socket_problem(path: Path) -> str | None:
+    """Why a Unix socket cannot be made at ``path``, or None (gRPC would say only that it
+    failed to bind)."""
+    if len(os.fsencode(path)) > _SOCKET_PATH_MAX:
+        return f"{path} is longer than the {_SOCKET_PATH_MAX} bytes a Unix socket path may be"
+    parent = path.parent
+    if not parent.is_dir():
+        return f"{parent} is not a directory (create it, or mount one: an emptyDir in a pod)"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{parent} is not writable by this user (uid {os.getuid()})"
+    if path.exists() and not path.is_socket():
+        return f"{path} exists and is not a socket"
+    return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,7 +12,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from provider.app import Provider
-from provider.service.admin import add_admin
+from provider.service.admin import AdminPlans, add_admin
 from provider.service.authz import Authorization
 from provider.service.identities import Identities
 from provider.service.servicer import CloudProviderServicer
@@ -38,6 +39,7 @@ class Server:
         max_workers: int = 16,
         health_address: str = "",
         identities: Identities | None = None,
+        admin_socket: str = "",
     ) -> None:
         self.provider = provider
         self._stopping = False
@@ -76,6 +78,20 @@ class Server:
             if port == 0:
                 raise OSError(f"cannot listen on {health_address}")
             self.health_address = f"{health_address.rsplit(':', 1)[0]}:{port}"
+        # The admin service alone, plaintext, on a Unix socket inside the pod: what
+        # `kubectl exec <pod> -- allset status --server unix:PATH` asks. Whoever may exec
+        # into the pod (Kubernetes RBAC on pods/exec) or runs as its user may read it; it
+        # cannot change the cloud (no CloudProvider service here), and needs no certificate
+        # or NetworkPolicy rule: it never leaves the pod.
+        self._local: grpc.Server | None = None
+        self._local_admin: AdminPlans | None = None
+        self.admin_socket = admin_socket
+        if admin_socket:
+            self._local = grpc.server(ThreadPoolExecutor(max_workers=2,
+                                                         thread_name_prefix="admin-local"))
+            self._local_admin = add_admin(self._local, provider)
+            if self._local.add_insecure_port(f"unix:{admin_socket}") == 0:
+                raise OSError(f"cannot listen on unix:{admin_socket}")
 
     def start(self) -> None:
         """Listen at once (probes and CA get a clear answer), but report SERVING only while
@@ -87,6 +103,9 @@ class Server:
         self._server.start()
         if self._probe is not None:
             self._probe.start()
+        if self._local is not None:
+            self._local.start()
+            os.chmod(self.admin_socket, 0o600)  # the pod's user only (gRPC honours umask)
         self.provider.start()
         self.provider.watch_serving(self._serving)
         if not self.provider.acting():
@@ -129,6 +148,10 @@ class Server:
             log.warning("gRPC handlers still running %.0fs after the stop", left + 1.0)
         if self._probe is not None:
             self._probe.stop(0).wait(1.0)
+        if self._local is not None:
+            self._local.stop(0).wait(1.0)
+        if self._local_admin is not None:
+            self._local_admin.shutdown()
         self._admin.shutdown()
         log.info("allset stopped" if drained else
                  "allset stopped serving; attempts still in flight are left for recovery")

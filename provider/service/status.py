@@ -43,6 +43,10 @@ def status(provider: Provider) -> Status:
     reserved, spend = provider.fleet_figures()
     return {
         "acting": provider.acting(),
+        # Which replica answered and which holds the lease (None without an election):
+        # with two replicas, an operator must know whose view this is.
+        "replica": getattr(provider.leadership, "identity", None),
+        "leader": provider.leadership.holder,
         "notActingBecause": None if provider.acting() else provider.not_ready_reason(),
         "groups": groups,
         "reservations": reservations,
@@ -78,7 +82,10 @@ def _outcome(o: Outcome) -> dict[str, Any]:
 def render(found: Status) -> str:
     """The text `allset status` prints."""
     lines = [f"acting: {'yes' if found['acting'] else 'no'}"
-             + (f" ({found['notActingBecause']})" if found["notActingBecause"] else ""), "",
+             + (f" ({found['notActingBecause']})" if found["notActingBecause"] else "")]
+    if found.get("replica"):
+        lines.append(f"replica: {found['replica']}, leader: {found.get('leader') or 'none'}")
+    lines += ["",
              "GROUP                 TARGET  MIN  MAX  NODES BY SOURCE"]
     for g in found["groups"]:
         by = ", ".join(f"{k} {v}" for k, v in sorted(g["sources"].items())) or "-"

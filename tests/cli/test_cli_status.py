@@ -94,6 +94,74 @@ def test_status_over_mtls_takes_the_operator_certificate(tmp_path: Path) -> None
         proc.wait(timeout=30)
 
 
+def test_status_inside_the_pod_over_the_admin_socket(tmp_path: Path) -> None:
+    """Issue 35, item 1: `kubectl exec <pod> -- allset status --server unix:PATH` asks the
+    replica itself, with no certificate, while its TCP port stays mTLS; the socket serves
+    the admin service only (nothing on it can change the cloud) and only to its user."""
+    import os
+    import stat
+    import subprocess
+
+    from tests.kit.cli import ALLSET, ROOT
+    from tests.kit.helpers import free_port
+
+    pki = tmp_path / "pki"
+    assert run_allset("certs", "--out", str(pki), "--server-name", "localhost").returncode == 0
+    # Short: a Unix socket's path has at most 107 bytes, and pytest's tmp paths are long.
+    run = Path(os.environ.get("XDG_RUNTIME_DIR") or "/tmp") / f"allset-{os.getpid()}"
+    run.mkdir(exist_ok=True)
+    sock = run / "admin.sock"
+    sock.unlink(missing_ok=True)
+    address = f"127.0.0.1:{free_port()}"
+
+    def serve(address: str) -> subprocess.Popen[bytes]:
+        with open(tmp_path / "serve.log", "ab") as log:
+            return subprocess.Popen(
+                [str(ALLSET), "serve", "--address", address,
+                 "--tls-cert", str(pki / "server.crt"), "--tls-key", str(pki / "server.key"),
+                 "--tls-client-ca", str(pki / "ca.crt"), "--admin-socket", str(sock)],
+                env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=log)
+
+    proc = serve(address)
+    try:
+        local = ["status", "--server", f"unix:{sock}"]
+        wait_until(lambda: run_allset(*local).returncode == 0, 30)
+        out = run_allset(*local, "--output", "json")
+        assert json.loads(out.stdout)["acting"] is True
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+        with grpc.insecure_channel(f"unix:{sock}") as channel:
+            stub = pb_grpc.CloudProviderStub(channel)
+            try:
+                stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="h100-a",
+                                                                           delta=1), timeout=5)
+                raise AssertionError("the admin socket served a CloudProvider mutation")
+            except grpc.RpcError as err:
+                assert err.code() is grpc.StatusCode.UNIMPLEMENTED
+        # The TCP port still takes no one without a certificate.
+        plain = run_allset("status", "--server", address)
+        assert plain.returncode == 1 and "requires mTLS" in one_line(plain.stderr)
+        proc.terminate()
+        proc.wait(timeout=30)
+        # A restarted container finds the old socket file in its emptyDir: it binds again.
+        proc = serve(f"127.0.0.1:{free_port()}")
+        wait_until(lambda: run_allset(*local).returncode == 0, 30)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        sock.unlink(missing_ok=True)
+        run.rmdir()
+
+
+def test_an_admin_socket_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    out = run_allset("serve", "--insecure", "--admin-socket", str(tmp_path / "no" / "a.sock"))
+    assert out.returncode == 1
+    assert one_line(out.stderr) == (f"allset: --admin-socket: {tmp_path / 'no'} is not a "
+                                    "directory (create it, or mount one: an emptyDir in a pod)")
+    long = tmp_path / ("x" * 120)
+    out = run_allset("serve", "--insecure", "--admin-socket", str(long))
+    assert out.returncode == 1 and "longer than the 107 bytes" in one_line(out.stderr)
+
+
 POD = """\
 apiVersion: v1
 kind: Pod
