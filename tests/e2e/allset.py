@@ -146,6 +146,10 @@ class Allset:
         self.env = env or {}
         self.proc: Proc | None = None
         self.address = ""
+        # With TLS: ``serve`` flags (certificates, identities) and what CA dials with.
+        self.tls_args: list[str] = []
+        self.credentials: grpc.ChannelCredentials | None = None
+        self.admin_socket: Path | None = None
 
     def config(self) -> LoadedConfig:
         return load_config(self.config_path)
@@ -157,8 +161,10 @@ class Allset:
         env = {**os.environ, **self.env, "ALLSET_FAILPOINTS": failpoints,
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                             os.environ.get("PYTHONPATH")]))}
+        tls = self.tls_args or ["--insecure"]
+        socket = ["--admin-socket", str(self.admin_socket)] if self.admin_socket else []
         self.proc = Proc("allset", [
-            sys.executable, "-m", "provider.cli", "serve", "--insecure",
+            sys.executable, "-m", "provider.cli", "serve", *tls, *socket,
             "--address", self.address, "--config", str(self.config_path),
             "--state-dir", str(self.dir / "state"), "--kubeconfig", str(self.kubeconfig),
         ], self.dir / "allset.log", env).start()
@@ -169,7 +175,7 @@ class Allset:
             self.proc.check_alive()
             try:
                 if standby:
-                    health = health_pb2_grpc.HealthStub(grpc.insecure_channel(self.address))
+                    health = health_pb2_grpc.HealthStub(self.channel())
                     return bool(health.Check(health_pb2.HealthCheckRequest(
                         service="allset.live"), timeout=1).status ==
                         health_pb2.HealthCheckResponse.SERVING)
@@ -180,8 +186,13 @@ class Allset:
 
         wait_for("allset serve to answer gRPC", up, 60)
 
+    def channel(self) -> grpc.Channel:
+        if self.credentials is None:
+            return grpc.insecure_channel(self.address)
+        return grpc.secure_channel(self.address, self.credentials)
+
     def stub(self) -> pb_grpc.CloudProviderStub:
-        return pb_grpc.CloudProviderStub(grpc.insecure_channel(self.address))
+        return pb_grpc.CloudProviderStub(self.channel())
 
     def stop(self) -> None:
         if self.proc is not None:

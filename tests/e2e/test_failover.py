@@ -5,24 +5,30 @@ runs out, and no gang is launched twice or left behind. Then a partition with a 
 flight (issue 31): the leader's attempt record is held at a proxy until the other replica
 has Provisioned the gang, then sent; it is refused and the gang lives on. The replicas
 share one simulated cloud (fake.shared), as replicas share a real one, and each has its
-own state directory (an emptyDir per pod)."""
+own state directory (an emptyDir per pod). Last, the documented inspection path (issue 35)
+on both replicas: the admin socket in each pod and the operator certificate on the port."""
 
 from __future__ import annotations
 
 import json
 import re
 import signal
+import stat
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
 import pytest
+import yaml
 
 from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL
 from provider.wire import externalgrpc_pb2 as pb
+from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 from tests.e2e import kueue
-from tests.e2e.allset import Allset
+from tests.e2e.allset import ROOT, Allset
 from tests.e2e.conftest import ALLSET_USER, World
 from tests.e2e.holding_proxy import HoldingProxy
 from tests.e2e.look import (
@@ -284,3 +290,93 @@ def _refusal(replica: Allset) -> str:
         return ""
     except grpc.RpcError as err:
         return str(err.details() or "")
+
+
+def _deployed_identities() -> dict[str, str]:
+    """What deploy/ gives each client: the commonNames of its Certificates and the flags
+    the Deployment serves with (so this test follows the manifests, not a copy of them)."""
+    base = ROOT / "deploy" / "kubernetes" / "base"
+    names = {doc["metadata"]["name"]: doc["spec"]["commonName"]
+             for doc in yaml.safe_load_all((base / "certificates.yaml").read_text())
+             if doc and doc.get("kind") == "Certificate" and "commonName" in doc["spec"]}
+    deployment = yaml.safe_load((base / "deployment.yaml").read_text())
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    flags = dict(a.removeprefix("--").split("=", 1) for a in args if "=" in a)
+    assert flags["autoscaler-cn"] == names["allset-client"]
+    assert flags["operator-cn"] == names["allset-operator"]
+    return {"ca": names["allset-client"], "operator": names["allset-operator"],
+            "socket": Path(flags["admin-socket"]).name}
+
+
+def _allset(*args: str) -> subprocess.CompletedProcess[str]:
+    """The console script, as an operator runs it (in the pod, or at a workstation)."""
+    return subprocess.run([sys.executable, "-m", "provider.cli", *args], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT)
+
+
+def test_the_documented_inspection_path_on_both_replicas(world: World,
+                                                         replicas: Replicas) -> None:
+    """Issue 35, items 1 and 2, on the real Lease: `kubectl exec <pod> -- allset status
+    --server unix:/run/allset/admin.sock` answers on each replica with no certificate (the
+    standby saying who leads), and on the mTLS port the operator certificate deploy/ issues
+    reads status where CA's is refused, and may not change the cloud."""
+    deployed = _deployed_identities()
+    pki = world.cluster.pki
+    server = pki.issue("allset-serving", "allset.kube-system.svc", server=True)
+    ca_client = pki.issue("allset-ca-client", deployed["ca"])
+    operator = pki.issue("allset-operator", deployed["operator"])
+    made: list[Allset] = []
+    for name in ("a", "b"):
+        replica, _ = replicas.new(name)
+        replica.tls_args = ["--tls-cert", str(server.cert), "--tls-key", str(server.key),
+                            "--tls-client-ca", str(pki.ca),
+                            f"--autoscaler-cn={deployed['ca']}",
+                            f"--operator-cn={deployed['operator']}"]
+        replica.credentials = grpc.ssl_channel_credentials(
+            pki.ca.read_bytes(), ca_client.key.read_bytes(), ca_client.cert.read_bytes())
+        replica.admin_socket = replica.dir / deployed["socket"]
+        made.append(replica)
+    a, b = made
+    a.start()
+    wait_for("allset-a to lead", lambda: replicas.holder().startswith("allset-a"), 30)
+    b.start(standby=True)
+
+    # Inside each pod: the Unix socket, no certificate, 0600.
+    seen = {}
+    for replica in made:
+        assert replica.admin_socket is not None
+        assert stat.S_IMODE(replica.admin_socket.stat().st_mode) == 0o600
+        out = _allset("status", "--server", f"unix:{replica.admin_socket}", "--output", "json")
+        assert out.returncode == 0, out.stderr
+        seen[replica] = json.loads(out.stdout)
+    leader, standby = seen[a], seen[b]
+    # The Lease holder is the pod's name and a per-process suffix.
+    assert leader["acting"] and leader["replica"].startswith("allset-a_"), leader
+    assert leader["leader"] == leader["replica"] == replicas.holder()
+    assert not standby["acting"] and standby["replica"].startswith("allset-b_"), standby
+    assert standby["leader"] == leader["replica"] in standby["notActingBecause"], standby
+    text = _allset("status", "--server", f"unix:{b.admin_socket}")
+    assert text.returncode == 0, text.stderr
+    assert f"replica: {standby['replica']}, leader: {leader['replica']}" in text.stdout, \
+        text.stdout
+
+    # At a workstation (kubectl port-forward to a pod): the mTLS port, by identity.
+    tls = ["--server", a.address, "--server-name", "localhost", "--cacert", str(pki.ca)]
+    as_operator = _allset("status", *tls, "--cert", str(operator.cert),
+                          "--key", str(operator.key), "--output", "json")
+    assert as_operator.returncode == 0, as_operator.stderr
+    assert json.loads(as_operator.stdout)["acting"] is True
+    as_ca = _allset("status", *tls, "--cert", str(ca_client.cert), "--key", str(ca_client.key))
+    assert as_ca.returncode == 1 and as_ca.stderr.count("\n") == 1, as_ca.stderr
+    assert "PERMISSION_DENIED" in as_ca.stderr and f"CN={deployed['ca']}" in as_ca.stderr
+    # CA's certificate still serves CA; the operator's may not scale a group.
+    assert a.stub().NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups
+    operator_stub = pb_grpc.CloudProviderStub(grpc.secure_channel(
+        a.address, grpc.ssl_channel_credentials(pki.ca.read_bytes(), operator.key.read_bytes(),
+                                                operator.cert.read_bytes()),
+        options=[("grpc.ssl_target_name_override", "localhost")]))
+    with pytest.raises(grpc.RpcError) as refused:
+        operator_stub.NodeGroupIncreaseSize(
+            pb.NodeGroupIncreaseSizeRequest(id="failover", delta=1), timeout=5)
+    assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert f"CN={deployed['operator']}" in (refused.value.details() or "")
