@@ -1,62 +1,62 @@
 """`allset instances`: every instance the cloud has for this cluster, and what reconcile
-would make of it."""
+would make of it; from this command's own listing, or from a running allset (--server)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from provider.cli.demo import config_or_demo
+from provider.cli.errors import UsageError
+
+# The simulated cloud without a statePath lives in one process's memory: this command's
+# would be empty however many instances a running allset has launched.
+PRIVATE_SIMULATION = ("# this is the simulated cloud of this command alone (no "
+                      "cloud.fake.statePath): a running allset's instances are not in it; "
+                      "ask it with --server ADDR")
 
 
 def instances(args: argparse.Namespace) -> int:
     import json
 
+    from provider.service.inventory import render
+
+    found = _from_server(args) if args.server else _from_cloud(args)
+    if args.output == "json":
+        print(json.dumps(found, indent=2))
+    else:
+        print(render(found, orphans_only=args.orphans))
+    return 0
+
+
+def _from_cloud(args: argparse.Namespace) -> list[dict[str, object]]:
     from adapters.registry import connect
-    from provider.attempts.reconcile import classify
-    from provider.base.clock import SystemClock, rfc3339
+    from provider.base.clock import SystemClock
+    from provider.service.inventory import records
 
     config = config_or_demo(args.config)
+    cloud = config.schema.cloud
+    if cloud.provider == "fake" and (cloud.fake is None or cloud.fake.state_path is None):
+        print(PRIVATE_SIMULATION, file=sys.stderr)
     adapter, config = connect(config, SystemClock())
     try:
         snapshot = adapter.snapshot(config.cluster)
     finally:
         adapter.close()
-    found = classify(snapshot, in_flight=(), groups={g.id for g in config.groups})
-    # Orphans: uncommitted attempts (rolled back after the grace period) and committed
-    # instances of groups no longer configured (reported; see reconcile.unknownGroups).
-    why = {i.id: "uncommitted" for i in (*found.orphans, *found.deleting)
-           if not i.tags.committed}
-    why.update({i.id: "group not configured" for i in found.unknown_group})
-    rows = [i for i in snapshot.instances if not args.orphans or i.id in why]
-    records = [{
-        "id": i.id,
-        "providerID": i.provider_id,
-        "nodeGroup": i.tags.node_group,
-        "attempt": i.tags.attempt,
-        "part": i.tags.part,
-        "source": str(i.tags.source),
-        "reservation": i.tags.reservation,
-        "request": i.tags.request,
-        "state": str(i.state),
-        # Reconcile finishes a commit that a crash interrupted: those count as committed.
-        "committed": i.tags.committed or i in found.to_commit,
-        "orphan": why.get(i.id),
-        # A termination owed since then (the deletion mark): the leader terminates it.
-        "deleting": rfc3339(i.tags.deleting_since) if i.tags.deleting_since is not None
-        else None,
-    } for i in sorted(rows, key=lambda i: (i.tags.node_group, i.tags.attempt, i.id))]
-    if args.output == "json":
-        print(json.dumps(records, indent=2))
-        return 0
-    header = ("INSTANCE", "GROUP", "ATTEMPT", "PART", "SOURCE", "RESERVATION", "STATE",
-              "COMMITTED", "DELETING", "ORPHAN")
-    table = [header] + [(r["id"], r["nodeGroup"], r["attempt"], r["part"], r["source"],
-                         r["reservation"] or "-", r["state"], "yes" if r["committed"] else "no",
-                         r["deleting"] or "-", r["orphan"] or "-")
-                        for r in records]
-    widths = [max(len(str(row[c])) for row in table) for c in range(len(header))]
-    for row in table:
-        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-    if not records:
-        print("(no orphans)" if args.orphans else "(no instances)")
-    return 0
+    return records(snapshot, {g.id for g in config.groups}, orphans_only=args.orphans)
+
+
+def _from_server(args: argparse.Namespace) -> list[dict[str, object]]:
+    import json
+
+    from provider.cli.admin import admin_call, server_address
+
+    if args.config is not None:
+        raise UsageError("--config and --server: one of them (--server asks the running "
+                         "allset, which has its own config)")
+    server_address(args.server)  # before gRPC is imported
+    from provider.service.admin import INSTANCES_METHOD
+
+    body = json.dumps({"orphans": bool(args.orphans)}).encode()
+    found: list[dict[str, object]] = json.loads(admin_call(args, INSTANCES_METHOD, body))
+    return found

@@ -123,11 +123,15 @@ def _parser() -> argparse.ArgumentParser:
                                "its group, attempt and commit state")
     instances.add_argument("--config", type=Path,
                            help="config file (default: the built-in demo)")
+    instances.add_argument("--server", metavar="HOST:PORT",
+                           help="ask a running allset for its cloud's instances (as status "
+                           "does), or unix:PATH for its --admin-socket")
+    client_tls(instances)
     instances.add_argument("--output", choices=["text", "json"], default="text")
     instances.add_argument("--orphans", action="store_true",
                            help="only what reconcile would roll back: instances of attempts "
-                           "that never committed (an attempt in flight in a running server "
-                           "also shows until it commits)")
+                           "that never committed (without --server, an attempt in flight "
+                           "in a running server also shows until it commits)")
     instances.set_defaults(run=run_instances)
 
     stat = sub.add_parser("status", parents=[common],

@@ -1,7 +1,8 @@
 """allset's admin service, beside CA's on the same port and TLS: `Status` answers what
-`allset status` shows, and `Plan` plans a ProvisioningRequest (or dry-runs CA's path for a
-Pod) against the live view, for `allset plan --server`. JSON in and out: two methods, no
-schema of their own to generate."""
+`allset status` shows, `Plan` plans a ProvisioningRequest (or dry-runs CA's path for a
+Pod) against the live view, for `allset plan --server`, and `Instances` lists this allset's
+cloud for `allset instances --server`. JSON in and out: three methods, no schema of their
+own to generate."""
 
 from __future__ import annotations
 
@@ -15,13 +16,16 @@ from typing import Any
 import grpc
 
 from provider.app import Provider
+from provider.domain.cloud import CloudError
 from provider.domain.provreq import BadRequest
+from provider.service.inventory import records
 from provider.service.live_plan import live_plan
 from provider.service.status import status
 
 SERVICE = "allset.admin.v1.Admin"
 STATUS_METHOD = f"/{SERVICE}/Status"
 PLAN_METHOD = f"/{SERVICE}/Plan"
+INSTANCES_METHOD = f"/{SERVICE}/Instances"
 # Admin plans taken at once: one computing on the admin's own thread, one waiting for it.
 # More are refused (RESOURCE_EXHAUSTED, try again) rather than queued, since each one taken
 # keeps a gRPC server thread waiting for its answer: CA's calls keep all the others.
@@ -74,10 +78,17 @@ def add_admin(server: grpc.Server, provider: Provider) -> AdminPlans:
         # A standby answers too: that it is not acting, and why, is what one asks.
         return json.dumps(status(provider)).encode()
 
+    def instances(request: bytes, context: grpc.ServicerContext) -> bytes:
+        code, found = _instances(provider, request)
+        if code is not grpc.StatusCode.OK:
+            context.abort(code, found)
+        return found.encode()
+
     plans = AdminPlans(provider)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
         SERVICE, {"Status": grpc.unary_unary_rpc_method_handler(answer),
-                  "Plan": grpc.unary_unary_rpc_method_handler(plans)}),))
+                  "Plan": grpc.unary_unary_rpc_method_handler(plans),
+                  "Instances": grpc.unary_unary_rpc_method_handler(instances)}),))
     return plans
 
 
@@ -109,3 +120,24 @@ def _body(request: bytes) -> dict[str, Any] | str:
     if not isinstance(body, dict) or not isinstance(body.get("documents"), list):
         return 'give a JSON object with "documents", a list'
     return body
+
+
+def _instances(provider: Provider, request: bytes) -> tuple[grpc.StatusCode, str]:
+    """(OK, the instances as JSON) from a fresh listing of this allset's cloud, judged
+    against its attempts in flight (a standby's own are none: it lists the same cloud)."""
+    try:
+        body = json.loads(request or b"{}")
+    except ValueError as err:
+        return grpc.StatusCode.INVALID_ARGUMENT, f"not an instances request: {err}"
+    if not isinstance(body, dict) or not isinstance(body.get("orphans", False), bool):
+        return grpc.StatusCode.INVALID_ARGUMENT, \
+            'an instances request is {"orphans": true|false}'
+    try:
+        snapshot = provider.adapter.snapshot(provider.config.cluster)
+    except CloudError as err:
+        return grpc.StatusCode.UNAVAILABLE, f"cannot list the cloud: {err}"
+    in_flight, finished = provider.executor.known()
+    found = records(snapshot, {g.id for g in provider.config.groups},
+                    orphans_only=body.get("orphans", False), in_flight=in_flight,
+                    finished=finished)
+    return grpc.StatusCode.OK, json.dumps(found)

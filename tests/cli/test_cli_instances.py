@@ -90,3 +90,51 @@ def test_instances_show_the_terminations_owed(tmp_path: Path) -> None:
     assert ok[-2:] == ["-", "-"]
     orphans = run("--config", str(config), "--orphans", "--output", "json")
     assert [r["id"] for r in json.loads(orphans.stdout)] == ["undo-1"]
+
+
+def test_instances_beside_a_running_demo_ask_it_or_say_they_cannot(tmp_path: Path) -> None:
+    """Issue 35, item 4: beside a running demo, a bare `allset instances` lists a simulated
+    cloud of its own (empty) and says so; `--server` asks the running allset, whose cloud
+    holds what CA scaled up."""
+    import grpc
+
+    from provider.wire import externalgrpc_pb2 as pb
+    from provider.wire import externalgrpc_pb2_grpc as pb_grpc
+    from tests.kit.cli import Served, one_line
+    from tests.kit.helpers import wait_until
+
+    served = Served([], tmp_path / "serve.log")  # the built-in demo on the simulated cloud
+    try:
+        wait_until(served.answers, 30)
+        with grpc.insecure_channel(served.address) as channel:
+            stub = pb_grpc.CloudProviderStub(channel)
+            group = stub.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups[0].id
+            stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=group, delta=2),
+                                       timeout=5)
+
+        own = run()
+        assert own.returncode == 0 and "(no instances)" in own.stdout, own.stdout
+        assert "simulated cloud of this command alone" in one_line(own.stderr)
+        assert "--server" in own.stderr
+
+        def launched() -> list[dict[str, object]]:
+            out = run("--server", served.address, "--output", "json")
+            assert out.returncode == 0, out.stderr
+            assert out.stderr == ""  # no private-cloud notice: this is the server's cloud
+            return list(json.loads(out.stdout))
+
+        wait_until(lambda: len(launched()) == 2 and all(r["committed"] for r in launched()),
+                   30)
+        assert {r["nodeGroup"] for r in launched()} == {group}
+        text = run("--server", served.address)
+        ids = {str(r["id"]) for r in launched()}
+        assert text.returncode == 0 and all(i in text.stdout for i in ids), text.stdout
+        orphans = run("--server", served.address, "--orphans")
+        assert orphans.returncode == 0 and "(no orphans)" in orphans.stdout, orphans.stdout
+
+        both = run("--server", served.address, "--config", str(tmp_path / "x.yaml"))
+        assert both.returncode == 1 and "one of them" in one_line(both.stderr)
+        nowhere = run("--server", "127.0.0.1:1")
+        assert nowhere.returncode == 1 and "127.0.0.1:1" in one_line(nowhere.stderr)
+    finally:
+        served.stop()
