@@ -23,8 +23,9 @@ from provider.controller.pod_cache import PodCache
 from provider.controller.queue import WorkQueue
 from provider.controller.request_metrics import RequestMetrics
 from provider.controller.requests import NOT_READY_DELAY, Backoff, RequestHandler, ours
-from provider.controller.writes import key_of, newer, uid_of
+from provider.controller.writes import Writer, key_of, newer, uid_of
 from provider.domain.cloud import CloudInstance
+from provider.domain.model import CAPACITY_TYPE_LABEL
 from provider.leadership.elector import NotLeader
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ class Controller:
         self._stop = threading.Event()
         self._label_wanted = threading.Event()
         self._labelling = threading.Lock()  # one label_sources pass at a time
+        self._events = Writer(kube, provider.clock)
         self._threads: list[threading.Thread] = []
         provider.protect_gangs_with(self.standing)
 
@@ -353,11 +355,19 @@ class Controller:
         if not (changes or notes) or not name or not inst.tags.committed or \
                 not self._p.acting():
             return
+        first = CAPACITY_TYPE_LABEL not in ((node.get("metadata") or {}).get("labels") or {})
         try:
             read = str((node.get("metadata") or {}).get("resourceVersion") or "")
             self.nodes.wrote(self._kube.patch_node(str(name), changes, notes), read)
         except Exception as err:  # the next resync tries again
             log.warning("labelling Node %s with its capacity source failed: %s", name, err)
+            return
+        if first and changes and inst.tags.request is None:
+            # A request's Nodes are told when booked (RequestHandler); CA's own scale-ups
+            # are told here, once, when the Node first registers: where its pods will run.
+            meta = node.get("metadata") or {}
+            self._events.event_on({"apiVersion": "v1", "kind": "Node", "name": name,
+                                   "uid": meta.get("uid")}, "Launched", launched(inst))
 
     def _resync_loop(self) -> None:
         """Time moves even when nothing changes: bookings end, retries come due."""
@@ -415,6 +425,15 @@ class Controller:
             objs = list(self._cache.values())
         self.metrics.count(objs)
         self._p.report_pending(self.metrics.by_reason)
+
+
+def launched(inst: CloudInstance) -> str:
+    """What the Launched Event on a Node of CA's scale-up says."""
+    tags = inst.tags
+    source = f"reservation {tags.reservation}" if tags.reservation else \
+        f"{tags.source.value} capacity"
+    return (f"launched by attempt {tags.attempt} for Cluster Autoscaler's scale-up of node "
+            f"group {tags.node_group}, from {source} in {inst.zone}")
 
 
 def _stands(obj: dict[str, Any]) -> bool:

@@ -96,3 +96,35 @@ def test_a_labelling_pass_reads_its_own_patches(world: World) -> None:
     assert w.kube.count("patch", "nodes") == 2
     for inst in live:
         assert labels(w, inst.name).get(CAPACITY_TYPE_LABEL) == inst.tags.source.value
+
+
+def test_a_node_of_cas_scale_up_says_once_where_it_came_from(world: World) -> None:
+    """Issue 35, item 8: a Node CA's own scale-up launched gets a Launched Event when it
+    registers (its attempt, group, source and zone), once: not again at the next passes,
+    nor when someone's edit of its labels is put right. A request's Nodes get theirs when
+    booked (Booked), not this one."""
+    w = world
+    create(w)  # a gang's nodes: told by their booking
+    w.h.provider.scaleups.increase("gpu-b", 1)  # CA's own scale-up, on demand
+    w.h.run_workers()
+    w.sync()
+    w.register_nodes()
+    w.sync(2)
+
+    def launched(name: str) -> list[str]:
+        return [e["message"] for e in w.kube.list("events", "default")
+                if e["involvedObject"]["kind"] == "Node"
+                and e["involvedObject"]["name"] == name and e["reason"] == "Launched"]
+
+    live = w.h.cloud.live_instances()
+    (mine,) = [i for i in live if i.tags.request is None]
+    (message,) = launched(mine.name)
+    assert message == (f"launched by attempt {mine.tags.attempt} for Cluster Autoscaler's "
+                       f"scale-up of node group gpu-b, from on-demand capacity in "
+                       f"{mine.zone}"), message
+    assert all(not launched(i.name) for i in live if i.tags.request is not None)
+    client.CoreV1Api(w.api).patch_node(mine.name, {"metadata": {"labels": {
+        CAPACITY_TYPE_LABEL: "spot"}}})
+    w.sync(2)
+    assert labels(w, mine.name)[CAPACITY_TYPE_LABEL] == "on-demand"
+    assert len(launched(mine.name)) == 1
