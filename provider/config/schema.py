@@ -304,6 +304,11 @@ class FakeCloud(Model):
     stockouts: list[FakeStockout] = Field(default_factory=list, description="pools that "
                                           "are out of capacity")
     quotas: list[FakeQuota] = Field(default_factory=list, description="limits on what runs")
+    register_nodes: bool = Field(False, description="the acting allset creates a Node for "
+                                 "each running instance (and deletes it when the instance "
+                                 "goes), annotated for kwok to make Ready and run its pods: "
+                                 "for trying allset in a kind cluster, where no kubelet "
+                                 "would ever join; never beside real kubelets")
 
     @model_validator(mode="after")
     def _unique(self) -> FakeCloud:

@@ -23,6 +23,7 @@ from provider.controller.pod_cache import PodCache
 from provider.controller.queue import WorkQueue
 from provider.controller.request_metrics import RequestMetrics
 from provider.controller.requests import NOT_READY_DELAY, Backoff, RequestHandler, ours
+from provider.controller.sim_nodes import SimulatedNodes
 from provider.controller.writes import Writer, key_of, newer, uid_of
 from provider.domain.cloud import CloudInstance
 from provider.domain.model import CAPACITY_TYPE_LABEL
@@ -75,6 +76,10 @@ class Controller:
         self._label_wanted = threading.Event()
         self._labelling = threading.Lock()  # one label_sources pass at a time
         self._events = Writer(kube, provider.clock)
+        fake = provider.config.schema.cloud.fake
+        self.simulated_nodes = SimulatedNodes(provider, kube, self.nodes) \
+            if provider.config.schema.cloud.provider == "fake" and fake is not None and \
+            fake.register_nodes else None
         self._threads: list[threading.Thread] = []
         provider.protect_gangs_with(self.standing)
 
@@ -115,6 +120,7 @@ class Controller:
         targets = [self._watch_loop, self._node_loop, self._pod_loop, self._resync_loop,
                    self._label_loop] + \
             ([self._gang_loop] if self.gangs is not None else []) + \
+            ([self._simulated_nodes_loop] if self.simulated_nodes is not None else []) + \
             [self._work] * self._workers
         for i, target in enumerate(targets):
             thread = threading.Thread(target=target, name=f"provreq-{i}", daemon=True)
@@ -268,6 +274,10 @@ class Controller:
         if inst is not None and (source_labels.missing(node, inst) or source_labels.kept_changes(
                 node, self._p.keeps_warm(inst))):
             self._label_wanted.set()  # labelled by its own thread, never this one
+
+    def _simulated_nodes_loop(self) -> None:
+        assert self.simulated_nodes is not None
+        self.simulated_nodes.run(self._stop)
 
     def _label_loop(self) -> None:
         """Label Nodes with their capacity source soon after they register (and put right

@@ -77,6 +77,10 @@ CALLS: tuple[Call, ...] = (
          namespaced=True, names=(LEADER_SLICE,)),
 )
 
+# Only with cloud.fake.registerNodes (provider/controller/sim_nodes.py), granted by
+# deploy/kubernetes/components/simulated-nodes.
+SIMULATED_NODE_CALLS: tuple[Call, ...] = (Call("", "nodes", ("create", "delete")),)
+
 
 class Conflict(Exception):
     """The object changed since it was read (HTTP 409): read it again and retry."""
@@ -309,6 +313,18 @@ class KubeApi:
             {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}},
             _preload_content=False, _request_timeout=self._write_timeout)
         return written
+
+    def create_node(self, node: Mapping[str, Any]) -> dict[str, Any]:
+        """Register a Node (the simulated cloud's kubelet: cloud.fake.registerNodes)."""
+        self._fence()
+        made: dict[str, Any] = call(self._core.create_node, dict(node),
+                                    _preload_content=False,
+                                    _request_timeout=self._write_timeout)
+        return made
+
+    def delete_node(self, name: str) -> None:
+        self._fence()
+        call(self._core.delete_node, name, _request_timeout=self._write_timeout)
 
     def list_all_pods(self) -> tuple[list[dict[str, Any]], str]:
         """Every Pod and the resourceVersion to watch from (the pod cache's list)."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from adapters.fake.store import FakeStore
 from provider.config.load import LoadedConfig
+from provider.controller.sim_nodes import REGISTERED_BY
 from provider.domain.cloud import CloudInstance, InstanceState
 from provider.domain.model import NodeGroup, node_labels
 from provider.service.nodeinfo import quantity
@@ -130,7 +131,10 @@ class Kubelet:
             # Also for a Node registered before a restart of the API server or the suite
             # cut its slices short.
             self._publish(node, group, published)
-        for name in nodes:
+        for name, node in nodes.items():
+            # A Node an allset registered for its own simulated cloud is that allset's.
+            if REGISTERED_BY in ((node.get("metadata") or {}).get("annotations") or {}):
+                continue
             if name not in live:
                 self._unpublish(name)
                 with contextlib.suppress(ApiError):  # already gone

@@ -27,6 +27,9 @@ VARIANTS = {
     "base without cert-manager": lambda d: kustomization(
         d, resources=[DEPLOY / "base"],
         components=[DEPLOY / "components" / "without-cert-manager"]),
+    "base + simulated-nodes": lambda d: kustomization(
+        d, resources=[DEPLOY / "base"],
+        components=[DEPLOY / "components" / "simulated-nodes"]),
     "kueue": lambda d: DEPLOY / "kueue",
     "monitoring": lambda d: DEPLOY / "monitoring",
 }

@@ -116,7 +116,8 @@ def test_every_kustomization_renders(directory: Path) -> None:
 def test_every_kustomization_directory_is_tested() -> None:
     tested = {*OVERLAYS, DEPLOY / "monitoring", DEPLOY / "kueue", DEPLOY / "cluster-autoscaler",
               DEPLOY / "components" / "without-cert-manager",
-              DEPLOY / "components" / "without-kueue"}
+              DEPLOY / "components" / "without-kueue",
+              DEPLOY / "components" / "simulated-nodes"}  # test_simulated_nodes_deploy.py
     found = {p.parent for p in DEPLOY.rglob("kustomization.yaml")}
     assert found == tested
 
