@@ -117,7 +117,8 @@ def test_every_kustomization_directory_is_tested() -> None:
     tested = {*OVERLAYS, DEPLOY / "monitoring", DEPLOY / "kueue", DEPLOY / "cluster-autoscaler",
               DEPLOY / "components" / "without-cert-manager",
               DEPLOY / "components" / "without-kueue",
-              DEPLOY / "components" / "simulated-nodes"}  # test_simulated_nodes_deploy.py
+              DEPLOY / "components" / "simulated-nodes",  # test_simulated_nodes_deploy.py
+              DEPLOY / "overlays" / "kind"}  # test_kind_overlay.py
     found = {p.parent for p in DEPLOY.rglob("kustomization.yaml")}
     assert found == tested
 

@@ -24,6 +24,9 @@ SKIPPED = {
     "docker build": "needs docker (tests/repo/test_dockerfile.py checks the Dockerfile)",
     "kubectl apply": "needs a cluster (tests/repo/test_deploy.py renders the manifests)",
     "./scripts/check": "is the test suite itself",
+    "kind create cluster": "needs kind and docker (tests/e2e/test_kind_walkthrough.py runs "
+                           "the walkthrough on a real API server and kwok)",
+    "kubectl create -f": "needs a cluster (tests/e2e/test_kind_walkthrough.py)",
     ".venv/bin/allset serve ...": "a placeholder for flags, not a command",
 }
 # Each takes 15-35 s of CPU (a week of a simulated fleet): run with ALLSET_README_ALL=1.
@@ -49,7 +52,7 @@ def page_commands(page: str) -> list[str]:
         for line in block.splitlines():
             if pending:
                 pending += " " + line.strip()
-            elif re.match(r"(\.venv/|python3 |grpcurl |docker |kubectl |\./scripts/)", line):
+            elif re.match(r"(\.venv/|python3 |grpcurl |docker |kubectl |kind |\./scripts/)", line):
                 pending = line
             else:
                 continue  # output shown under the command
