@@ -36,7 +36,8 @@ def _from_cloud(args: argparse.Namespace) -> list[dict[str, object]]:
 
     config = config_or_demo(args.config)
     cloud = config.schema.cloud
-    if cloud.provider == "fake" and (cloud.fake is None or cloud.fake.state_path is None):
+    if cloud.provider == "fake" and (cloud.fake is None or cloud.fake.state_path is None) \
+            and args.output == "text":  # JSON is for scripts: they read stdout alone
         print(PRIVATE_SIMULATION, file=sys.stderr)
     adapter, config = connect(config, SystemClock())
     try:

@@ -78,6 +78,16 @@ def ours(obj: Mapping[str, Any]) -> bool:
     return (obj.get("spec") or {}).get("provisioningClassName") == CLASS_NAME
 
 
+# A request whose PodTemplate is missing is failed only once it is this old: the templates
+# of a file applied together may be created just after the request.
+TEMPLATE_GRACE_SECONDS = 30.0
+TEMPLATE_RETRY_SECONDS = 2.0
+
+
+class MissingTemplate(BadRequest):
+    """A podTemplateRef that names no PodTemplate (yet)."""
+
+
 class RequestHandler:
     """Brings one request a step closer to where it should be; returns when to look
     again (seconds, or None for "when it changes")."""
@@ -172,6 +182,16 @@ class RequestHandler:
         if tracked.demand is None:
             try:
                 tracked.demand, tracked.params = self._demand(obj)
+            except MissingTemplate as err:
+                # `kubectl create -f` of a file that lists the request before its
+                # PodTemplates creates them a moment after it: not a bad request yet.
+                if self._age(obj) < TEMPLATE_GRACE_SECONDS:
+                    log.info("%s: %s; looking again in %.0fs", key, err,
+                             TEMPLATE_RETRY_SECONDS)
+                    return TEMPLATE_RETRY_SECONDS
+                self._w.update(obj, [(c.FAILED, True, c.INVALID_REQUEST, str(err))],
+                               warning=True)
+                return None
             except BadRequest as err:
                 message = "; ".join(f"{f}: {m}" if f else m for f, m in err.problems)
                 self._w.update(obj, [(c.FAILED, True, c.INVALID_REQUEST, message)],
@@ -547,7 +567,7 @@ class RequestHandler:
             try:
                 templates[name] = self._kube.get_pod_template(namespace, name)
             except Gone:
-                raise BadRequest(key_of(obj), [(
+                raise MissingTemplate(key_of(obj), [(
                     f"spec.podSets[{index}].podTemplateRef.name",
                     f"PodTemplate {name!r} not found in namespace {namespace}",
                 )]) from None
