@@ -100,6 +100,11 @@ def serve(args: argparse.Namespace) -> int:
         except OSError as err:
             raise UsageError(f"--kubeconfig: cannot read {args.kubeconfig}: "
                              f"{err.strerror or err}") from err
+    if not 0 <= args.grace <= 3600:
+        raise UsageError(f"--grace: {args.grace:g} is not between 0 and 3600 seconds")
+    # The config's mistakes before the machine's: a wrong file is reported first, whatever
+    # holds the ports (loading reads the file and takes nothing).
+    config = config_or_demo(args.config)
     # Found before anything starts (a lock, a lease) and before gRPC, which says only
     # "Failed to bind" (and logs a line of its own).
     for flag, address in addresses.items():
@@ -110,13 +115,10 @@ def serve(args: argparse.Namespace) -> int:
         wrong = _socket_problem(args.admin_socket)
         if wrong:
             raise UsageError(f"--admin-socket: {wrong}")
-    if not 0 <= args.grace <= 3600:
-        raise UsageError(f"--grace: {args.grace:g} is not between 0 and 3600 seconds")
     # Before anything is taken (the state lock, the lease, the journal): a SIGTERM from
     # here on is an orderly stop, bounded even while startup still recovers a crash.
     shutdown = Shutdown(args.grace)
     shutdown.install()
-    config = config_or_demo(args.config)
     clock = SystemClock()
     adapter, config = connect(config, clock)
     # Two processes must not act on one cloud's instances. A simulated cloud held in

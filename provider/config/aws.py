@@ -12,7 +12,14 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from provider.config.base import Model
+from provider.config.paths import phrased
 from provider.config.units import duration_seconds
+
+_TEMPLATE_ID = phrased(r"^lt-[0-9a-f]+$",
+                       "a launch template id: lt- and hex digits (e.g. lt-0123456789abcdef0)")
+_REGION = phrased(r"^[a-z]{2}(-[a-z]+)+-\d+$", "an AWS region name (e.g. us-east-1)")
+_SUBNET_ID = phrased(r"^subnet-[0-9a-f]+$",
+                     "a subnet id: subnet- and hex digits (e.g. subnet-0123456789abcdef0)")
 
 # Tag keys allset writes itself (adapters/aws/tags.py) and keys AWS reserves.
 RESERVED_TAG_PREFIXES = ("allset.dev/", "aws:")
@@ -39,7 +46,7 @@ class LaunchTemplate(Model):
     """The EC2 launch template a group's instances start from (give its name or its id)."""
 
     name: str | None = Field(None, description="launch template name")
-    id: str | None = Field(None, pattern=r"^lt-[0-9a-f]+$", description="launch template id")
+    id: str | None = Field(None, pattern=_TEMPLATE_ID, description="launch template id")
     version: str = Field("$Default", description="a number, $Default or $Latest")
 
     @model_validator(mode="after")
@@ -83,7 +90,7 @@ class ReservationSelector(Model):
 class AwsCloud(Model):
     """The AWS account allset launches in (credentials from the standard chain)."""
 
-    region: str = Field(min_length=1, pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$",
+    region: str = Field(min_length=1, pattern=_REGION,
                         description="every group's zone is in it")
     endpoint_url: str | None = Field(None, description="e.g. a VPC endpoint or a test server")
     reservation_selector: ReservationSelector = Field(
@@ -99,7 +106,7 @@ class AwsGroup(Model):
 
     launch_template: LaunchTemplate = Field(description="what the instances start from; "
                                             "leave market and reservation settings out")
-    subnet_id: str | None = Field(None, pattern=r"^subnet-[0-9a-f]+$",
+    subnet_id: str | None = Field(None, pattern=_SUBNET_ID,
                                   description="override the template's subnet")
     security_group_ids: list[str] = Field(
         default_factory=list, description="override the template's; required with EFA"

@@ -4,6 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+# A pattern's meaning in words, by the pattern: an error shows the words, not the regex.
+_PHRASES: dict[str, str] = {}
+
+
+def phrased(pattern: str, phrase: str) -> str:
+    """``pattern`` (returned as it is, for ``Field(pattern=...)``), with the words a
+    validation error shows in its place: "'X_1' is not <phrase>"."""
+    _PHRASES[pattern] = phrase
+    return pattern
+
 
 def field_path(loc: tuple[int | str, ...], raw: Any) -> str:
     """('nodeGroups', 2, 'gpu') -> 'nodeGroups[2] (id gpu-a).gpu': list items are named by
@@ -33,4 +43,8 @@ def plain_message(error: Any) -> str:
         return "unknown key"
     if error["type"] == "missing":
         return "required key is missing"
+    if error["type"] == "string_pattern_mismatch":
+        phrase = _PHRASES.get(str((error.get("ctx") or {}).get("pattern", "")))
+        if phrase:
+            return f"{error['input']!r} is not {phrase}"
     return str(error["msg"]).removeprefix("Value error, ")

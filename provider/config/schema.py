@@ -15,13 +15,16 @@ from pydantic import AfterValidator, BeforeValidator, Field, field_validator, mo
 from provider.config.aws import AwsCloud, AwsGroup
 from provider.config.base import Model
 from provider.config.gcp import GcpCloud, GcpGroup
+from provider.config.paths import phrased
 from provider.config.units import duration_seconds, quantity_milli
 from provider.domain.cloud import CapacityType, ReservationKind
 from provider.domain.devices.model import Version
 from provider.domain.gangs.sources import SourceName
 from provider.domain.model import ScaleUpMode
 
-_DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+_DNS_LABEL = phrased(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+                     "a DNS label: lower-case letters, digits and '-', at most 63, starting "
+                     "and ending with a letter or digit (e.g. prod-east)")
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
@@ -54,10 +57,15 @@ Labels = Annotated[dict[str, str], AfterValidator(_labels)]
 Name = Annotated[str, Field(pattern=_DNS_LABEL)]
 
 
-_QUALIFIED_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                   r"[A-Za-z][A-Za-z0-9_]{0,31}$")
-_DRIVER_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$"
-_MIG_PROFILE = r"^\d+g\.\d+gb$"
+_QUALIFIED_NAME = phrased(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z][A-Za-z0-9_]{0,31}$",
+    "an attribute name: a letter and up to 31 more letters, digits or '_', after an "
+    "optional DNS domain and '/' (e.g. memory, or gpu.nvidia.com/productName)")
+_DRIVER_NAME = phrased(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$",
+                       "a DRA driver name: a lower-case DNS name with at least one '.' "
+                       "(e.g. gpu.nvidia.com)")
+_MIG_PROFILE = phrased(r"^\d+g\.\d+gb$", "a MIG profile: <slices>g.<memory>gb (e.g. 1g.10gb)")
 
 
 def _version(value: str) -> str:

@@ -124,6 +124,9 @@ def parse_parameters(raw: Mapping[str, Any], name: str = "") -> Parameters:
     out: dict[str, Any] = {}
     for key, value in raw.items():
         field = f"spec.parameters.{key}"
+        if value is None:
+            problems.append((field, "no value: give one, or leave the parameter out"))
+            continue
         text = str(value).strip()
         if key == "topology":
             try:
@@ -172,6 +175,12 @@ def parse_parameters(raw: Mapping[str, Any], name: str = "") -> Parameters:
     return Parameters(**out)
 
 
+def _wrong(value: Any, wanted: str, verb: str = "is not") -> str:
+    """What is wrong with ``value``, which should be ``wanted``: "missing: <wanted>" for a
+    key left out (a message never shows None), else "'<value>' <verb> <wanted>"."""
+    return f"missing: {wanted}" if value is None else f"{value!r} {verb} {wanted}"
+
+
 def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str, Any]],
                 objects: DraObjects | None = None) -> tuple[Demand, Parameters]:
     """The gang a ProvisioningRequest of our class asks for; its pods' DRA claims are
@@ -179,15 +188,16 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
     name = request_name(request)
     namespace = str(_metadata(request).get("namespace") or "default")
     problems: Problems = []
-    api = str(request.get("apiVersion", ""))
+    api = str(request.get("apiVersion") or "")
     group, _, version = api.partition("/")
     if group != API_GROUP or version not in VERSIONS:
-        problems.append(("apiVersion", f"{api!r} is not {API_GROUP}/v1 or /v1beta1"))
+        problems.append(("apiVersion", _wrong(api or None, f"{API_GROUP}/v1 or /v1beta1")))
     spec = mapping(request.get("spec"), "spec", problems)
     klass = spec.get("provisioningClassName")
     if klass != CLASS_NAME:
         problems.append(("spec.provisioningClassName",
-                         f"{klass!r}: allset plans only {CLASS_NAME}"))
+                         f"{'missing' if klass is None else repr(klass)}: allset plans only "
+                         f"{CLASS_NAME}"))
     raw_sets = spec.get("podSets") or []
     if not isinstance(raw_sets, list) or not 1 <= len(raw_sets) <= MAX_POD_SETS:
         given = f"{len(raw_sets)} pod sets" if isinstance(raw_sets, list) else "not a list"
@@ -209,8 +219,8 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
         count = raw.get("count")
         if not isinstance(count, int) or isinstance(count, bool) or \
                 not 1 <= count <= MAX_COUNT:
-            problems.append((f"{where}.count", f"{count!r} must be an integer from 1 to "
-                                               f"{MAX_COUNT} (the API's int32)"))
+            problems.append((f"{where}.count", _wrong(
+                count, f"an integer from 1 to {MAX_COUNT} (the API's int32)", "must be")))
             continue
         if not ref:
             problems.append((f"{where}.podTemplateRef.name", "missing"))
@@ -332,9 +342,8 @@ def _affinity(raw: Mapping[str, Any], problems: Problems
             try:
                 op = Operator(str(expr.get("operator")))
             except ValueError:
-                problems.append((f"{where}.matchExpressions[{ei}].operator",
-                                 f"{expr.get('operator')!r} is not one of "
-                                 + ", ".join(o.value for o in Operator)))
+                problems.append((f"{where}.matchExpressions[{ei}].operator", _wrong(
+                    expr.get("operator"), "one of " + ", ".join(o.value for o in Operator))))
                 continue
             values = items(expr.get("values"), f"{where}.matchExpressions[{ei}].values",
                            problems)

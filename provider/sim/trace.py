@@ -19,11 +19,11 @@ from provider.config import ConfigError
 from provider.config.base import Model
 from provider.config.files import TRACE_LIMIT, read_text
 from provider.config.paths import field_path, plain_message
+from provider.config.schema import Name
 from provider.config.units import duration_seconds
 from provider.domain.cloud import ReservationKind
 from provider.domain.demand import Topology
 
-_DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 _DAYS = re.compile(r"^(?P<days>\d+(?:\.\d+)?)d(?P<rest>.*)$")
 
 
@@ -42,7 +42,6 @@ def seconds(value: Any) -> float:
 
 
 Seconds = Annotated[float, BeforeValidator(seconds)]
-Name = Annotated[str, Field(pattern=_DNS_LABEL)]
 
 
 class ShapeSpec(Model):

@@ -182,3 +182,24 @@ def test_plan_weighs_running_away_from_the_data_by_queue() -> None:
     assert "placement: runs next to its data in us-east-1a: on-demand here at 394.89/h is " \
            "below the 481.61/h of us-east-1b" in near.stdout
     assert "from queue research/etl" in near.stdout
+
+
+def test_a_key_left_out_is_called_missing_never_none(tmp_path: Path) -> None:
+    """Issue 35, item 9: a request without its class or a pod set's count printed
+    `None: allset plans only ...` and `None must be an integer`."""
+    request = tmp_path / "req.yaml"
+    request.write_text(GANG.read_text()
+                       .replace("apiVersion: autoscaling.x-k8s.io/v1\n", "", 1)
+                       .replace("  provisioningClassName: atomic-reserved.allset.dev\n", "")
+                       .replace("parameters: {topology: zone,", "parameters: {topology: null,")
+                       .replace("      count: 2\n", ""))
+    result = allset_plan("--config", str(config(tmp_path)), "--request", str(request))
+    assert result.returncode == 1
+    assert "None" not in result.stderr, result.stderr
+    lines = [line.strip() for line in result.stderr.splitlines()[1:]]
+    assert lines == [
+        "apiVersion: missing: autoscaling.x-k8s.io/v1 or /v1beta1",
+        "spec.provisioningClassName: missing: allset plans only atomic-reserved.allset.dev",
+        "spec.parameters.topology: no value: give one, or leave the parameter out",
+        "spec.podSets[0].count: missing: an integer from 1 to 2147483647 (the API's int32)",
+    ], result.stderr

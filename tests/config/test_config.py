@@ -67,7 +67,7 @@ def test_the_cloud_is_never_chosen_by_omission() -> None:
 @pytest.mark.parametrize(
     ("patch", "field", "words"),
     [
-        ("cluster: Not_A_Label", "cluster", "pattern"),
+        ("cluster: Not_A_Label", "cluster", "is not a DNS label"),
         ("colour: blue", "colour", "unknown key; allowed keys: attempts, cloud, cluster"),
         ("cloud: {provider: azure}", "cloud.provider", "'fake', 'aws' or 'gcp'"),
         ("refreshInterval: soon", "refreshInterval", "not a duration"),
