@@ -346,7 +346,8 @@ def test_ports_probes_and_network_policy_agree(directory: Path) -> None:
     # routed to, by its EndpointSlice, never by readiness (that would block rollouts).
     assert container["readinessProbe"]["grpc"]["service"] == READY
     assert container["livenessProbe"]["grpc"]["service"] == LIVE
-    assert container["startupProbe"]["grpc"]["service"] == LIVE
+    # Startup waits for the first cloud listing: a pod that never lists is restarted.
+    assert container["startupProbe"]["grpc"]["service"] == READY
     service = one(docs, "Service", "allset")
     assert [p["targetPort"] for p in service["spec"]["ports"]] == [ports["grpc"]]
     metrics = one(docs, "Service", "allset-metrics")
@@ -386,6 +387,24 @@ def test_two_replicas_rolled_with_time_to_finish(directory: Path) -> None:
     assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
     assert pdb["spec"]["minAvailable"] == 1  # a standby always survives a drain
     assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "ten": 10}
+
+
+def test_the_docs_give_the_startup_probe_the_time_the_manifests_do() -> None:
+    """Issue 35, item 5: the docs said five minutes, the manifests allowed 60 s, and the
+    probe read allset.live, so a pod that could not list its cloud was never restarted."""
+    _, container = _allset(render(DEPLOY / "base"))
+    probe = container["startupProbe"]
+    allowed = probe["periodSeconds"] * probe["failureThreshold"]
+    assert probe["grpc"]["service"] == READY
+    for page in ("operator-guide.md", "troubleshooting.md"):
+        text = " ".join((ROOT / "docs" / page).read_text().split())
+        said = re.findall(r"startup probe (?:gives it|allows) (\w+) minutes", text)
+        assert said, f"docs/{page} does not say how long the startup probe allows"
+        assert {_WORDS.get(w, 0) * 60 for w in said} == {allowed}, (page, said, allowed)
+        assert "restart" in text[text.find("startup probe"):][:400], page
 
 
 @pytest.mark.parametrize("directory", OVERLAYS, ids=_id)
