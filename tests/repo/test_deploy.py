@@ -115,6 +115,7 @@ def test_every_kustomization_renders(directory: Path) -> None:
 
 def test_every_kustomization_directory_is_tested() -> None:
     tested = {*OVERLAYS, DEPLOY / "monitoring", DEPLOY / "kueue", DEPLOY / "cluster-autoscaler",
+              DEPLOY / "cluster-autoscaler" / "price-expander",  # the users_expander test
               DEPLOY / "components" / "without-cert-manager",
               DEPLOY / "components" / "without-kueue",
               DEPLOY / "components" / "simulated-nodes"}  # test_simulated_nodes_deploy.py
@@ -296,10 +297,10 @@ def test_cluster_autoscaler_is_wired_to_allset(with_ca: list[Doc]) -> None:
     command = container["command"]
     args = args_of(container)
     # Appended, so they win over the same flags earlier in the command.
-    assert command[-4:] == ["--cloud-provider=externalgrpc",
+    assert command[-3:] == ["--cloud-provider=externalgrpc",
                             "--cloud-config=/etc/allset/cloud-config/cloud-config.yaml",
-                            "--enable-provisioning-requests=true", "--expander=price"]
-    assert args["--cloud-provider"] == "externalgrpc" and args["--expander"] == "price"
+                            "--enable-provisioning-requests=true"]
+    assert args["--cloud-provider"] == "externalgrpc"
     assert "--v=4" in command  # nothing of CA's own is lost
     assert {m["name"] for m in container["volumeMounts"]} >= {"ssl-certs"}
 
@@ -325,6 +326,34 @@ def test_cluster_autoscaler_is_wired_to_allset(with_ca: list[Doc]) -> None:
     assert set(peer) == {"podSelector"}
     assert peer["podSelector"]["matchLabels"].items() <= labels.items()
     assert ca["spec"]["selector"]["matchLabels"] == {"app": "cluster-autoscaler"}
+
+
+def _expanders(tmp_path: Path, command: str, *components: Path) -> list[str]:
+    ca = CA_DEPLOYMENT.replace(
+        "command: [./cluster-autoscaler, --cloud-provider=aws, --expander=random, --v=4]",
+        f"command: {command}")
+    assert ca != CA_DEPLOYMENT
+    where = kustomization(tmp_path, resources=[DEPLOY / "base"], components=list(components),
+                          files={"ca.yaml": ca})
+    (container,) = containers(one(render(where), "Deployment", "cluster-autoscaler"))
+    return [a for a in container["command"] if a.startswith("--expander")]
+
+
+def test_the_component_keeps_the_users_expander(tmp_path: Path) -> None:
+    """Issue 35, item 5: the component appended --expander=price, which silently replaced
+    a user's priority expander (a later Go flag wins)."""
+    component = DEPLOY / "cluster-autoscaler"
+    assert _expanders(tmp_path / "priority",
+                      "[./cluster-autoscaler, --expander=priority, --v=4]",
+                      component) == ["--expander=priority"]
+    assert _expanders(tmp_path / "none", "[./cluster-autoscaler, --v=4]", component) == []
+    # The opt-in for a CA without one: price, the expander allset's prices steer.
+    assert _expanders(tmp_path / "opt-in", "[./cluster-autoscaler, --v=4]", component,
+                      component / "price-expander") == ["--expander=price"]
+    guide = " ".join((ROOT / "docs" / "operator-guide.md").read_text().split())
+    for words in ("`price` works because", "`priority` works when",
+                  "cluster-autoscaler/price-expander"):
+        assert words in guide, words
 
 
 # --- ports, probes, lifecycle ---------------------------------------------------------------
