@@ -636,6 +636,65 @@ def test_the_guides_own_overlay_renders(tmp_path: Path) -> None:
     assert container["image"] == "example/allset:0.1.0"
     assert "maxSize: 8" in _config_text(docs)
     sa = one(docs, "ServiceAccount", "allset")
-    assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == \
-        "arn:aws:iam::123456789012:role/allset-prod-east"
+    # The annotations replaced whole: the role, and the placeholder gone with the rest.
+    assert sa["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/allset-prod-east"}
+    assert not _refused_annotation_keys(docs)
+
+
+# What the API server's ObjectMeta validation accepts as an annotation key (apimachinery's
+# IsQualifiedName): an optional DNS-subdomain prefix and '/', then a name of at most 63.
+_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _qualified(key: str) -> bool:
+    parts = key.lower().split("/")
+    if len(parts) > 2:
+        return False
+    name = parts[-1]
+    if not name or len(name) > 63 or not _NAME_PART.match(name):
+        return False
+    return len(parts) == 1 or (0 < len(parts[0]) <= 253 and bool(_SUBDOMAIN.match(parts[0])))
+
+
+def _refused_annotation_keys(docs: list[Doc]) -> dict[str, list[str]]:
+    refused: dict[str, list[str]] = {}
+    for doc in docs:
+        metas = [doc["metadata"]]
+        if doc["kind"] in WORKLOADS:
+            metas.append(doc["spec"]["template"].get("metadata") or {})
+        for meta in metas:
+            bad = [k for k in meta.get("annotations") or {} if not _qualified(k)]
+            if bad:
+                refused.setdefault(f"{doc['kind']}/{doc['metadata']['name']}", []).extend(bad)
+    return refused
+
+
+def test_the_qualified_name_rule_is_the_api_servers() -> None:
+    for good in ("eks.amazonaws.com/role-arn", "cluster-autoscaler.kubernetes.io/safe-to-evict",
+                 "a", "A_b.c"):
+        assert _qualified(good), good
+    for bad in ("a b", "x/y/z", "-a", "ex_ample.com/a", "a" * 64, "/a"):
+        assert not _qualified(bad), bad
+
+
+@pytest.mark.parametrize(("cloud", "identity"), [("aws", "eks.amazonaws.com/role-arn"),
+                                                 ("gcp", "iam.gke.io/gcp-service-account")])
+def test_an_overlay_applied_as_it_is_is_refused_naming_what_to_set(cloud: str,
+                                                                  identity: str) -> None:
+    """Issue 35, item 5: a bare `kubectl apply -k overlays/aws` deployed allset:latest with
+    an example account's role. The API server now refuses its ServiceAccount: one
+    annotation key it rejects, whose words name what to set and where it is told how."""
+    docs = render(DEPLOY / "overlays" / cloud)
+    refused = _refused_annotation_keys(docs)
+    assert list(refused) == ["ServiceAccount/allset"], refused
+    (key,) = refused["ServiceAccount/allset"]
+    for words in (identity, "the image", "config.yaml", "an overlay of your own",
+                  "docs/operator-guide.md"):
+        assert words in key, (words, key)
+    # The base (the simulated cloud) applies as it is.
+    assert not _refused_annotation_keys(render(DEPLOY / "base"))
+    guide = " ".join(_guide().split())
+    assert "fails at once" in guide and " ".join(key.split()[:2]) in guide
 
