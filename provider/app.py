@@ -20,6 +20,7 @@ from provider.attempts.recent import RecentOutcomes
 from provider.attempts.reconcile import Reconciler, UnknownGroups
 from provider.attempts.scaleups import ScaleUps
 from provider.base.clock import Clock, SystemClock
+from provider.base.words import counted
 from provider.capacity.ledger import Ledger
 from provider.capacity.unavailable import UnavailableOfferings
 from provider.config import LoadedConfig
@@ -431,8 +432,8 @@ class Provider:
         except (CloudError, Unavailable) as err:
             self.fleet.cancel_deletion(deletion)
             raise Unavailable(
-                f"could not mark {len(marked)} nodes of group {group_id} for deletion in "
-                f"the cloud ({err}); nothing was deleted, retry shortly") from err
+                f"could not mark {counted(len(marked), 'node')} of group {group_id} for "
+                f"deletion in the cloud ({err}); nothing was deleted, retry shortly") from err
         except BaseException:
             self.fleet.cancel_deletion(deletion)
             raise

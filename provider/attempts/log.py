@@ -10,6 +10,7 @@ import logging
 from collections.abc import Collection, Sequence
 
 from provider.attempts.executor import AttemptSpec, Journal, OpenAttempt, Outcome, Result
+from provider.base.words import counted
 from provider.domain.plan import Part, Plan
 
 log = logging.getLogger("allset.attempts")
@@ -31,14 +32,16 @@ class LoggedJournal:
         self._inner.planned(attempt, plan_index, plan)
         notes = "; ".join([n.message for n in plan.notes] +
                           ([plan.placement.message] if plan.placement else []))
-        log.info("attempt %s plan %d: %d nodes, %s%s", attempt, plan_index, plan.node_count,
+        log.info("attempt %s plan %d: %s, %s%s", attempt, plan_index,
+                 counted(plan.node_count, "node"),
                  ", ".join(_part(p) for p in plan.parts), f" ({notes})" if notes else "",
                  extra=self._ids(attempt))
 
     def launched(self, attempt: str, label: str, instance_ids: Sequence[str]) -> None:
         self._inner.launched(attempt, label, instance_ids)
-        log.info("attempt %s part %s launched %d instances: %s", attempt, label,
-                 len(instance_ids), ", ".join(instance_ids), extra=self._ids(attempt))
+        log.info("attempt %s part %s launched %s: %s", attempt, label,
+                 counted(len(instance_ids), "instance"), ", ".join(instance_ids),
+                 extra=self._ids(attempt))
 
     def committing(self, attempt: str) -> None:
         self._inner.committing(attempt)
@@ -53,16 +56,19 @@ class LoggedJournal:
         why = "; ".join(r.message for r in outcome.infeasible.reasons) \
             if outcome.infeasible is not None else ""
         level = logging.INFO if outcome.result is Result.SUCCEEDED else logging.WARNING
-        reused = f", {len(outcome.reused)} idle nodes reused" if outcome.reused else ""
-        log.log(level, "attempt %s %s in %.1fs: %d nodes committed%s, %d rolled back, %d plans "
+        reused = f", {counted(len(outcome.reused), 'idle node')} reused" if outcome.reused \
+            else ""
+        log.log(level, "attempt %s %s in %.1fs: %s committed%s, %d rolled back, %s "
                 "tried%s%s", outcome.attempt, outcome.result.value, outcome.seconds,
-                len(outcome.instances), reused, outcome.rolled_back, outcome.plans_tried,
+                counted(len(outcome.instances), "node"), reused, outcome.rolled_back,
+                counted(outcome.plans_tried, "plan"),
                 f"; {failures}" if failures else "", f"; cannot plan: {why}" if why else "",
                 extra=ids)
 
     def owe(self, instance_ids: Sequence[str], now: float) -> None:
         self._inner.owe(instance_ids, now)
-        log.info("terminating %d instances: %s", len(instance_ids), ", ".join(instance_ids))
+        log.info("terminating %s: %s", counted(len(instance_ids), "instance"),
+                 ", ".join(instance_ids))
 
     def paid(self, instance_ids: Sequence[str]) -> None:
         self._inner.paid(instance_ids)

@@ -19,6 +19,7 @@ from provider.app import Provider
 from provider.attempts.executor import Result
 from provider.attempts.gangs import Gang, Seen
 from provider.base.clock import epoch, rfc3339
+from provider.base.words import counted
 from provider.controller import conditions as c
 from provider.controller import source_labels
 from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, REUSED_DETAIL, planned, reused
@@ -210,8 +211,9 @@ class RequestHandler:
         # Accepted goes with the attempt's first write (its record, or the wait for a
         # window) when it is planned in this pass: one status write per request fewer.
         accept: list[Change] = [] if conds.get(c.ACCEPTED, _FALSE).true else [
-            (c.ACCEPTED, True, "Accepted", f"allset plans {t.demand.pods} pods in "
-                                           f"{len(t.demand.pod_sets)} pod sets all-or-nothing")]
+            (c.ACCEPTED, True, "Accepted",
+             f"allset plans {counted(t.demand.pods, 'pod')} in "
+             f"{counted(len(t.demand.pod_sets), 'pod set')} all-or-nothing")]
         created = epoch((obj.get("metadata") or {}).get("creationTimestamp")) or now
         if t.params.valid_until_seconds is not None and \
                 now > created + t.params.valid_until_seconds:
@@ -356,9 +358,9 @@ class RequestHandler:
                 {i.id for i in now.instances} != {i.id for i in found.instances}:
             return 0.0  # handled again at once, from the gang as it is
         kept = len(reused(obj))
+        idle = f" ({counted(kept, 'idle node')} reused)" if kept else ""
         if self._w.update(obj, [(c.PROVISIONED, True, c.CAPACITY_IS_PROVISIONED,
-                                 f"{_nodes(n)} registered, Ready and labelled"
-                                 f"{f' ({kept} of them idle nodes reused)' if kept else ''}; "
+                                 f"{_nodes(n)} registered, Ready and labelled{idle}; "
                                  f"pods select them with {c.BOOKING_LABEL}={value}")],
                           details={c.BOOKING_DETAIL: value}) is not None:
             self._metrics.provisioned.observe(self._age(obj))
@@ -382,7 +384,7 @@ class RequestHandler:
         t.retry_at = self._p.clock.now() + delay
         self._w.update(obj, [(c.PROVISIONED, False, NODES_LOST,
                               f"{_lost_text(found)} before the gang was provisioned; its "
-                              f"other {len(found.instances)} nodes, and any the cloud "
+                              f"other {_nodes(len(found.instances))}, and any the cloud "
                               f"stopped, were terminated")],
                        warning=True, details={ATTEMPT_DETAIL: None, PLANNED_DETAIL: None,
                                               REUSED_DETAIL: None},
@@ -643,7 +645,7 @@ def _waiting_text(n: int, attempt: str, again: Sequence[str] = (), placement: st
 
 
 def _nodes(n: int) -> str:
-    return f"{n} node" if n == 1 else f"{n} nodes"
+    return counted(n, "node")
 
 
 def _lost_text(found: Gang) -> str:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from provider.base.words import counted
 from provider.domain.cloud import CloudInstance, InstanceState
 from provider.domain.errors import DomainError, FailedPrecondition, InvalidArgument, NotFound
 from provider.domain.model import NodeGroup
@@ -368,7 +369,7 @@ class Fleet:
         if adopted and len(state.instances.keys() - going - adopted) < state.group.min_size:
             being = f" ({len(going)} of them being deleted)" if going else ""
             raise FailedPrecondition(
-                f"min size reached: group {group_id} has {len(state.instances)} nodes"
+                f"min size reached: group {group_id} has {counted(len(state.instances), 'node')}"
                 f"{being}, minSize {state.group.min_size}; {len(adopted)} not deleted"
             )
         return Deletion(group_id, pids, tuple(instances))
@@ -511,8 +512,8 @@ class Fleet:
                 su = state.scale_ups.get(attempt)
                 count = max(count, su.wanted if su is not None else 0)
                 if held + count > state.group.max_size:
-                    return (f"group {gid} holds {held} nodes (instances, scale-ups and other "
-                            f"requests' launches); {count} more exceed maxSize "
+                    return (f"group {gid} holds {counted(held, 'node')} (instances, "
+                            f"scale-ups and other requests' launches); {count} more exceed maxSize "
                             f"{state.group.max_size}")
             for gid in [*self._holding.get(attempt, ()), *counts]:
                 state = self._state[gid]

@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from provider.base.clock import ManualClock
+from provider.base.words import counted
 from provider.capacity.offerings import GroupOfferings
 from provider.capacity.unavailable import UnavailableOfferings
 from provider.domain.cloud import CapacityType, Reservation
@@ -161,8 +162,8 @@ def _max_size(inputs: Inputs, allocation: Allocation) -> Reason:
         group = inputs.groups[gid]
         have = inputs.sizes.get(gid, 0)
         if have + n > group.max_size:
-            limited.append(f"group {gid} would need {have + n} nodes ({have} now + {n}), "
-                           f"maxSize is {group.max_size}")
+            limited.append(f"group {gid} would need {counted(have + n, 'node')} "
+                           f"({have} now + {n}), maxSize is {group.max_size}")
     return Reason(ReasonCode.MAX_SIZE, "max size reached: " + "; ".join(limited))
 
 

@@ -423,11 +423,11 @@ def _why(source: Source) -> str:
     if source.reservation:
         why = f"reservation {source.reservation} ({source.size} free, already paid)"
     elif source.capacity_type is CapacityType.SPOT:
-        why = f"spot at {source.price:.2f}/h"
+        why = f"spot at {source.price:.2f} USD/h"
     else:
-        why = f"on-demand at {source.price:.2f}/h"
+        why = f"on-demand at {source.price:.2f} USD/h"
     if source.surcharge:
-        why += f"; away from its data: +{source.surcharge:.2f}/h a node cross-zone"
+        why += f"; away from its data: +{source.surcharge:.2f} USD/h a node cross-zone"
     return why
 
 

@@ -12,6 +12,7 @@ distinct ask): the work is per pod set and candidate group, never per pod."""
 
 from __future__ import annotations
 
+from provider.base.words import counted
 from provider.domain.demand import Demand
 from provider.domain.plan import Infeasible, Reason, ReasonCode
 from provider.planner.layout import layout
@@ -48,7 +49,7 @@ def never_fits(demand: Demand, matcher: Matcher) -> Infeasible | None:
     if nodes > room:
         return Infeasible((Reason(
             ReasonCode.MAX_SIZE,
-            f"the gang can never fit: its pod sets need at least {nodes} nodes (a node "
+            f"the gang can never fit: its pod sets need at least {counted(nodes, 'node')} (a node "
             f"hosts pods of one pod set), and the {len(hosts)} node groups that can host "
             f"them hold at most {room} at their maxSize together"),))
     return None

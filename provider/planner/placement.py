@@ -35,12 +35,12 @@ def placed(inputs: Inputs, chosen: Plan) -> Plan:
         else:
             near_spend = to_plan(inputs, near).on_demand_cost_per_hour
             if demand.cross_zone_cost_per_gpu_hour is None:
-                message += (f"spend {spend:,.2f}/h there is below {near_spend:,.2f}/h next "
+                message += (f"spend {spend:,.2f} USD/h there is below {near_spend:,.2f} USD/h next "
                             f"to the data, and {rate}")
             else:
-                message += (f"{spend + extra:,.2f}/h there (spend {spend:,.2f}/h plus "
-                            f"cross-zone {extra:,.2f}/h for {gpus} GPUs at {rate}) is below "
-                            f"on-demand next to the data at {near_spend:,.2f}/h")
+                message += (f"{spend + extra:,.2f} USD/h there (spend {spend:,.2f} USD/h plus "
+                            f"cross-zone {extra:,.2f} USD/h for {gpus} GPUs at {rate}) is below "
+                            f"on-demand next to the data at {near_spend:,.2f} USD/h")
     else:
         message = f"runs next to its data in {zone}"
         spend_only = best_solution(inputs, Relax(), away_free=True)
@@ -50,13 +50,13 @@ def placed(inputs: Inputs, chosen: Plan) -> Plan:
             if far_gpus and far.on_demand_cost_per_hour < spend - 1e-9:
                 far_spend = far.on_demand_cost_per_hour
                 far_extra = far_gpus * (demand.cross_zone_cost_per_gpu_hour or 0.0)
-                message += (f": on-demand here at {spend:,.2f}/h is below the "
-                            f"{far_spend + far_extra:,.2f}/h of "
+                message += (f": on-demand here at {spend:,.2f} USD/h is below the "
+                            f"{far_spend + far_extra:,.2f} USD/h of "
                             f"{', '.join(_zones_away(demand, far, inputs))} (spend "
-                            f"{far_spend:,.2f}/h plus cross-zone {far_extra:,.2f}/h for "
+                            f"{far_spend:,.2f} USD/h plus cross-zone {far_extra:,.2f} USD/h for "
                             f"{far_gpus} GPUs at {rate})")
             else:
-                message += f", at the least spend ({spend:,.2f}/h)"
+                message += f", at the least spend ({spend:,.2f} USD/h)"
     return dataclasses.replace(chosen, placement=Placement(zone, gpus, extra, message))
 
 

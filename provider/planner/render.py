@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from provider.base.clock import rfc3339
+from provider.base.words import counted
 from provider.domain.demand import Demand, value_source
 from provider.domain.plan import Infeasible, Plan, Reason
 from provider.planner.timing import Wait
@@ -48,8 +49,8 @@ def plan_text(name: str, result: Plan | Infeasible) -> str:
             where = f" [{r.pod_set}]" if r.pod_set else ""
             lines.append(f"  {r.code}{where}: {r.message}")
         return "\n".join(lines)
-    lines = [f"{name}: {result.node_count} nodes, on-demand spend "
-             f"{result.on_demand_cost_per_hour:.2f}/h"]
+    lines = [f"{name}: {counted(result.node_count, 'node')}, on-demand spend "
+             f"{result.on_demand_cost_per_hour:.2f} USD/h"]
     rows = [(p.group, f"{p.capacity_type} (reused)" if p.reused else str(p.capacity_type),
              p.reservation or "-", str(p.count),
              ", ".join(f"{k}: {v}" for k, v in p.pod_sets.items()) or "-", p.why)

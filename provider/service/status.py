@@ -10,6 +10,7 @@ from typing import Any
 
 from provider.app import Provider
 from provider.attempts.executor import Outcome
+from provider.base.words import counted
 
 Status = dict[str, Any]
 
@@ -98,12 +99,14 @@ def render(found: Status) -> str:
               "", "LAST OUTCOMES"]
     for o in found["lastOutcomes"] or []:
         why = f" - {'; '.join(o['reasons'])}" if o["reasons"] else ""
-        lines.append(f"{o['attempt']}  {o['result']}  {o['nodes']} nodes, {o['rolledBack']} "
-                     f"rolled back, {o['plans']} plans, {o['seconds']}s{why}")
+        lines.append(f"{o['attempt']}  {o['result']}  {counted(o['nodes'], 'node')}, "
+                     f"{o['rolledBack']} rolled back, {counted(o['plans'], 'plan')}, "
+                     f"{o['seconds']}s{why}")
     if not found["lastOutcomes"]:
         lines.append("none yet")
     lines += ["", "BOOKINGS"]
-    lines += [f"{b['request']}: {b['nodes']} nodes" for b in found["bookings"]] or ["none"]
+    lines += [f"{b['request']}: {counted(b['nodes'], 'node')}"
+              for b in found["bookings"]] or ["none"]
     lines += ["", "RESERVED GPUS  ZONE          PAID    UP  BUSY  UTILISATION"]
     for r in found["reservedGpus"]:
         used = f"{100 * r['busy'] / r['paid']:.0f}%" if r["paid"] else "-"

@@ -179,8 +179,8 @@ def test_plan_weighs_running_away_from_the_data_by_queue() -> None:
                        "--queue", "research/etl")
     assert near.returncode == 0, near.stderr
     assert "h100-a" in near.stdout and "h100-b" not in near.stdout
-    assert "placement: runs next to its data in us-east-1a: on-demand here at 394.89/h is " \
-           "below the 481.61/h of us-east-1b" in near.stdout
+    assert "placement: runs next to its data in us-east-1a: on-demand here at 394.89 USD/h is " \
+           "below the 481.61 USD/h of us-east-1b" in near.stdout
     assert "from queue research/etl" in near.stdout
 
 
@@ -203,3 +203,16 @@ def test_a_key_left_out_is_called_missing_never_none(tmp_path: Path) -> None:
         "spec.parameters.topology: no value: give one, or leave the parameter out",
         "spec.podSets[0].count: missing: an integer from 1 to 2147483647 (the API's int32)",
     ], result.stderr
+
+
+def test_one_node_is_singular_and_amounts_are_in_usd(tmp_path: Path) -> None:
+    """Issue 35, item 9: `1 nodes, on-demand spend 1.61/h` and `on-demand at 1.61/h`."""
+    request = tmp_path / "req.yaml"
+    text = GANG.read_text()
+    request.write_text(text.replace("    - podTemplateRef: {name: workers}\n      count: 16\n",
+                                    ""))
+    result = allset_plan("--config", str(config(tmp_path)), "--request", str(request))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "research/llm-pretrain: 1 node, on-demand spend 1.61 USD/h"
+    assert lines[2].split()[-4:] == ["on-demand", "at", "1.61", "USD/h"], lines

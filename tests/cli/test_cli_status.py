@@ -266,3 +266,27 @@ def test_plan_in_the_running_server_and_a_dry_run_of_cas_path(tmp_path: Path) ->
         assert bad.returncode == 1 and "INVALID_ARGUMENT" in one_line(bad.stderr)
     finally:
         served.stop()
+
+
+def test_one_node_and_one_plan_are_singular(tmp_path: Path) -> None:
+    """Issue 35, item 9: a scale-up of one node read `1 nodes, 0 rolled back, 1 plans`."""
+    served = Served([], tmp_path / "serve.log")
+    try:
+        wait_until(served.answers, 30)
+        with grpc.insecure_channel(served.address) as channel:
+            stub = pb_grpc.CloudProviderStub(channel)
+            stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="cpu-a", delta=1),
+                                       timeout=5)
+
+        def settled() -> bool:
+            out = run_allset("status", "--server", served.address, "--output", "json")
+            return out.returncode == 0 and bool(json.loads(out.stdout)["lastOutcomes"])
+
+        wait_until(settled, 30)
+        text = run_allset("status", "--server", served.address).stdout
+        (line,) = [x for x in text.splitlines() if " succeeded " in x]
+        assert " 1 node, 0 rolled back, 1 plan, " in line, line
+        assert "1 nodes" not in text and "1 plans" not in text
+        assert "SPEND OUTSIDE RESERVATIONS: on-demand USD " in text, text
+    finally:
+        served.stop()

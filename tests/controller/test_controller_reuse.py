@@ -58,7 +58,7 @@ def test_a_second_request_is_provisioned_on_the_idle_node_with_no_launch(world: 
     w.sync(3)
     provisioned = w.condition(c.PROVISIONED, "job2")
     assert provisioned is not None and provisioned.true, provisioned
-    assert "1 of them idle nodes reused" in provisioned.message
+    assert "(1 idle node reused)" in provisioned.message
     assert [i.id for i in w.h.cloud.live_instances()] == [first.id]  # nothing launched
     assert _details(w, "job2")[REUSED_DETAIL] == first.provider_id
     node = w.node(first.name)

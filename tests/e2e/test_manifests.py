@@ -63,3 +63,20 @@ def test_the_manifests_pass_a_server_side_dry_run(world: World, tmp_path: Path,
     assert not refused, "\n".join(refused)
     print(f"\n{variant}: {len(docs) - len(skipped)} objects accepted by a server-side dry "
           f"run, {len(skipped)} add-on objects skipped ({', '.join(sorted(set(skipped)))})")
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gcp"])
+def test_an_overlay_applied_as_it_is_is_refused_naming_what_to_set(world: World,
+                                                                  cloud: str) -> None:
+    """overlays/aws and overlays/gcp are bases for an overlay of one's own (issue 35,
+    item 5): the real API server refuses their ServiceAccount's placeholder annotation,
+    and its message names what to set. tests/repo/test_deploy.py checks the guide's own
+    overlay replaces it."""
+    require_kustomize()
+    docs = render(DEPLOY / "overlays" / cloud)
+    (account,) = [d for d in docs if d["kind"] == "ServiceAccount"]
+    with pytest.raises(ApiError) as refused:
+        _dry_run(world, account)
+    assert refused.value.status == 422, refused.value
+    assert "metadata.annotations" in refused.value.body
+    assert "in an overlay of your own, see docs/operator-guide.md" in refused.value.body

@@ -53,8 +53,8 @@ def test_with_no_stated_cost_the_reservation_elsewhere_still_wins() -> None:
     assert result.placement is not None
     assert result.placement.away_gpus == 16 and result.placement.cross_zone_cost == 0
     assert result.placement.message == (
-        "runs 16 GPUs in z-b, away from its data in z-a: spend 0.00/h there is below "
-        "200.00/h next to the data, and no cross-zone cost is stated "
+        "runs 16 GPUs in z-b, away from its data in z-a: spend 0.00 USD/h there is below "
+        "200.00 USD/h next to the data, and no cross-zone cost is stated "
         "(crossZoneCostPerGpuHour unset: the data's zone only breaks ties)")
 
 
@@ -74,11 +74,11 @@ def test_the_plan_says_it_ran_away_from_its_data_and_why() -> None:
     assert (result.placement.data_zone, result.placement.away_gpus,
             result.placement.cross_zone_cost) == ("z-a", 16, 160.0)
     assert result.placement.message == (
-        "runs 16 GPUs in z-b, away from its data in z-a: 160.00/h there (spend 0.00/h plus "
-        "cross-zone 160.00/h for 16 GPUs at 10.00 USD/GPU-h from the request) is below "
-        "on-demand next to the data at 200.00/h")
+        "runs 16 GPUs in z-b, away from its data in z-a: 160.00 USD/h there (spend 0.00 USD/h "
+        "plus cross-zone 160.00 USD/h for 16 GPUs at 10.00 USD/GPU-h from the request) is below "
+        "on-demand next to the data at 200.00 USD/h")
     # The part itself says what each node adds, and the on-demand spend is what is billed.
-    assert "+80.00/h a node cross-zone" in result.parts[0].why
+    assert "+80.00 USD/h a node cross-zone" in result.parts[0].why
     assert plan_json(result)["placement"] == {
         "dataZone": "z-a", "awayGpus": 16, "crossZonePerHour": 160.0,
         "message": result.placement.message}
@@ -90,9 +90,9 @@ def test_the_plan_says_it_stayed_next_to_its_data_and_why() -> None:
     result = chosen(plan(gang(15.0), WORLD.view(), WORLD.matcher))
     assert result.placement is not None and result.placement.away_gpus == 0
     assert result.placement.message == (
-        "runs next to its data in z-a: on-demand here at 200.00/h is below the 240.00/h of "
-        "z-b (spend 0.00/h plus cross-zone 240.00/h for 16 GPUs at 15.00 USD/GPU-h from the "
-        "request)")
+        "runs next to its data in z-a: on-demand here at 200.00 USD/h is below the "
+        "240.00 USD/h of z-b (spend 0.00 USD/h plus cross-zone 240.00 USD/h for 16 GPUs at "
+        "15.00 USD/GPU-h from the request)")
 
 
 def test_next_to_the_data_at_the_least_spend_says_so() -> None:
@@ -101,7 +101,7 @@ def test_next_to_the_data_at_the_least_spend_says_so() -> None:
     result = chosen(plan(gang(1.0), world.view(), world.matcher))
     assert result.placement is not None
     assert result.placement.message == "runs next to its data in z-a, at the least spend " \
-                                       "(0.00/h)"
+                                       "(0.00 USD/h)"
 
 
 def test_cpu_nodes_carry_no_cross_zone_cost() -> None:

@@ -115,6 +115,7 @@ def test_every_kustomization_renders(directory: Path) -> None:
 
 def test_every_kustomization_directory_is_tested() -> None:
     tested = {*OVERLAYS, DEPLOY / "monitoring", DEPLOY / "kueue", DEPLOY / "cluster-autoscaler",
+              DEPLOY / "cluster-autoscaler" / "price-expander",  # the users_expander test
               DEPLOY / "components" / "without-cert-manager",
               DEPLOY / "components" / "without-kueue",
               DEPLOY / "components" / "simulated-nodes",  # test_simulated_nodes_deploy.py
@@ -297,10 +298,10 @@ def test_cluster_autoscaler_is_wired_to_allset(with_ca: list[Doc]) -> None:
     command = container["command"]
     args = args_of(container)
     # Appended, so they win over the same flags earlier in the command.
-    assert command[-4:] == ["--cloud-provider=externalgrpc",
+    assert command[-3:] == ["--cloud-provider=externalgrpc",
                             "--cloud-config=/etc/allset/cloud-config/cloud-config.yaml",
-                            "--enable-provisioning-requests=true", "--expander=price"]
-    assert args["--cloud-provider"] == "externalgrpc" and args["--expander"] == "price"
+                            "--enable-provisioning-requests=true"]
+    assert args["--cloud-provider"] == "externalgrpc"
     assert "--v=4" in command  # nothing of CA's own is lost
     assert {m["name"] for m in container["volumeMounts"]} >= {"ssl-certs"}
 
@@ -328,6 +329,34 @@ def test_cluster_autoscaler_is_wired_to_allset(with_ca: list[Doc]) -> None:
     assert ca["spec"]["selector"]["matchLabels"] == {"app": "cluster-autoscaler"}
 
 
+def _expanders(tmp_path: Path, command: str, *components: Path) -> list[str]:
+    ca = CA_DEPLOYMENT.replace(
+        "command: [./cluster-autoscaler, --cloud-provider=aws, --expander=random, --v=4]",
+        f"command: {command}")
+    assert ca != CA_DEPLOYMENT
+    where = kustomization(tmp_path, resources=[DEPLOY / "base"], components=list(components),
+                          files={"ca.yaml": ca})
+    (container,) = containers(one(render(where), "Deployment", "cluster-autoscaler"))
+    return [a for a in container["command"] if a.startswith("--expander")]
+
+
+def test_the_component_keeps_the_users_expander(tmp_path: Path) -> None:
+    """Issue 35, item 5: the component appended --expander=price, which silently replaced
+    a user's priority expander (a later Go flag wins)."""
+    component = DEPLOY / "cluster-autoscaler"
+    assert _expanders(tmp_path / "priority",
+                      "[./cluster-autoscaler, --expander=priority, --v=4]",
+                      component) == ["--expander=priority"]
+    assert _expanders(tmp_path / "none", "[./cluster-autoscaler, --v=4]", component) == []
+    # The opt-in for a CA without one: price, the expander allset's prices steer.
+    assert _expanders(tmp_path / "opt-in", "[./cluster-autoscaler, --v=4]", component,
+                      component / "price-expander") == ["--expander=price"]
+    guide = " ".join((ROOT / "docs" / "operator-guide.md").read_text().split())
+    for words in ("`price` works because", "`priority` works when",
+                  "cluster-autoscaler/price-expander"):
+        assert words in guide, words
+
+
 # --- ports, probes, lifecycle ---------------------------------------------------------------
 
 
@@ -347,7 +376,8 @@ def test_ports_probes_and_network_policy_agree(directory: Path) -> None:
     # routed to, by its EndpointSlice, never by readiness (that would block rollouts).
     assert container["readinessProbe"]["grpc"]["service"] == READY
     assert container["livenessProbe"]["grpc"]["service"] == LIVE
-    assert container["startupProbe"]["grpc"]["service"] == LIVE
+    # Startup waits for the first cloud listing: a pod that never lists is restarted.
+    assert container["startupProbe"]["grpc"]["service"] == READY
     service = one(docs, "Service", "allset")
     assert [p["targetPort"] for p in service["spec"]["ports"]] == [ports["grpc"]]
     metrics = one(docs, "Service", "allset-metrics")
@@ -387,6 +417,24 @@ def test_two_replicas_rolled_with_time_to_finish(directory: Path) -> None:
     assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
     assert pdb["spec"]["minAvailable"] == 1  # a standby always survives a drain
     assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "ten": 10}
+
+
+def test_the_docs_give_the_startup_probe_the_time_the_manifests_do() -> None:
+    """Issue 35, item 5: the docs said five minutes, the manifests allowed 60 s, and the
+    probe read allset.live, so a pod that could not list its cloud was never restarted."""
+    _, container = _allset(render(DEPLOY / "base"))
+    probe = container["startupProbe"]
+    allowed = probe["periodSeconds"] * probe["failureThreshold"]
+    assert probe["grpc"]["service"] == READY
+    for page in ("operator-guide.md", "troubleshooting.md"):
+        text = " ".join((ROOT / "docs" / page).read_text().split())
+        said = re.findall(r"startup probe (?:gives it|allows) (\w+) minutes", text)
+        assert said, f"docs/{page} does not say how long the startup probe allows"
+        assert {_WORDS.get(w, 0) * 60 for w in said} == {allowed}, (page, said, allowed)
+        assert "restart" in text[text.find("startup probe"):][:400], page
 
 
 @pytest.mark.parametrize("directory", OVERLAYS, ids=_id)
@@ -589,6 +637,65 @@ def test_the_guides_own_overlay_renders(tmp_path: Path) -> None:
     assert container["image"] == "example/allset:0.1.0"
     assert "maxSize: 8" in _config_text(docs)
     sa = one(docs, "ServiceAccount", "allset")
-    assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == \
-        "arn:aws:iam::123456789012:role/allset-prod-east"
+    # The annotations replaced whole: the role, and the placeholder gone with the rest.
+    assert sa["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/allset-prod-east"}
+    assert not _refused_annotation_keys(docs)
+
+
+# What the API server's ObjectMeta validation accepts as an annotation key (apimachinery's
+# IsQualifiedName): an optional DNS-subdomain prefix and '/', then a name of at most 63.
+_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _qualified(key: str) -> bool:
+    parts = key.lower().split("/")
+    if len(parts) > 2:
+        return False
+    name = parts[-1]
+    if not name or len(name) > 63 or not _NAME_PART.match(name):
+        return False
+    return len(parts) == 1 or (0 < len(parts[0]) <= 253 and bool(_SUBDOMAIN.match(parts[0])))
+
+
+def _refused_annotation_keys(docs: list[Doc]) -> dict[str, list[str]]:
+    refused: dict[str, list[str]] = {}
+    for doc in docs:
+        metas = [doc["metadata"]]
+        if doc["kind"] in WORKLOADS:
+            metas.append(doc["spec"]["template"].get("metadata") or {})
+        for meta in metas:
+            bad = [k for k in meta.get("annotations") or {} if not _qualified(k)]
+            if bad:
+                refused.setdefault(f"{doc['kind']}/{doc['metadata']['name']}", []).extend(bad)
+    return refused
+
+
+def test_the_qualified_name_rule_is_the_api_servers() -> None:
+    for good in ("eks.amazonaws.com/role-arn", "cluster-autoscaler.kubernetes.io/safe-to-evict",
+                 "a", "A_b.c"):
+        assert _qualified(good), good
+    for bad in ("a b", "x/y/z", "-a", "ex_ample.com/a", "a" * 64, "/a"):
+        assert not _qualified(bad), bad
+
+
+@pytest.mark.parametrize(("cloud", "identity"), [("aws", "eks.amazonaws.com/role-arn"),
+                                                 ("gcp", "iam.gke.io/gcp-service-account")])
+def test_an_overlay_applied_as_it_is_is_refused_naming_what_to_set(cloud: str,
+                                                                  identity: str) -> None:
+    """Issue 35, item 5: a bare `kubectl apply -k overlays/aws` deployed allset:latest with
+    an example account's role. The API server now refuses its ServiceAccount: one
+    annotation key it rejects, whose words name what to set and where it is told how."""
+    docs = render(DEPLOY / "overlays" / cloud)
+    refused = _refused_annotation_keys(docs)
+    assert list(refused) == ["ServiceAccount/allset"], refused
+    (key,) = refused["ServiceAccount/allset"]
+    for words in (identity, "the image", "config.yaml", "an overlay of your own",
+                  "docs/operator-guide.md"):
+        assert words in key, (words, key)
+    # The base (the simulated cloud) applies as it is.
+    assert not _refused_annotation_keys(render(DEPLOY / "base"))
+    guide = " ".join(_guide().split())
+    assert "fails at once" in guide and " ".join(key.split()[:2]) in guide
 

@@ -50,3 +50,14 @@ def test_no_page_forwards_to_the_selectorless_service() -> None:
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     wrong = [p.name for p in pages if "port-forward svc/allset" in p.read_text()]
     assert not wrong, wrong
+
+
+def test_troubleshooting_plans_in_the_running_server() -> None:
+    """Issue 35, item 9: the guide said `allset plan` cannot see what the running server
+    holds back, though `plan --server` plans against its live view. It says which does,
+    and dials the socket the Deployment serves."""
+    page = (ROOT / "docs" / "troubleshooting.md").read_text()
+    assert "`allset plan` does not see what the running server holds" not in page
+    assert "`plan --server` asks the running allset" in page
+    dialled = set(re.findall(r"allset plan \\\s*--server unix:(\S+)", page))
+    assert dialled == {_socket()}, dialled

@@ -151,3 +151,19 @@ def test_monitoring_files_are_all_in_the_kustomization() -> None:
     present = {str(p.relative_to(MONITORING)) for p in MONITORING.rglob("*")
                if p.is_file() and p.name != "kustomization.yaml"}
     assert present == listed
+
+
+def test_the_metrics_page_names_the_service_that_serves_the_metrics() -> None:
+    """Issue 35, item 9: docs/metrics.md named the `allset` Service, which has no metrics
+    port (it carries CA's gRPC port, to the leader only)."""
+    docs = render(DEPLOY / "base")
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    with_metrics = [name for name, svc in services.items()
+                    if any(p.get("name") == "metrics" for p in svc["spec"]["ports"])]
+    assert with_metrics == ["allset-metrics"]
+    monitor = yaml.safe_load((MONITORING / "servicemonitor.yaml").read_text())
+    labels = services["allset-metrics"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    intro = (ROOT / "docs" / "metrics.md").read_text().split("\n## ", 1)[0]
+    assert "behind the `allset-metrics` Service" in intro
+    assert "port 9090 of the `allset` Service" not in intro
