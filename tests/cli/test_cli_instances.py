@@ -96,21 +96,13 @@ def test_instances_beside_a_running_demo_ask_it_or_say_they_cannot(tmp_path: Pat
     """Issue 35, item 4: beside a running demo, a bare `allset instances` lists a simulated
     cloud of its own (empty) and says so; `--server` asks the running allset, whose cloud
     holds what CA scaled up."""
-    import grpc
-
-    from provider.wire import externalgrpc_pb2 as pb
-    from provider.wire import externalgrpc_pb2_grpc as pb_grpc
     from tests.kit.cli import Served, one_line
     from tests.kit.helpers import wait_until
 
     served = Served([], tmp_path / "serve.log")  # the built-in demo on the simulated cloud
     try:
         wait_until(served.answers, 30)
-        with grpc.insecure_channel(served.address) as channel:
-            stub = pb_grpc.CloudProviderStub(channel)
-            group = stub.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups[0].id
-            stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=group, delta=2),
-                                       timeout=5)
+        group = served.scale_up(2)
 
         own = run()
         assert own.returncode == 0 and "(no instances)" in own.stdout, own.stdout

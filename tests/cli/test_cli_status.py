@@ -18,11 +18,7 @@ def test_status_shows_what_the_running_server_holds(tmp_path: Path) -> None:
     served = Served([], tmp_path / "serve.log")  # the built-in demo on the simulated cloud
     try:
         wait_until(served.answers, 30)
-        with grpc.insecure_channel(served.address) as channel:
-            stub = pb_grpc.CloudProviderStub(channel)
-            group = stub.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups[0].id
-            stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=group, delta=2),
-                                       timeout=5)
+        group = served.scale_up(2)
 
         def settled() -> bool:
             out = run_allset("status", "--server", served.address, "--output", "json")

@@ -64,6 +64,20 @@ class Served:
             except grpc.RpcError:
                 return False
 
+    def scale_up(self, delta: int) -> str:
+        """What CA does first: IncreaseSize on the first group; returns the group's id."""
+        import grpc
+
+        from provider.wire import externalgrpc_pb2 as pb
+        from provider.wire import externalgrpc_pb2_grpc as pb_grpc
+
+        with grpc.insecure_channel(self.address) as channel:
+            stub = pb_grpc.CloudProviderStub(channel)
+            group = str(stub.NodeGroups(pb.NodeGroupsRequest(), timeout=5).nodeGroups[0].id)
+            stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=group, delta=delta),
+                                       timeout=5)
+        return group
+
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(self._sigterm)
