@@ -130,3 +130,29 @@ def test_instances_beside_a_running_demo_ask_it_or_say_they_cannot(tmp_path: Pat
         assert nowhere.returncode == 1 and "127.0.0.1:1" in one_line(nowhere.stderr)
     finally:
         served.stop()
+
+
+def test_a_bad_instances_request_is_refused_and_named(tmp_path: Path) -> None:
+    """The admin Instances method, asked with something that is not its request."""
+    import grpc
+
+    from provider.service.admin import INSTANCES_METHOD
+    from tests.kit.cli import Served
+    from tests.kit.helpers import wait_until
+
+    served = Served([], tmp_path / "serve.log")
+    try:
+        wait_until(served.answers, 30)
+        with grpc.insecure_channel(served.address) as channel:
+            call = channel.unary_unary(INSTANCES_METHOD)
+            for body, why in ((b"{not json", "not an instances request"),
+                              (b'{"orphans": "yes"}', '{"orphans": true|false}')):
+                try:
+                    call(body, timeout=10)
+                    raise AssertionError(f"{body!r} was answered")
+                except grpc.RpcError as err:
+                    assert err.code() is grpc.StatusCode.INVALID_ARGUMENT, err
+                    assert why in (err.details() or ""), err.details()
+            assert json.loads(call(b'{"orphans": true}', timeout=10)) == []
+    finally:
+        served.stop()
