@@ -56,7 +56,8 @@ class Controller:
         self.queue = WorkQueue(provider.clock)
         self.nodes = NodeCache(kube, self._node_changed, watch_seconds=watch_seconds)
         self.pods = PodCache(kube, self._pods_changed, watch_seconds=watch_seconds,
-                             on_pending=gangs.wake if gangs is not None else None)
+                             on_pending=gangs.wake if gangs is not None else None,
+                             on_emptied=self._node_emptied)
         if gangs is not None:
             gangs.use_pods(self.pods)
             # Only the acting leader bridges gangs; one that starts acting passes at once.
@@ -254,6 +255,13 @@ class Controller:
         with self._lock:
             known = key in self._cache
         if known:
+            self.queue.add(key)
+
+    def _node_emptied(self, node: str) -> None:
+        """A Node's last pod went: each request waiting out a backoff looks now whether
+        it could book the node (provider/planner/wake.py), before CA scales it down."""
+        self.handler.idle_changed()
+        for key in self.handler.backing_off():
             self.queue.add(key)
 
     def _node_changed(self, node: Node) -> None:

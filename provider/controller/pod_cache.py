@@ -88,11 +88,15 @@ def slim(pod: Pod) -> Pod:
 class PodCache:
     def __init__(self, kube: KubeApi, on_change: Callable[[str], None] | None = None,
                  *, watch_seconds: int = 300,
-                 on_pending: Callable[[], None] | None = None) -> None:
-        """``on_pending``: a pod not yet on a node appeared or changed (gangs look)."""
+                 on_pending: Callable[[], None] | None = None,
+                 on_emptied: Callable[[str], None] | None = None) -> None:
+        """``on_pending``: a pod not yet on a node appeared or changed (gangs look).
+        ``on_emptied``: the last live pod (but DaemonSets' and static ones) left a Node,
+        named (requests waiting out a backoff look whether they could book it)."""
         self._kube = kube
         self._on_change = on_change or (lambda _key: None)
         self._on_pending = on_pending or (lambda: None)
+        self._on_emptied = on_emptied or (lambda _node: None)
         self._watch_seconds = watch_seconds
         self._lock = threading.Lock()
         self._facts: dict[tuple[str, str], PodFacts] = {}
@@ -175,18 +179,21 @@ class PodCache:
             fresh[(f.namespace, f.name)] = f
             kept[(f.namespace, f.name)] = pod if not f.node else slim(pod)
         with self._lock:
-            old = self._facts
+            old, occupied = self._facts, set(self._on_node)
             self._facts, self._pods = fresh, kept
             self._by_namespace, self._consumers, self._pending = {}, {}, set()
             self._selecting, self._on_node = {}, {}
             for f in fresh.values():
                 self._index(f, add=True)
+            emptied = sorted(occupied - set(self._on_node))
         self.synced.set()
         touched = {(f.namespace, f.consumes) for f in [*old.values(), *fresh.values()]
                    if f.consumes and old.get((f.namespace, f.name)) != fresh.get(
                        (f.namespace, f.name))}
         for namespace, request in sorted(touched):
             self._on_change(f"{namespace}/{request}")
+        for node in emptied:  # while the watch was down, or in a test's pass
+            self._on_emptied(node)
         return version
 
     def apply(self, kind: str, pod: Pod) -> None:
@@ -203,11 +210,15 @@ class PodCache:
                 self._facts[key] = f
                 self._pods[key] = pod if not f.node else slim(pod)
                 self._index(f, add=True)
+            emptied = old.node if old is not None and old.node and old.live and \
+                not old.daemon and old.node not in self._on_node else None
         if kind == "DELETED" or old != f:
             for consumed in {x.consumes for x in (old, f) if x is not None and x.consumes}:
                 self._on_change(f"{f.namespace}/{consumed}")
         if kind != "DELETED" and f.live and not f.node:
             self._on_pending()
+        if emptied is not None:
+            self._on_emptied(emptied)
 
     def run(self, stop: threading.Event) -> None:
         version = ""

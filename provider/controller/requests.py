@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from provider.domain.plan import IdleNode, Infeasible, ReasonCode
 from provider.domain.provreq import BadRequest, Parameters, demand_from
 from provider.planner.limits import never_fits
 from provider.planner.timing import Wait
+from provider.planner.wake import wakes
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,9 @@ class Tracked:
     retry_at: float = 0.0
     seen: Seen = field(default_factory=Seen)  # the gang's nodes seen live so far
     waiting: Wait | None = None  # the wait for a window decided, as first stated
+    # The idle nodes (provider ids) its last failed attempt could not use: one idle since
+    # that it could use plans it again before its backoff ends (provider/planner/wake.py).
+    idle_seen: frozenset[str] = frozenset()
 
 
 def ours(obj: Mapping[str, Any]) -> bool:
@@ -83,6 +88,14 @@ def ours(obj: Mapping[str, Any]) -> bool:
 # of a file applied together may be created just after the request.
 TEMPLATE_GRACE_SECONDS = 30.0
 TEMPLATE_RETRY_SECONDS = 2.0
+# Requests waiting out a backoff look whether a node they could book became idle on each
+# pass; one listing of idle nodes (it reads each empty node's Workload) serves them all
+# for this long, unless a Node empties meanwhile.
+IDLE_LOOK_SECONDS = 5.0
+# A Node that emptied is idle only once its Kueue Workload is Finished, which Kueue writes a
+# moment after the Job's pods end: for this long after a Node empties, a request in backoff
+# looks again every IDLE_LOOK_SECONDS rather than at its retry.
+EMPTIED_WATCH_SECONDS = 30.0
 
 
 class MissingTemplate(BadRequest):
@@ -106,6 +119,8 @@ class RequestHandler:
         self._w = Writer(kube, provider.clock)
         self._tracked: dict[str, Tracked] = {}
         self._lock = threading.Lock()
+        self._idle_look: tuple[float, list[IdleNode]] | None = None
+        self._emptied_at = -math.inf
 
     def latest(self, key: str) -> Obj | None:
         return self._w.latest(key)
@@ -137,6 +152,30 @@ class RequestHandler:
                             "finalizer; terminating its %d nodes", key, len(live))
                 self._gangs.terminate(live)
         self._release(key, uid)
+
+    def idle_changed(self) -> None:
+        """A Node emptied: the next look at idle nodes lists them afresh."""
+        with self._lock:
+            self._idle_look = None
+            self._emptied_at = self._p.clock.now()
+
+    def _idle_now(self) -> list[IdleNode]:
+        now = self._p.clock.now()
+        with self._lock:
+            look = self._idle_look
+        if look is not None and 0.0 <= now - look[0] < IDLE_LOOK_SECONDS:
+            return look[1]
+        found = self._p.idle()
+        with self._lock:
+            self._idle_look = (now, found)
+        return found
+
+    def backing_off(self) -> list[str]:
+        """The requests waiting out a backoff after a failed attempt."""
+        now = self._p.clock.now()
+        with self._lock:
+            return [k for k, t in self._tracked.items()
+                    if t.attempt is None and t.failures and t.retry_at > now]
 
     def cancel(self, key: str) -> None:
         """Stop the request's attempt now (it is being deleted): the executor rolls back
@@ -231,14 +270,23 @@ class RequestHandler:
         found = self._gang(obj, t)
         if found is not None:
             return self._waiting(obj, t, found)
+        woken = False
         if now < t.retry_at:
-            return t.retry_at - now
+            if not wakes(t.demand, self._p.matcher, self._idle_now(), t.idle_seen):
+                with self._lock:
+                    emptied_at = self._emptied_at
+                if now - emptied_at < EMPTIED_WATCH_SECONDS:
+                    return min(t.retry_at - now, IDLE_LOOK_SECONDS)
+                return t.retry_at - now
+            woken = True
+            log.info("%s: planned again before its retry: a node it could book is idle",
+                     key_of(obj))
         if self._p.reconciler.suspects(t.uid):
             # An earlier attempt of this request left uncommitted instances (a crash): a
             # new gang now would pay twice and find their reservation slots taken. Reconcile
             # settles them within its grace period; then the gang is planned afresh.
             return self._accepted(obj, accept, SUSPECTS_DELAY)
-        return self._attempt(obj, t, accept)
+        return self._attempt(obj, t, accept, woken=woken)
 
     def _accepted(self, obj: Obj, accept: list[Change], then: float | None) -> float | None:
         """A pass that writes nothing else still says the request is accepted."""
@@ -246,8 +294,11 @@ class RequestHandler:
             self._w.update(obj, accept)
         return then
 
-    def _attempt(self, obj: Obj, t: Tracked, accept: list[Change]) -> float | None:
-        """Plan and launch the whole gang as one attempt (in this worker's thread)."""
+    def _attempt(self, obj: Obj, t: Tracked, accept: list[Change], *,
+                 woken: bool = False) -> float | None:
+        """Plan and launch the whole gang as one attempt (in this worker's thread).
+        ``woken``: before its backoff ended, for idle nodes (its backoff stands if it
+        fails again)."""
         key = key_of(obj)
         demand = t.demand
         assert demand is not None
@@ -299,9 +350,15 @@ class RequestHandler:
             return 0.0
         if outcome.result is Result.CANCELLED:
             return None
-        t.failures += 1
+        t.idle_seen = frozenset(n.provider_id for n in idle)
         code, message = _why(outcome.infeasible, outcome.last_error)
         changes = [(c.PROVISIONED, False, code, message)]
+        if woken:  # (a noRetry request never waits out a backoff)
+            # Still short with the idle nodes: the retry stays when it was.
+            delay = max(0.0, t.retry_at - self._p.clock.now())
+            self._w.update(obj, changes, warning=True, note=f"retrying in {delay:.0f}s")
+            return delay
+        t.failures += 1
         if demand.no_retry:
             changes.append((c.FAILED, True, code, f"noRetry: {message}"))
             self._w.update(obj, changes, warning=True)
@@ -379,6 +436,10 @@ class RequestHandler:
         if not self._gangs.terminate_all(t.uid):
             return RETRY_TERMINATE
         self._release(key, t.uid, unlabel=True)
+        # The nodes it had reused are idle again: its own, not a reason to retry before
+        # its time (nor are nodes idle now).
+        t.idle_seen = frozenset(i.provider_id for i in found.instances) | frozenset(
+            n.provider_id for n in self._p.idle())
         t.failures += 1
         delay = self._backoff.delay(t.failures)
         t.retry_at = self._p.clock.now() + delay

@@ -28,6 +28,7 @@ from provider.domain.model import GPU_RESOURCE, INSTANCE_TYPE_LABEL, MILLI, Reso
 from provider.domain.plan import IdleNode, Infeasible, Part, Plan
 from provider.planner.answer import plan
 from provider.planner.timing import wait_or_buy
+from provider.planner.wake import wakes
 from provider.sim.trace import JobSpec, ShapeSpec, TraceModel
 from provider.sim.world import Job, Node, World
 
@@ -112,9 +113,12 @@ class Allset:
         self._ids = itertools.count(1)
         self._counts = {"attempts": 0, "failedAttempts": 0, "rollbacks": 0,
                         "rolledBackNodes": 0, "plansTried": 0, "windowWaits": 0,
-                        "reusedNodes": 0}
+                        "reusedNodes": 0, "woken": 0}
         self._failures: dict[int, int] = {}
         self._by_provider_id: dict[str, Node] = {}
+        # Requests in backoff after a failed attempt, by job index: the job and the nodes
+        # idle at its last attempt (provider/planner/wake.py).
+        self._waiting: dict[int, tuple[Job, frozenset[str]]] = {}
 
     def attach(self, world: World) -> None:
         self.world = world
@@ -132,6 +136,7 @@ class Allset:
         self._reservation_end = {r.id: r.end for r in world.trace.reservations}
         world.unneeded = self._unneeded
         world.hold = self._hold
+        world.freed = self._freed
         self._tick()
 
     def _unneeded(self, node: Node) -> float:
@@ -206,8 +211,22 @@ class Allset:
         self.world.after(delay, lambda: self._attempt(job, epoch))
         return True
 
-    def _attempt(self, job: Job, epoch: int) -> None:
+    def _freed(self, nodes: Sequence[Node]) -> None:
+        """A gang ended: a request in backoff that could book one of its nodes is planned
+        again now (the controller's pass after a booking ends), not at its retry."""
+        if self._waiting:
+            fresh = [self._idle_node(n) for n in nodes if n.booted]
+            self.world.after(0.0, lambda: self._wake(fresh))
+
+    def _wake(self, fresh: Sequence[IdleNode]) -> None:
+        for _index, (job, seen) in sorted(self._waiting.items()):
+            if wakes(self._demand(job), self.provider.matcher, fresh, seen):
+                self._counts["woken"] += 1
+                self._attempt(job, job.epoch, woken=True)
+
+    def _attempt(self, job: Job, epoch: int, woken: bool = False) -> None:
         if job.epoch != epoch or job.done or job.nodes:
+            self._waiting.pop(job.index, None)
             return
         demand = self._demand(job)
         if self._wait_for_window(job, demand, epoch):
@@ -239,8 +258,13 @@ class Allset:
             self._counts["reusedNodes"] += len(outcome.reused)
             # The world shows them busy now: the ledger's own booking may end.
             self.provider.ledger.unbook(outcome.reused)
+            self._waiting.pop(job.index, None)
             return
         self._counts["failedAttempts"] += 1
+        self._waiting[job.index] = (job, frozenset(
+            n.instance.provider_id for n in self.world.idle() if n.booted))
+        if woken:
+            return  # its retry stays as it was
         failures = self._failures[job.index] = self._failures.get(job.index, 0) + 1
         delay = min(self._max, self._initial * 2.0 ** (failures - 1))
         self.world.after(delay, lambda: self._attempt(job, epoch))
@@ -255,10 +279,14 @@ class Allset:
             if not n.booted or provider_id in view.booked:
                 continue
             self._by_provider_id[provider_id] = n
-            out.append(IdleNode(provider_id, n.group, CapacityType.RESERVED if n.reserved
-                                else CapacityType.ON_DEMAND,
-                                n.instance.tags.reservation if n.reserved else None))
+            out.append(self._idle_node(n))
         return out
+
+    @staticmethod
+    def _idle_node(n: Node) -> IdleNode:
+        return IdleNode(n.instance.provider_id, n.group, CapacityType.RESERVED if n.reserved
+                        else CapacityType.ON_DEMAND,
+                        n.instance.tags.reservation if n.reserved else None)
 
     def release(self, nodes: Sequence[Node]) -> None:
         by_group: dict[str, list[str]] = {}

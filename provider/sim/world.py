@@ -158,6 +158,8 @@ class World:
         # the trace's scale_down_delay for every node). allset sets it: the per-group
         # scaleDownUnneededTime its NodeGroupGetOptions answers CA.
         self.unneeded: Callable[[Node], float] | None = None
+        # Told when a gang's nodes become empty (the strategy may hand them on at once).
+        self.freed: Callable[[Sequence[Node]], None] | None = None
 
     # --- time ----------------------------------------------------------------------------
 
@@ -362,6 +364,8 @@ class World:
             by_delay.setdefault(self._unneeded_for(n), []).append(n)
         for delay, some in sorted(by_delay.items()):
             self.after(delay, partial(self._scale_down, some))
+        if self.freed is not None and nodes:
+            self.freed(nodes)
 
     def _unneeded_for(self, node: Node) -> float:
         return self.settings.scale_down_delay if self.unneeded is None else \

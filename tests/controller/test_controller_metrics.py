@@ -12,7 +12,8 @@ from adapters.fake import Stockout
 from provider.controller import conditions as c
 from provider.domain.cloud import CapacityType
 from provider.service.status import render, status
-from tests.kit.controller import World, create, live, running
+from tests.fakes.kube import objects
+from tests.kit.controller import GPU_TOLERATION, NS, World, create, live, running
 from tests.kit.helpers import BASE_CONFIG
 
 # The GPU group without its own 20 min unneeded time: the GPU default (30 s) applies.
@@ -53,7 +54,15 @@ def test_the_figures_after_a_scripted_run(w: World) -> None:
     # A request nothing can serve now: pending, and why.
     for z in ("us-east-1a", "us-east-1b"):
         w.h.cloud.set_stockout(Stockout(z, "p5.48xlarge", CapacityType.ON_DEMAND))
-    create(w, "big", pod_sets={"workers": 16})
+    # Its pods ask for us-east-1b, so the us-east-1a nodes the first booking leaves idle
+    # below are no use to it (a request in backoff books idle nodes it can use at once).
+    zone_b = objects.pod_template(NS, "bworkers", {"cpu": "8", "memory": "64Gi",
+                                                   "nvidia.com/gpu": "1"},
+                                  {"example.com/gpu": "nvidia-h100-80gb",
+                                   "topology.kubernetes.io/zone": "us-east-1b"})
+    zone_b["template"]["spec"]["tolerations"] = GPU_TOLERATION
+    w.kube.create(zone_b)
+    create(w, "big", pod_sets={"bworkers": 16})
     w.sync(3)
     w.controller._count_states()  # the resync loop's count
     assert value(w, "allset_pending_requests", reason="CapacityUnavailable") == 1

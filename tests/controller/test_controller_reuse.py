@@ -16,6 +16,7 @@ from provider.controller import conditions as c
 from provider.controller.gang import REUSED_DETAIL
 from provider.controller.idle import WORKLOAD_ANNOTATION
 from provider.controller.nodes import CA_DELETING_TAINT
+from provider.controller.requests import IDLE_LOOK_SECONDS
 from provider.domain.cloud import InsufficientCapacity
 from provider.service.live_plan import live_plan
 from tests.fakes.kube import objects
@@ -43,6 +44,12 @@ def _done_first(w: World, name: str = "job") -> Any:
     assert w.condition(c.BOOKING_EXPIRED, name).true  # type: ignore[union-attr]
     (inst,) = live(w, f"{NS}/{name}")
     return inst
+
+
+def workload(w: World, *conds: tuple[str, str]) -> None:
+    """The conditions Kueue writes on the first request's Workload."""
+    w.kube.modify("workloads", "wl-job", lambda o: o.update(status={"conditions": [
+        {"type": t, "status": s} for t, s in conds]}), NS, group="kueue.x-k8s.io")
 
 
 def _details(w: World, name: str) -> dict[str, str]:
@@ -115,11 +122,7 @@ def test_a_node_whose_workload_is_admitted_is_not_taken_and_is_once_it_finished(
         assert w.node(inst.name)["metadata"]["annotations"][WORKLOAD_ANNOTATION] == \
             "kueue.x-k8s.io/v1beta2/ml/wl-job"
 
-    def workload(*conds: tuple[str, str]) -> None:
-        w.kube.modify("workloads", "wl-job", lambda o: o.update(status={"conditions": [
-            {"type": t, "status": s} for t, s in conds]}), NS, group="kueue.x-k8s.io")
-
-    workload(("Admitted", "True"))
+    workload(w, ("Admitted", "True"))
     w.h.clock.advance(70)
     w.sync(2)
     assert w.condition(c.BOOKING_EXPIRED).true  # type: ignore[union-attr]
@@ -127,7 +130,7 @@ def test_a_node_whose_workload_is_admitted_is_not_taken_and_is_once_it_finished(
     w.sync(3)
     assert REUSED_DETAIL not in _details(w, "job2")
     assert len(live(w, "ml/job2")) == 1
-    workload(("Admitted", "True"), ("Finished", "True"))
+    workload(w, ("Admitted", "True"), ("Finished", "True"))
     create(w, "job3", pod_sets={"workers": 16})
     w.sync(3)
     assert sorted(_details(w, "job3")[REUSED_DETAIL].split(",")) == \
@@ -277,3 +280,110 @@ def test_the_nodes_and_the_pods_say_what_happened(world: World) -> None:
     on_pods = [(e["involvedObject"]["name"], e["reason"]) for e in w.kube.list("events", NS)
                if e["involvedObject"]["kind"] == "Pod"]
     assert sorted(on_pods) == sorted((f"p{i}", c.CAPACITY_IS_PROVISIONED) for i in range(8))
+
+
+def _busy_first(w: World) -> Any:
+    """A request of one GPU node provisioned and its booking ended, with its Job's pod
+    still running on the node: not idle until the pod goes."""
+    create(w, "job", pod_sets={"workers": 8}, bookingDurationSeconds="60")
+    w.provision()
+    (inst,) = live(w, f"{NS}/job")
+    running_pod = objects.pod(NS, "job-worker-0", node_name=inst.name)
+    running_pod["status"] = {"phase": "Running"}
+    w.kube.create(running_pod)
+    w.h.clock.advance(70)
+    w.sync(2)
+    assert w.condition(c.BOOKING_EXPIRED).true  # type: ignore[union-attr]
+    return inst
+
+
+def _waiting_out_a_backoff(w: World, name: str = "job2") -> None:
+    """``name`` asks for one GPU node while none can be launched: its attempt fails and
+    its retry is a backoff (60 s) away."""
+    w.h.cloud.inject("launch", InsufficientCapacity("no p5 left"), times=1000)
+    create(w, name, pod_sets={"workers": 8})
+    w.sync(2)
+    provisioned = w.condition(c.PROVISIONED, name)
+    assert provisioned is not None and not provisioned.true, provisioned
+    assert any("retrying in 60s" in e["message"] for e in w.kube.list("events", NS)
+               if e["involvedObject"]["name"] == name)
+
+
+def test_a_request_in_backoff_books_a_node_that_empties_before_its_retry(world: World
+                                                                        ) -> None:
+    """Issue 34: the node the first Job leaves is booked within seconds, not at the
+    retry 60 s later (when CA would have released an on-demand one after its group's
+    30 s scaleDownUnneededTime, and the request would launch and boot a fresh node)."""
+    w = world
+    first = _busy_first(w)
+    _waiting_out_a_backoff(w)
+    launches = w.h.cloud.calls["launch"]
+    w.kube.delete("pods", "job-worker-0", NS)  # the first Job ended
+    w.sync(3)
+    provisioned = w.condition(c.PROVISIONED, "job2")
+    assert provisioned is not None and provisioned.true, provisioned
+    assert _details(w, "job2")[REUSED_DETAIL] == first.provider_id
+    assert w.h.cloud.calls["launch"] == launches  # nothing launched
+    assert [i.id for i in w.h.cloud.live_instances()] == [first.id]
+
+
+def _retries(w: World, name: str) -> list[str]:
+    return [e["message"] for e in w.kube.list("events", NS)
+            if e["involvedObject"]["name"] == name and "retrying in" in e["message"]]
+
+
+def test_a_woken_attempt_that_fails_again_keeps_its_backoff(world: World) -> None:
+    """The idle node is not enough (the gang needs two, and none can be launched):
+    planned again when it empties, in vain, the request keeps its retry (60 s after its
+    failure, not 60 s after the wake, nor 120 s as a second failure would make it) and
+    is not planned again until then, however often it is looked at."""
+    w = world
+    _busy_first(w)
+    w.h.cloud.inject("launch", InsufficientCapacity("no p5 left"), times=1000)
+    create(w, "job2", pod_sets={"workers": 16})
+    w.sync(2)
+    assert len(_retries(w, "job2")) == 1
+    w.kube.delete("pods", "job-worker-0", NS)
+    w.sync(3)
+    after_wake = _retries(w, "job2")
+    assert len(after_wake) == 2 and any("retrying in 58s" in m for m in after_wake), \
+        after_wake
+    w.sync(50)  # looked at again and again (resyncs): the idle node is the same one
+    assert sorted(_retries(w, "job2")) == sorted(after_wake)
+    w.sync(10)  # the retry, on time: a second failure doubles the backoff
+    retries = _retries(w, "job2")
+    assert len(retries) == 3 and any("retrying in 120s" in m for m in retries), retries
+
+
+def test_a_request_in_backoff_books_a_node_whose_workload_finishes_after_its_pods(
+        world: World) -> None:
+    """Kueue writes Finished on the Workload a moment after the Job's pods end: the node
+    that emptied is not idle until then, and the waiting request looks again every few
+    seconds meanwhile rather than at its retry."""
+    w = world
+    kueue_request(w, "job", None, bookingDurationSeconds="60")  # two GPU nodes
+    w.provision()
+    gang = live(w)
+    for i, inst in enumerate(gang):
+        pod = objects.pod(NS, f"job-worker-{i}", node_name=inst.name)
+        pod["status"] = {"phase": "Running"}
+        w.kube.create(pod)
+
+    workload(w, ("Admitted", "True"))
+    w.h.clock.advance(70)
+    w.sync(2)
+    assert w.condition(c.BOOKING_EXPIRED).true  # type: ignore[union-attr]
+    _waiting_out_a_backoff(w)
+    for i in range(len(gang)):
+        w.kube.delete("pods", f"job-worker-{i}", NS)
+    w.sync(3)  # empty, but its Workload has not finished: not idle yet
+    assert not w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
+    # Its next look is a few seconds away, not the ~55 s to its retry (a controller
+    # looks at every request only once per resync, 30 s by default).
+    delay = w.controller.handler.handle(w.request("job2"))  # type: ignore[arg-type]
+    assert delay is not None and delay <= IDLE_LOOK_SECONDS, delay
+    workload(w, ("Admitted", "True"), ("Finished", "True"))
+    w.sync(6)  # a look within IDLE_LOOK_SECONDS, well before the retry 60 s on
+    provisioned = w.condition(c.PROVISIONED, "job2")
+    assert provisioned is not None and provisioned.true, provisioned
+    assert _details(w, "job2")[REUSED_DETAIL] in {i.provider_id for i in gang}

@@ -56,3 +56,38 @@ def test_reads_follow_lists_and_watch_events() -> None:
         # A placed pod is kept slim: what allset reads, not the whole object.
         placed = next(p for p in cache.in_namespace("ml") if p["metadata"]["name"] == "b")
         assert placed["spec"] == {"nodeName": "n3"} and "containers" not in placed["spec"]
+
+
+def _pod(name: str, node: str, phase: str = "Running", *, daemon: bool = False
+         ) -> dict[str, Any]:
+    pod = objects.pod("ml", name, node_name=node)
+    pod["status"] = {"phase": phase}
+    if daemon:
+        pod["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": "dcgm"}]
+    return pod
+
+
+def test_a_node_is_told_emptied_when_its_last_pod_but_daemons_goes() -> None:
+    """Issue 34: requests waiting out a backoff look at once at a Node that emptied. By
+    watch event (a pod finished, or deleted) and by a relist that finds it so."""
+    with FakeKube() as kube, kube.client() as api:
+        emptied: list[str] = []
+        cache = PodCache(KubeApi(api), on_emptied=emptied.append)
+        for pod in (_pod("a", "n1"), _pod("b", "n1"), _pod("c", "n2"),
+                    _pod("dcgm-n1", "n1", daemon=True)):
+            cache.apply("ADDED", pod)
+        cache.apply("DELETED", _pod("a", "n1"))
+        assert emptied == []  # b is still on n1
+        cache.apply("MODIFIED", _pod("b", "n1", "Succeeded"))
+        assert emptied == ["n1"]  # the DaemonSet's pod does not count
+        cache.apply("MODIFIED", _pod("b", "n1", "Succeeded"))  # no news
+        cache.apply("DELETED", _pod("dcgm-n1", "n1", daemon=True))
+        assert emptied == ["n1"]
+
+        kube.create(_pod("c", "n2"))
+        cache.relist()  # n2 is still occupied, n1 was empty already: nothing new
+        assert emptied == ["n1"]
+        emptied.clear()
+        kube.delete("pods", "c", "ml")
+        cache.relist()
+        assert emptied == ["n2"]

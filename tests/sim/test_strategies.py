@@ -160,6 +160,22 @@ def test_allset_books_idle_nodes_instead_of_launching() -> None:
         16 * (BOOT + 3600 + 10 + 3600 + GPU_UNNEEDED) / 3600)
 
 
+def test_allset_wakes_a_request_in_backoff_when_a_gang_frees_nodes_it_can_book() -> None:
+    # Issue 34: the group holds two nodes. "second" comes while "first" runs on both, its
+    # attempt fails (maxSize) and it backs off (1 min, then 2, 4, 8, 10). When "first"
+    # ends, "second" is planned again at once (provider/planner/wake.py) and starts on
+    # first's nodes then: no launch, no boot, not at its next retry.
+    t = trace([group("h100-a", max_size=2)],
+              [job("first", ("h100", 2)), job("second", ("h100", 2), at=BOOT + 60)])
+    result, world = run(t, "allset")
+    first, second = world.jobs
+    assert first.first_start == BOOT
+    assert second.first_start == BOOT + 3600
+    assert len(world.cloud.all_instances()) == 2
+    assert result.counters["reusedNodes"] == 2
+    assert result.counters["woken"] == 1
+
+
 def test_allset_does_not_keep_an_on_demand_node_past_its_unneeded_time() -> None:
     # "second" comes a minute after "first" ended: the nodes went after 30 s; it launches.
     t = trace([group("h100-a")], [job("first", ("h100", 2)),
