@@ -96,10 +96,14 @@ def serve(args: argparse.Namespace) -> int:
         # A file named on the command line that is not there is a typo, not an API server
         # that is down: the controller's start would retry it forever.
         try:
-            args.kubeconfig.read_bytes()
+            text = args.kubeconfig.read_bytes()
         except OSError as err:
             raise UsageError(f"--kubeconfig: cannot read {args.kubeconfig}: "
                              f"{err.strerror or err}") from err
+        unusable = kubeconfig_problem(text)
+        if unusable is not None:
+            raise UsageError(f"--kubeconfig: {args.kubeconfig} is not a usable kubeconfig: "
+                             f"{unusable}")
     if not 0 <= args.grace <= 3600:
         raise UsageError(f"--grace: {args.grace:g} is not between 0 and 3600 seconds")
     # The config's mistakes before the machine's: a wrong file is reported first, whatever
@@ -245,6 +249,32 @@ def _election(args: argparse.Namespace, config: LoadedConfig, clock: Any) -> Any
         endpoint = LeaderEndpoint(api, namespace, settings.service, pod, ip, {"grpc": port},
                                   timeout=duration_seconds(settings.retry_period))
     return Election(config, api, clock, endpoint)
+
+
+def kubeconfig_problem(text: bytes) -> str | None:
+    """Why a kubeconfig cannot be used as it is (None: it can), read as the client reads
+    it: YAML, then its current context, that context's cluster and user, the cluster's
+    server. Credentials are not loaded here (an exec plugin may call out); a broken file is
+    a mistake to report once, not an API server to retry forever."""
+    import yaml
+    from kubernetes.config import kube_config
+
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        return f"not YAML{where}"
+    if not isinstance(loaded, dict):
+        return "not a mapping of clusters, contexts and users"
+    try:
+        loader = kube_config.KubeConfigLoader(config_dict=loaded)
+        loader._load_cluster_info()  # the server and TLS settings, no credentials
+    except kube_config.ConfigException as err:
+        return str(err).removeprefix("Invalid kube-config file. ").rstrip(".")
+    except (KeyError, TypeError, ValueError) as err:
+        return f"malformed ({err})"
+    return None
 
 
 def kube_client(path: Path | None, *, connections: int, component: str) -> Any:

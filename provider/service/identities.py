@@ -90,4 +90,5 @@ def refusal(identities: Identities, method: str, common_name: str | None,
 
 
 def _names(flag: str, names: frozenset[str]) -> str:
-    return f"serve {flag} " + ", ".join(f"CN={n}" for n in sorted(names))
+    """As the flags take them (a bare common name each), so the hint can be copied."""
+    return ", ".join(f"serve {flag} {n}" for n in sorted(names))

@@ -126,6 +126,27 @@ def test_serve_with_a_kubeconfig_that_is_not_there(tmp_path: Path) -> None:
         f"allset: --kubeconfig: cannot read {tmp_path}/nope: No such file or directory")
 
 
+@pytest.mark.parametrize(("text", "why"), [
+    ("clusters: [\n", "not YAML (line 2)"),
+    ("{}\n", "Expected key current-context in kube-config"),
+    ("- a list\n", "not a mapping of clusters, contexts and users"),
+    ("current-context: dev\ncontexts: []\n",
+     "Expected object with name dev in kube-config/contexts list"),
+    ("current-context: dev\ncontexts:\n- name: dev\n  context: {cluster: k, user: u}\n"
+     "clusters: []\nusers: []\n", "Expected object with name k in kube-config/clusters list"),
+])
+def test_serve_with_a_kubeconfig_it_cannot_use(tmp_path: Path, text: str, why: str) -> None:
+    """Was: the controller retried the loader's error (a ParserError, "Expected key
+    current-context") every few seconds, forever."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(text)
+    out = run_allset("serve", "--insecure", "--address", "127.0.0.1:0", "--kubeconfig",
+                     str(kubeconfig), "--state-dir", str(tmp_path / "state"), timeout=30)
+    assert out.returncode == 1
+    assert one_line(out.stderr) == (
+        f"allset: --kubeconfig: {kubeconfig} is not a usable kubeconfig: {why}")
+
+
 def test_log_flags_after_the_command(tmp_path: Path) -> None:
     assert status("--server", "localhost", "--log-level", "debug").startswith(
         "allset: --server: 'localhost' is not host:port")

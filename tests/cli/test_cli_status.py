@@ -80,7 +80,7 @@ def test_status_over_mtls_takes_the_operator_certificate(tmp_path: Path) -> None
         assert one_line(as_ca.stderr) == (
             f'allset: --server {address}: PERMISSION_DENIED: client "CN=cluster-autoscaler" '
             "may not call allset.admin.v1.Admin/Status: it is not an operator identity "
-            "(serve --operator-cn CN=allset-operator); use the operator certificate "
+            "(serve --operator-cn allset-operator); use the operator certificate "
             "(operator.crt from `allset certs`, or the allset-operator-tls secret)")
         plain = run_allset("status", "--server", address)  # no client certificate
         assert plain.returncode == 1

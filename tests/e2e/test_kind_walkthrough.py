@@ -112,6 +112,18 @@ def test_the_readme_kind_walkthrough_reaches_provisioned(world: World, tmp_path:
         registered = [n for n in rest.list("v1", "Node")
                       if (n["metadata"].get("annotations") or {}).get(REGISTERED_BY)]
         assert len(registered) == 3, [n["metadata"]["name"] for n in registered]
+        # Issue 35, item 8: each Node says, in an Event allset wrote as its ServiceAccount,
+        # which request booked it (what `kubectl describe node` shows an operator).
+        names = {n["metadata"]["name"] for n in registered}
+
+        def booked() -> set[str]:
+            return {str((e.get("involvedObject") or {}).get("name")) for e in rest.list(
+                "v1", "Event") if e.get("reason") == "Booked" and
+                (e.get("involvedObject") or {}).get("kind") == "Node" and
+                f"ProvisioningRequest {meta['namespace']}/{meta['name']}" in e["message"]}
+
+        wait_for("a Booked Event on each registered Node", lambda: names <= booked(), 30,
+                 explain=lambda: f"{sorted(booked())} of {sorted(names)}; {proc.tail()}")
         print(f"\nkind walkthrough: {meta['name']} Provisioned on "
               f"{len(registered)} Nodes allset registered")
     finally:

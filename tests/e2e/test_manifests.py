@@ -30,6 +30,7 @@ VARIANTS = {
     "base + simulated-nodes": lambda d: kustomization(
         d, resources=[DEPLOY / "base"],
         components=[DEPLOY / "components" / "simulated-nodes"]),
+    "overlays/kind": lambda d: DEPLOY / "overlays" / "kind",
     "kueue": lambda d: DEPLOY / "kueue",
     "monitoring": lambda d: DEPLOY / "monitoring",
 }

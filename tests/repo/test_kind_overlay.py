@@ -44,3 +44,18 @@ def test_the_readme_request_plans_on_the_kind_config(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "cr-h100-a" in out.stdout, out.stdout
+
+
+def test_the_docs_send_a_cloudless_try_to_the_kind_overlay_not_the_bare_base() -> None:
+    """The bare base runs two replicas, each with a simulated cloud of its own and no Node
+    ever registering: the guide once offered it as the way to try allset."""
+    require_kustomize()
+    base = one(render(DEPLOY / "base"), "Deployment", "allset")
+    assert base["spec"]["replicas"] == 2
+    assert not yaml.safe_load((DEPLOY / "base" / "config.yaml").read_text())["cloud"][
+        "fake"].get("registerNodes")
+    guide = " ".join((ROOT / "docs" / "operator-guide.md").read_text().split())
+    assert "To try allset without a cloud, apply `deploy/kubernetes/overlays/kind`" in guide
+    assert "apply `deploy/kubernetes/base` itself" not in guide
+    notes = (DEPLOY / "base" / "kustomization.yaml").read_text()
+    assert "use overlays/kind" in notes and "a demo on its own" not in notes
