@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from provider.base.clock import Clock
+from provider.base.sqlite import check_database
 from provider.config import ConfigError, LoadedConfig
 from provider.domain.cloud import CapacityType, CloudAdapter, Quota, Reservation, Shape
 from provider.domain.model import MILLI
@@ -74,8 +75,26 @@ def _fake(config: LoadedConfig, clock: Clock) -> CloudAdapter:
     except (OSError, sqlite3.Error) as err:
         if settings.state_path is None:
             raise
-        raise ConfigError(config.source, [(
-            "cloud.fake.statePath", unusable_path(settings.state_path, err))]) from err
+        raise _unusable_state_path(config.source, settings.state_path, err) from err
+
+
+def state_path_refusal(config: LoadedConfig) -> ConfigError | None:
+    """What opening cloud.fake.statePath would refuse of a file that exists already (one
+    that is not a SQLite database), found by reading it only: for `allset validate`, which
+    creates and changes nothing. A file still to be created is its creation_problem."""
+    fake = config.schema.cloud.fake
+    path = beside_config(config.source, fake.state_path) if fake else None
+    if config.schema.cloud.provider != "fake" or path is None or not Path(path).is_file():
+        return None
+    try:
+        check_database(Path(path))
+    except (OSError, sqlite3.Error) as err:
+        return _unusable_state_path(config.source, path, err)
+    return None
+
+
+def _unusable_state_path(source: str, path: str, err: OSError | sqlite3.Error) -> ConfigError:
+    return ConfigError(source, [("cloud.fake.statePath", unusable_path(path, err))])
 
 
 def unusable_path(path: str, err: OSError | sqlite3.Error) -> str:

@@ -47,7 +47,7 @@ from provider.domain.cloud import (
 )
 from provider.domain.errors import Unavailable
 from provider.domain.model import NodeGroup
-from provider.domain.plan import Infeasible, Part, Plan
+from provider.domain.plan import Infeasible, Part, Plan, ReasonCode
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +121,9 @@ class Outcome:
     rolled_back: int = 0
     seconds: float = 0.0
     error: str | None = None  # what ended it when planning or launching raised
-    # Idle nodes the committed plan books instead of launching (provider IDs): running
+    # The committed plan's parts that book idle nodes instead of launching: running
     # already, never launched, committed or rolled back by the attempt.
-    reused: tuple[str, ...] = ()
+    reused_parts: tuple[Part, ...] = ()
     # Where the committed plan runs against the gang's data and why (Plan.placement), for
     # the request's status; "" for a gang that names no data zone.
     placement: str = ""
@@ -131,6 +131,35 @@ class Outcome:
     @property
     def last_error(self) -> CloudError | None:
         return self.failures[-1].error if self.failures else None
+
+    @property
+    def reused(self) -> tuple[str, ...]:
+        """Provider IDs of the idle nodes the committed plan books."""
+        return tuple(i for p in self.reused_parts for i in p.reused)
+
+    @property
+    def shortfall(self) -> str:
+        """Why the attempt got less than all it asked for, one of SHORTFALL_REASONS ("" when
+        it got everything or was cancelled)."""
+        if self.result in (Result.SUCCEEDED, Result.CANCELLED):
+            return ""
+        return shortfall_reason(self.infeasible, self.last_error)
+
+
+# Not provisioned for a reason outside the planner's codes (a launch template error, an
+# unknown launch outcome, a failed commit): the log and the request's message say which.
+FAILED_TO_PROVISION = "FailedToProvision"
+_CLOUD_REASONS = {"InsufficientCapacity": ReasonCode.CAPACITY,
+                  "QuotaExceeded": ReasonCode.QUOTA}
+# A fixed set, so metrics labelled by it stay bounded: never an error's text.
+SHORTFALL_REASONS = (*(str(code) for code in ReasonCode), FAILED_TO_PROVISION)
+
+
+def shortfall_reason(infeasible: Infeasible | None, error: Exception | None) -> str:
+    """The planner's first reason, else the cloud's failure classified like one."""
+    if infeasible is not None:
+        return str(infeasible.primary.code)
+    return str(_CLOUD_REASONS.get(getattr(error, "code", ""), FAILED_TO_PROVISION))
 
 
 class SizeGuard(Protocol):
@@ -175,7 +204,7 @@ class Observer(Protocol):
     """What the executor reports (metrics implement it; the default ignores it)."""
 
     def launched_part(self, part: Part, instances: int) -> None: ...
-    def rolled_back_part(self, attempt: str, instances: int) -> None: ...
+    def rolled_back(self, attempt: str, instances: Sequence[CloudInstance]) -> None: ...
     def finished(self, outcome: Outcome) -> None: ...
 
 
@@ -183,7 +212,7 @@ class NullObserver:
     def launched_part(self, part: Part, instances: int) -> None:
         pass
 
-    def rolled_back_part(self, attempt: str, instances: int) -> None:
+    def rolled_back(self, attempt: str, instances: Sequence[CloudInstance]) -> None:
         pass
 
     def finished(self, outcome: Outcome) -> None:
@@ -581,7 +610,7 @@ class Executor:
         infeasible: Infeasible | None = None
         complete = False  # a plan launched whole (after any earlier partial rounds)
         plans = 0
-        reused: tuple[str, ...] = ()
+        reused: tuple[Part, ...] = ()
         placement = ""
         while plans < self._max_plans and self._clock.monotonic() < deadline:
             if cancelled():
@@ -625,7 +654,7 @@ class Executor:
                 failpoints.hit("executor.rollback-started")
             if not bad:
                 kept.extend(good)
-                reused = plan.reused
+                reused = tuple(p for p in plan.parts if p.reused)
                 placement = plan.placement.message if plan.placement else ""
                 complete = True
                 break
@@ -666,7 +695,7 @@ class Executor:
                 return Outcome(spec.id, Result.CANCELLED, failures=tuple(failures),
                                plans_tried=plans, rolled_back=rolled_back)
             return Outcome(spec.id, Result.SUCCEEDED, failures=tuple(failures),
-                           plans_tried=plans, rolled_back=rolled_back, reused=reused,
+                           plans_tried=plans, rolled_back=rolled_back, reused_parts=reused,
                            placement=placement)
         if not instances:
             result = Result.INFEASIBLE if infeasible and not failures else Result.FAILED
@@ -727,7 +756,7 @@ class Executor:
         result = Result.SUCCEEDED if complete else Result.PARTIAL
         return Outcome(spec.id, result, committed, infeasible=infeasible,
                        failures=tuple(failures), plans_tried=plans, rolled_back=rolled_back,
-                       reused=reused, placement=placement)
+                       reused_parts=reused, placement=placement)
 
     def _launch_part(
         self, spec: AttemptSpec, plan_index: int, part_index: int, part: Part,
@@ -821,7 +850,7 @@ class Executor:
         parts = [p for p in parts if p]
         if not parts:
             return True
-        self._observer.rolled_back_part(spec.id, sum(len(p) for p in parts))
+        self._observer.rolled_back(spec.id, [i for p in parts for i in p])
         done = True
         for part in parts:
             ended = self.terminator.terminate([i.id for i in part], self.retrying())

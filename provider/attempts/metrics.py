@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from provider.attempts.executor import Outcome, Result
+from provider.attempts.executor import SHORTFALL_REASONS, Outcome, Result
 from provider.attempts.figures import ReservedGpus
-from provider.domain.cloud import CloudSnapshot
+from provider.domain.cloud import CloudInstance, CloudSnapshot
 from provider.domain.plan import Part
 
 _DECISION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -25,12 +25,14 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         self._zones = dict(zones or {})
         r = self.registry
-        self.attempts = Counter("allset_attempts", "Attempts by outcome.", ["outcome"],
-                                registry=r)
-        self.rollbacks = Counter("allset_rollbacks", "Attempts that terminated what they "
-                                 "had launched.", registry=r)
-        self.rolled_back = Counter("allset_rolled_back_instances", "Instances terminated by "
-                                   "rollbacks.", registry=r)
+        self.attempts = Counter("allset_attempts", "Attempts by outcome, and why those "
+                                "that fell short did.", ["outcome", "reason"], registry=r)
+        self.rollbacks = Counter("allset_rollbacks", "Rollbacks of attempts that terminated "
+                                 "what they had launched, by the group and zone of what "
+                                 "they terminated.", ["group", "zone"], registry=r)
+        self.rolled_back_instances = Counter(
+            "allset_rolled_back_instances", "Instances terminated by rollbacks, by group "
+            "and zone.", ["group", "zone"], registry=r)
         self.decision = Histogram("allset_decision_seconds", "From an attempt's start to its "
                                   "all-or-nothing outcome.", buckets=_DECISION_BUCKETS,
                                   registry=r)
@@ -64,13 +66,16 @@ class Metrics:
                                    "reservation at the last refresh.",
                                    ["reservation", "zone", "instance_type"], registry=r)
         self.reused = Counter("allset_nodes_reused", "Idle nodes ProvisioningRequests "
-                              "booked instead of launching like ones.", registry=r)
+                              "booked instead of launching like ones, by group, zone and "
+                              "capacity source.", ["group", "zone", "source"], registry=r)
         self.scale_in_saved = Counter(
             "allset_scale_in_saved_usd", "Estimated USD saved by on-demand and spot nodes "
             "CA deleted after their group's unneeded time rather than CA's default.",
             ["group"], registry=r)
-        for result in Result:
-            self.attempts.labels(outcome=str(result))
+        # Every series an attempt can count exists from the start, so the first of each
+        # shows in rate() and increase().
+        for outcome, reason in ATTEMPT_LABELS:
+            self.attempts.labels(outcome=outcome, reason=reason)
 
     # --- executor.Observer -------------------------------------------------------------
 
@@ -78,15 +83,22 @@ class Metrics:
         self.launched.labels(source=str(part.capacity_type), group=part.group,
                              zone=self._zones.get(part.group, "")).inc(instances)
 
-    def rolled_back_part(self, attempt: str, instances: int) -> None:
-        self.rollbacks.inc()
-        self.rolled_back.inc(instances)
+    def rolled_back(self, attempt: str, instances: Sequence[CloudInstance]) -> None:
+        # A rollback across groups counts once in each: the label says where it struck.
+        where: dict[tuple[str, str], int] = {}
+        for i in instances:
+            where[i.tags.node_group, i.zone] = where.get((i.tags.node_group, i.zone), 0) + 1
+        for (group, zone), n in where.items():
+            self.rollbacks.labels(group=group, zone=zone).inc()
+            self.rolled_back_instances.labels(group=group, zone=zone).inc(n)
 
     def finished(self, outcome: Outcome) -> None:
-        self.attempts.labels(outcome=str(outcome.result)).inc()
+        self.attempts.labels(outcome=str(outcome.result), reason=outcome.shortfall).inc()
         self.decision.observe(outcome.seconds)
-        if outcome.result is Result.SUCCEEDED and outcome.reused:
-            self.reused.inc(len(outcome.reused))
+        if outcome.result is Result.SUCCEEDED:
+            for part in outcome.reused_parts:
+                self.reused.labels(group=part.group, zone=self._zones.get(part.group, ""),
+                                   source=str(part.capacity_type)).inc(len(part.reused))
 
     # --- the fleet, as a scrape finds it -------------------------------------------------
 
@@ -103,6 +115,13 @@ class Metrics:
         for r in snapshot.reservations:
             self.reserved_free.labels(r.id, r.zone, r.instance_type).set(r.free)
 
+
+# (outcome, reason) of every attempt: a reason only for those that fell short.
+ATTEMPT_LABELS = tuple(
+    (str(result), reason)
+    for result in Result
+    for reason in (("",) if result in (Result.SUCCEEDED, Result.CANCELLED)
+                   else SHORTFALL_REASONS))
 
 FleetFigures = tuple[list[ReservedGpus], dict[tuple[str, str], float]]
 

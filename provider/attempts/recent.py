@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Sequence
 
 from provider.attempts.executor import Observer, Outcome
+from provider.domain.cloud import CloudInstance
 from provider.domain.plan import Part
 
 
@@ -19,8 +21,8 @@ class RecentOutcomes:
     def launched_part(self, part: Part, instances: int) -> None:
         self._inner.launched_part(part, instances)
 
-    def rolled_back_part(self, attempt: str, instances: int) -> None:
-        self._inner.rolled_back_part(attempt, instances)
+    def rolled_back(self, attempt: str, instances: Sequence[CloudInstance]) -> None:
+        self._inner.rolled_back(attempt, instances)
 
     def finished(self, outcome: Outcome) -> None:
         self._inner.finished(outcome)

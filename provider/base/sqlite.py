@@ -40,3 +40,15 @@ class Database:
     def close(self) -> None:
         with self.lock:
             self._db.close()
+
+
+def check_database(path: Path) -> None:
+    """Raise sqlite3.DatabaseError ("file is not a database") unless the existing file at
+    ``path`` is one SQLite can open, as Database would. Read as immutable, so nothing is
+    written or created beside it (a read-only open of a WAL database makes its -wal and
+    -shm files): for checks that must change nothing (`allset validate`)."""
+    probe = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    try:
+        probe.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    finally:
+        probe.close()

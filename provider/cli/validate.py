@@ -64,8 +64,8 @@ def _group_problems(config: LoadedConfig) -> list[str]:
 
 def _path_problems(config: LoadedConfig) -> list[str]:
     """The config's one path, cloud.fake.statePath, checked as the simulated cloud would
-    create it (adapters/registry.py), without creating it."""
-    from adapters.registry import beside_config
+    create or open it (adapters/registry.py), without creating or changing it."""
+    from adapters.registry import beside_config, state_path_refusal
     from provider.base.files import creation_problem
 
     fake = config.schema.cloud.fake
@@ -73,5 +73,7 @@ def _path_problems(config: LoadedConfig) -> list[str]:
         return []
     path = beside_config(config.source, fake.state_path)
     wrong = creation_problem(Path(path)) if path else None
-    return [f"{config.source}: cloud.fake.statePath: cannot create {path}: {wrong}"] \
-        if wrong else []
+    if wrong:
+        return [f"{config.source}: cloud.fake.statePath: cannot create {path}: {wrong}"]
+    refused = state_path_refusal(config)  # serve's own words for a file it cannot open
+    return [str(refused)] if refused else []

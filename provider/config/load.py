@@ -296,14 +296,15 @@ def group_devices(cfg: NodeGroupConfig, gpu_type: str | None, gpu_count: int,
 
 
 def _problems(err: ValidationError, raw: dict[str, Any]) -> list[tuple[str, str]]:
-    out = []
+    out: list[tuple[str, str]] = []
     for e in err.errors(include_url=False):
         loc = tuple(e["loc"])
         msg = plain_message(e)
         if e["type"] == "extra_forbidden":
             allowed = _allowed_keys(loc[:-1])
             msg += f"; allowed keys: {', '.join(allowed)}" if allowed else ""
-        out.append((field_path(loc, raw), msg))
+        # A rule across fields raises every problem it found, a line each (schema.refuse).
+        out.extend((field_path(loc, raw), line) for line in msg.splitlines())
     return out
 
 

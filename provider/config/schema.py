@@ -8,9 +8,18 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from provider.config.aws import AwsCloud, AwsGroup
 from provider.config.base import Model
@@ -30,6 +39,34 @@ _LABEL_KEY = re.compile(
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+def refuse(problems: list[str]) -> None:
+    """Raise every problem a rule across fields found, not only the first: the loader
+    reports each message line as a problem of its own."""
+    if problems:
+        raise ValueError("\n".join(problems))
+
+
+def beside_fields(validate: ValidatorFunctionWrapHandler, data: object,
+                  problems: list[str]) -> Any:
+    """``data`` validated, with ``problems`` (a rule judged on ``data`` as written) reported
+    beside whatever its fields' own validation finds: a rule of the parent runs only once
+    every field is valid, so one group's minSize above its maxSize would hide a repeated
+    id."""
+    try:
+        validated = validate(data)
+    except ValidationError as err:
+        if not problems:
+            raise
+        again = [InitErrorDetails(type=PydanticCustomError(e["type"], e["msg"], e.get("ctx")),
+                                  loc=e["loc"], input=e["input"])
+                 for e in err.errors(include_url=False)]
+        raise ValidationError.from_exception_data(err.title, [*again, *(
+            InitErrorDetails(type=PydanticCustomError("value_error", p), loc=(), input=data)
+            for p in problems)]) from None
+    refuse(problems)
+    return validated
 
 
 def _quantity(value: str | int | float) -> str | int | float:
@@ -229,18 +266,20 @@ class NodeGroupConfig(Model):
 
     @model_validator(mode="after")
     def _sizes(self) -> NodeGroupConfig:
+        problems = []
         if self.min_size > self.max_size:
-            raise ValueError(f"minSize ({self.min_size}) must be <= maxSize ({self.max_size})")
+            problems.append(f"minSize ({self.min_size}) must be <= maxSize ({self.max_size})")
         if len(set(self.capacity_types)) != len(self.capacity_types):
-            raise ValueError("capacityTypes lists a type twice")
+            problems.append("capacityTypes lists a type twice")
         if CapacityType.SPOT in self.capacity_types and self.price.spot is None:
-            raise ValueError("capacityTypes has spot but price.spot is not set")
+            problems.append("capacityTypes has spot but price.spot is not set")
         drivers = [d.driver for d in self.devices]
         if self.gpu is not None and self.gpu.dra.publish:
             drivers.append(self.gpu.dra.driver)
         if len(set(drivers)) != len(drivers):
-            raise ValueError("devices: each DRA driver publishes one pool per node; a driver "
-                             "is listed twice (the GPUs' is gpu.dra.driver)")
+            problems.append("devices: each DRA driver publishes one pool per node; a driver "
+                            "is listed twice (the GPUs' is gpu.dra.driver)")
+        refuse(problems)
         return self
 
 
@@ -320,17 +359,19 @@ class FakeCloud(Model):
 
     @model_validator(mode="after")
     def _unique(self) -> FakeCloud:
+        problems = []
         ids = [r.id for r in self.reservations]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
-            raise ValueError(f"reservation ids must be unique; repeated: {', '.join(dupes)}")
+            problems.append(f"reservation ids must be unique; repeated: {', '.join(dupes)}")
         if self.shared and not self.state_path:
-            raise ValueError("shared: processes share the cloud through statePath; set it")
+            problems.append("shared: processes share the cloud through statePath; set it")
         if self.shared and self.terminate_seconds:
             # Each process times a shutdown from its own terminate call, so another would
             # see the slot free at once: not modelled across processes.
-            raise ValueError("shared: terminateSeconds must be 0 (shutting-down is timed "
-                             "per process)")
+            problems.append("shared: terminateSeconds must be 0 (shutting-down is timed "
+                            "per process)")
+        refuse(problems)
         return self
 
 
@@ -356,6 +397,23 @@ class Cloud(Model):
                                  "launched)")
             data = {**data, "provider": given[0]}
         return data
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _sections(cls, data: object, validate: ValidatorFunctionWrapHandler) -> Cloud:
+        # Judged on the keys as written, beside the sections' own problems. (Without a
+        # provider, _provider_from_section takes the one section given or refuses.)
+        provider = data.get("provider") if isinstance(data, dict) else None
+        problems = []
+        if isinstance(data, dict) and provider in ("fake", "aws", "gcp"):
+            problems = [f"cloud.{name} is set but cloud.provider is {provider}"
+                        for name in ("fake", "aws", "gcp")
+                        if name != provider and data.get(name) is not None]
+            if provider != "fake" and data.get(provider) is None:
+                problems.append(f"cloud.provider is {provider} but cloud.{provider} is "
+                                "missing")
+        cloud: Cloud = beside_fields(validate, data, problems)
+        return cloud
 
 
 class Attempts(Model):
@@ -555,16 +613,14 @@ class Config(Model):
                              "launched)")
         return data
 
-    @model_validator(mode="after")
-    def _cross_checks(self) -> Config:
-        ids = [g.id for g in self.node_groups]
+    @field_validator("node_groups", mode="wrap")
+    @classmethod
+    def _unique_ids(cls, groups: object, validate: ValidatorFunctionWrapHandler
+                    ) -> list[NodeGroupConfig]:
+        """Judged on the ids as written, beside each group's own problems."""
+        ids = [g["id"] for g in groups if isinstance(g, dict) and isinstance(g.get("id"), str)
+               ] if isinstance(groups, list) else []
         dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise ValueError(f"nodeGroups ids must be unique; repeated: {', '.join(dupes)}")
-        provider = self.cloud.provider
-        for name in ("fake", "aws", "gcp"):
-            if name != provider and getattr(self.cloud, name) is not None:
-                raise ValueError(f"cloud.{name} is set but cloud.provider is {provider}")
-        if provider in ("aws", "gcp") and getattr(self.cloud, provider) is None:
-            raise ValueError(f"cloud.provider is {provider} but cloud.{provider} is missing")
-        return self
+        problems = [f"ids must be unique; repeated: {', '.join(dupes)}"] if dupes else []
+        validated: list[NodeGroupConfig] = beside_fields(validate, groups, problems)
+        return validated

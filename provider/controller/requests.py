@@ -17,7 +17,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from provider.app import Provider
-from provider.attempts.executor import Result
+from provider.attempts.executor import Result, shortfall_reason
 from provider.attempts.gangs import Gang, Seen
 from provider.base.clock import epoch, rfc3339
 from provider.base.words import counted
@@ -32,7 +32,7 @@ from provider.controller.request_metrics import RequestMetrics
 from provider.controller.writes import Change, Writer, key_of, newer, uid_of
 from provider.domain.cloud import CloudInstance
 from provider.domain.demand import CLASS_NAME, Demand
-from provider.domain.plan import IdleNode, Infeasible, ReasonCode
+from provider.domain.plan import IdleNode, Infeasible
 from provider.domain.provreq import BadRequest, Parameters, demand_from
 from provider.planner.limits import never_fits
 from provider.planner.timing import Wait
@@ -720,12 +720,9 @@ _FALSE = c.Condition("", "False", "", "", "")
 
 def _why(infeasible: Infeasible | None, error: Exception | None) -> tuple[str, str]:
     """A Provisioned=False reason and message that tell the causes apart."""
+    reason = shortfall_reason(infeasible, error)  # the attempts metric's reason too
     if infeasible is not None:
-        first = infeasible.primary
-        return str(first.code), infeasible.summary()
+        return reason, infeasible.summary()
     if error is not None:
-        code = getattr(error, "code", "")
-        reason = {"InsufficientCapacity": ReasonCode.CAPACITY,
-                  "QuotaExceeded": ReasonCode.QUOTA}.get(code, "FailedToProvision")
-        return str(reason), f"{code}: {error}"
-    return "FailedToProvision", "the attempt ended without nodes"
+        return reason, f"{getattr(error, 'code', '')}: {error}"
+    return reason, "the attempt ended without nodes"

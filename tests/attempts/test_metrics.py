@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from adapters.fake import Stockout
+from provider.attempts.executor import SHORTFALL_REASONS
+from provider.attempts.metrics import ATTEMPT_LABELS, Metrics
 from provider.domain.cloud import CapacityType
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
@@ -23,8 +25,11 @@ def test_attempts_rollbacks_and_sources_are_counted(served: Served) -> None:
     stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="gpu-b", delta=1))
     h.cloud.set_stockout(Stockout("us-east-1b", "p5.48xlarge", CapacityType.ON_DEMAND))
     h.run_workers()  # nothing in us-east-1b: fails before any launch
-    assert sample(h, "allset_attempts_total", outcome="succeeded") == 1
-    assert sample(h, "allset_attempts_total", outcome="failed") == 1
+    assert sample(h, "allset_attempts_total", outcome="succeeded", reason="") == 1
+    # The stockout, in the planner's words: an operator filters the failures by reason.
+    assert sample(h, "allset_attempts_total", outcome="failed",
+                  reason="CapacityUnavailable") == 1
+    assert sample(h, "allset_attempts_total", outcome="failed", reason="") == 0
     assert sample(h, "allset_nodes_launched_total", source="reserved", group="gpu",
                   zone="us-east-1a") == 3
     assert sample(h, "allset_nodes_launched_total", source="on-demand", group="gpu",
@@ -37,7 +42,7 @@ def test_attempts_rollbacks_and_sources_are_counted(served: Served) -> None:
     stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="gpu", delta=2))
     h.provider.refresh_now()
     h.run_workers()  # the reservation is full, on-demand stocked out: nothing to roll back
-    assert sample(h, "allset_rollbacks_total") == 0
+    assert sample(h, "allset_rollbacks_total", group="gpu", zone="us-east-1a") == 0
 
     h.provider.refresh_now()
     assert sample(h, "allset_orphan_instances") == 0
@@ -52,6 +57,22 @@ def test_rollbacks_are_counted(served: Served) -> None:
     h.cloud.set_stockout(Stockout("us-east-1a", "p5.48xlarge", CapacityType.ON_DEMAND))
     stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="gpu", delta=5))
     h.run_workers()  # 3 reserved launched, 2 on-demand refused: the 3 are rolled back
-    assert sample(h, "allset_rollbacks_total") == 1
-    assert sample(h, "allset_rolled_back_instances_total") == 3
+    assert sample(h, "allset_rollbacks_total", group="gpu", zone="us-east-1a") == 1
+    assert sample(h, "allset_rolled_back_instances_total", group="gpu",
+                  zone="us-east-1a") == 3
+    assert sample(h, "allset_attempts_total", outcome="failed",
+                  reason="CapacityUnavailable") == 1
     assert h.live() == []
+
+
+def test_attempt_series_are_a_bounded_set_there_from_the_start() -> None:
+    """No free text in a label: every (outcome, reason) an attempt can count is one of
+    ATTEMPT_LABELS, and each is exported at zero before the first attempt."""
+    metrics = Metrics()
+    (family,) = [m for m in metrics.registry.collect() if m.name == "allset_attempts"]
+    exported = {(s.labels["outcome"], s.labels["reason"]) for s in family.samples
+                if s.name == "allset_attempts_total"}
+    assert exported == set(ATTEMPT_LABELS)
+    assert ("succeeded", "") in exported and ("failed", "QuotaExceeded") in exported
+    assert ("infeasible", "TopologyUnsatisfiable") in exported
+    assert {r for _, r in exported} == {"", *SHORTFALL_REASONS}

@@ -50,7 +50,7 @@ def test_serve_demo_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
         def counted() -> bool:
             with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics") as r:
                 text = r.read().decode()
-            return 'allset_attempts_total{outcome="succeeded"} 1.0' in text
+            return 'allset_attempts_total{outcome="succeeded",reason=""} 1.0' in text
 
         wait_until(counted, timeout=30)
         assert (tmp_path / "demo" / "attempts.db").is_file()

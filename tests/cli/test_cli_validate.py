@@ -42,17 +42,23 @@ def test_a_cloud_config_is_validated_without_its_sdk_or_credentials() -> None:
     assert "the shapes of m7i.2xlarge, p5.48xlarge are left to the cloud" in done.stdout
 
 
-def test_one_line_per_problem(tmp_path: Path) -> None:
-    config = tmp_path / "bad.yaml"
-    config.write_text("cluster: c\ncloud: {provider: fake}\nnodeGroups:\n"
-                      "  - {id: a, zone: z, instanceType: t, cpu: 1, memory: 1Gi, maxSize: -1,"
-                      " colour: red}\n"
-                      "  - {id: b, zone: z, instanceType: t, cpu: 1, memory: 1Gi, maxSize: 2,"
-                      " scaleUp: sometimes}\n")
+def refused(config: Path, text: str) -> list[str]:
+    """What validate prints of ``text`` written to ``config``: it must refuse it."""
+    config.write_text(text)
     out = run_allset("validate", "--config", str(config))
     assert out.returncode == 1 and out.stdout == ""
-    lines = out.stderr.splitlines()
-    assert len(lines) == 3, out.stderr
+    assert "Traceback" not in out.stderr
+    return out.stderr.splitlines()
+
+
+def test_one_line_per_problem(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    lines = refused(config, "cluster: c\ncloud: {provider: fake}\nnodeGroups:\n"
+                    "  - {id: a, zone: z, instanceType: t, cpu: 1, memory: 1Gi, maxSize: -1,"
+                    " colour: red}\n"
+                    "  - {id: b, zone: z, instanceType: t, cpu: 1, memory: 1Gi, maxSize: 2,"
+                    " scaleUp: sometimes}\n")
+    assert len(lines) == 3, lines
     assert all(line.startswith(f"allset: {config}: nodeGroups[") for line in lines)
     assert any("(id a).colour: unknown key" in line for line in lines)
     assert any("(id a).maxSize" in line for line in lines)
@@ -88,6 +94,75 @@ def test_a_state_path_is_checked_and_nothing_is_created(tmp_path: Path) -> None:
                 f"allset: {config}: cloud.fake.statePath: cannot create "
                 f"{tmp_path}/{state_path}: {problem}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "sim.yaml"]
+
+
+def _simulated(config: Path, state_path: str) -> None:
+    text = (ROOT / "deploy" / "examples" / "simulated.yaml").read_text()
+    config.write_text(text.replace("    # statePath: state/cloud.db\n",
+                                   f"    statePath: {state_path}\n"))
+
+
+def test_a_state_path_that_is_not_a_database_is_refused_as_serve_refuses_it(
+        tmp_path: Path) -> None:
+    """It passed validate, while serve exits on it: validate says serve's line, and neither
+    changes the file nor creates anything beside it."""
+    served, checked = tmp_path / "served", tmp_path / "checked"
+    for where in (served, checked):
+        where.mkdir()
+        (where / "notes.db").write_text("not SQLite\n")
+        _simulated(where / "sim.yaml", "notes.db")
+    state = checked / "notes.db"
+    before = (state.read_bytes(), state.stat().st_mode, state.stat().st_mtime_ns)
+    out = run_allset("validate", "--config", str(checked / "sim.yaml"), cwd=checked)
+    assert out.returncode == 1 and out.stdout == ""
+    line = one_line(out.stderr)
+    assert line == (f"allset: {checked}/sim.yaml: cloud.fake.statePath: cannot create or "
+                    f"open {state}: file is not a database; give a file allset may create "
+                    "(its directory too) or one it wrote before (a relative path is "
+                    "relative to the config file)")
+    assert (state.read_bytes(), state.stat().st_mode, state.stat().st_mtime_ns) == before
+    assert sorted(p.name for p in checked.iterdir()) == ["notes.db", "sim.yaml"]
+    serve = run_allset("serve", "--insecure", "--address", "127.0.0.1:0", "--config",
+                       str(served / "sim.yaml"), "--state-dir", str(served / "state"),
+                       cwd=served, timeout=60)
+    assert serve.returncode == 1
+    assert one_line(serve.stderr) == line.replace(str(checked), str(served))
+
+
+def test_a_state_path_allset_wrote_validates_untouched(tmp_path: Path) -> None:
+    from adapters.fake.store import FakeStore
+
+    FakeStore(tmp_path / "cloud.db").close()  # as the simulated cloud leaves it (WAL)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    before = (tmp_path / "cloud.db").read_bytes()
+    _simulated(tmp_path / "sim.yaml", "cloud.db")
+    out = run_allset("validate", "--config", str(tmp_path / "sim.yaml"))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "cloud.db").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*files, "sim.yaml"])
+
+
+def test_every_problem_of_the_rules_across_fields(tmp_path: Path) -> None:
+    """A group's minSize above its maxSize hid the repeated id elsewhere, and each rule
+    stopped at its first problem: now one line per problem, all of them."""
+    config = tmp_path / "rules.yaml"
+    lines = refused(config, (
+        "cluster: c\n"
+        "cloud: {provider: fake, fake: {shared: true, terminateSeconds: 5},"
+        " aws: {region: us-east-1}}\n"
+        "nodeGroups:\n"
+        "  - {id: a, zone: z, instanceType: t, cpu: 1, memory: 1Gi, minSize: 5, maxSize: 2,"
+        " capacityTypes: [on-demand, on-demand]}\n"
+        "  - {id: b, zone: z, instanceType: t, cpu: 1, memory: 1Gi, maxSize: 2}\n"
+        "  - {id: a, zone: z, instanceType: t, cpu: 1, memory: 1Gi, maxSize: 2}\n"))
+    assert sorted(lines) == sorted(f"allset: {config}: {line}" for line in (
+        "cloud: cloud.aws is set but cloud.provider is fake",
+        "cloud.fake: shared: processes share the cloud through statePath; set it",
+        "cloud.fake: shared: terminateSeconds must be 0 (shutting-down is timed per process)",
+        "nodeGroups: ids must be unique; repeated: a",
+        "nodeGroups[0] (id a): minSize (5) must be <= maxSize (2)",
+        "nodeGroups[0] (id a): capacityTypes lists a type twice",
+    )), lines
 
 
 def test_a_missing_file_is_one_line(tmp_path: Path) -> None:

@@ -201,7 +201,7 @@ def test_group_cross_field_errors(extra: str, words: str) -> None:
 
 def test_cross_section_errors() -> None:
     text = MINIMAL + "  - {id: g, zone: z, instanceType: t, cpu: 1, memory: 1Gi, maxSize: 1}\n"
-    assert problems(text) == [("", "nodeGroups ids must be unique; repeated: g")]
+    assert problems(text) == [("nodeGroups", "ids must be unique; repeated: g")]
     text = MINIMAL.replace("maxSize: 4,", "maxSize: 4, reservations: [r-x],")
     text = text.replace(FAKE, "cloud:\n  fake:\n    reservations: "
                         "[{id: r-y, zone: z, instanceType: t, count: 1}]\n")
@@ -241,7 +241,7 @@ def test_file_level_errors(tmp_path: Path) -> None:
 
 def test_cloud_sections_must_match_the_provider() -> None:
     text = MINIMAL.replace(FAKE, "cloud:\n  provider: aws\n")
-    assert problems(text) == [("", "cloud.provider is aws but cloud.aws is missing")]
+    assert problems(text) == [("cloud", "cloud.provider is aws but cloud.aws is missing")]
     text = MINIMAL.replace(FAKE, "cloud:\n  provider: aws\n  aws: {region: us-east-1}\n")
     assert problems(text) == [(
         "nodeGroups[0] (id g).aws", "required when cloud.provider is aws (at least launchTemplate)"

@@ -1,6 +1,7 @@
 """Issue 34, item 4: what an operator tracks, as metrics (names, labels, values) and in
 `allset status`, after a scripted run through the controller on our fake Kubernetes API and
-the simulated cloud."""
+the simulated cloud; issue 35, item 8: attempts by reason and idle nodes reused by group,
+zone and source."""
 
 from __future__ import annotations
 
@@ -67,6 +68,11 @@ def test_the_figures_after_a_scripted_run(w: World) -> None:
     w.controller._count_states()  # the resync loop's count
     assert value(w, "allset_pending_requests", reason="CapacityUnavailable") == 1
     assert value(w, "allset_pending_requests", reason="QuotaExceeded") == 0
+    # Its attempts fell short for the reason its condition gives.
+    counted = {(s.labels["outcome"], s.labels["reason"]): s.value
+               for m in w.h.provider.metrics.registry.collect() for s in m.samples
+               if s.name == "allset_attempts_total" and s.value}
+    assert counted == {("succeeded", ""): 1, ("failed", "CapacityUnavailable"): 1}
     assert value(w, "allset_provisioning_requests", state="pending") == 1
     assert value(w, "allset_provisioning_requests", state="provisioned") == 1
 
@@ -91,7 +97,11 @@ def test_the_figures_after_a_scripted_run(w: World) -> None:
     create(w, "again", pod_sets={"workers": 24})
     w.sync(3)
     assert w.condition(c.PROVISIONED, "again").true  # type: ignore[union-attr]
-    assert value(w, "allset_nodes_reused_total") == 3
+    # By where they ran and what they were: no request's name in a label.
+    assert value(w, "allset_nodes_reused_total", group="gpu", zone=zone,
+                 source="reserved") == 3
+    assert value(w, "allset_nodes_reused_total", group="gpu", zone=zone,
+                 source="on-demand") == 0
     assert value(w, "allset_reserved_gpus", state="busy", zone=zone) == 24
 
     w.controller._count_states()

@@ -7,9 +7,11 @@ import re
 from typing import Any
 
 import yaml
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
 
-from provider.attempts.metrics import Metrics
-from provider.controller.request_metrics import PENDING_REASONS, STATES
+from provider.attempts.metrics import ATTEMPT_LABELS, Metrics
+from provider.controller.request_metrics import PENDING_REASONS, STATES, RequestMetrics
 from provider.domain.cloud import CapacityType
 from tests.kit.deploy import DEPLOY, ROOT, one, render
 
@@ -87,6 +89,43 @@ def test_label_values_in_queries_are_ones_the_code_sets() -> None:
     spend = {v for e in exprs
              for v in re.findall(r'allset_spend_usd_per_hour\{source="([^"]+)"', e)}
     assert spend and spend <= {str(CapacityType.ON_DEMAND), str(CapacityType.SPOT)}
+
+
+def _label_names() -> dict[str, tuple[str, ...]]:
+    """Series name -> its labels, for the metrics Metrics and RequestMetrics declare."""
+    metrics = Metrics()
+    declared = [*vars(metrics).values(), *vars(RequestMetrics(CollectorRegistry())).values()]
+    return {name + suffix: (*m._labelnames, *(("le",) if suffix == "_bucket" else ()))
+            for m in declared if isinstance(m, MetricWrapperBase)
+            for name, kind in [(m._name, type(m).__name__)]
+            for suffix in _SUFFIXES[kind]}
+
+
+def test_queries_group_and_filter_by_labels_the_metrics_carry() -> None:
+    """Issue 35, item 8: attempts by reason, rollbacks by group, idle nodes reused by group
+    and source. A query that sums by a label the code does not set shows one flat line."""
+    labels = _label_names()
+    assert labels["allset_attempts_total"] == ("outcome", "reason")
+    assert labels["allset_rollbacks_total"] == ("group", "zone")
+    assert labels["allset_nodes_reused_total"] == ("group", "zone", "source")
+    grouped = re.compile(r"\bby \(([^)]*)\) \((?:rate|increase)\((allset_\w+)")
+    checked = set()
+    for expr in [r["expr"] for r in _rules()] + _dashboard_exprs():
+        for by, name in grouped.findall(expr):
+            if name in labels:
+                wanted = {b.strip() for b in by.split(",")}
+                assert wanted <= set(labels[name]), (expr, labels[name])
+                checked.add(name)
+        for name, matchers in re.findall(r"(allset_\w+)\{([^}]*)\}", expr):
+            if name in labels:
+                used = set(re.findall(r"(\w+)\s*[=!~]+", matchers))
+                assert used <= set(labels[name]), (expr, labels[name])
+    assert {"allset_attempts_total", "allset_rollbacks_total",
+            "allset_nodes_reused_total"} <= checked
+    outcomes = {o for e in _dashboard_exprs() + [r["expr"] for r in _rules()]
+                for v in re.findall(r'allset_attempts_total\{outcome=~?"([^"]+)"', e)
+                for o in v.split("|")}
+    assert outcomes and outcomes <= {o for o, _ in ATTEMPT_LABELS}
 
 
 def test_the_alerts_asked_for_exist() -> None:

@@ -56,7 +56,8 @@ def test_readme_plan_answers_as_shown_after_a_serve(tmp_path: Path) -> None:
         def launched() -> bool:
             url = f"http://127.0.0.1:{metrics}/metrics"
             with urllib.request.urlopen(url) as r:
-                return 'allset_attempts_total{outcome="succeeded"} 1.0' in r.read().decode()
+                text = r.read().decode()
+            return 'allset_attempts_total{outcome="succeeded",reason=""} 1.0' in text
 
         wait_until(launched, timeout=60)
     finally:
