@@ -1,0 +1,78 @@
+"""An allset of a test's own, run as an overlay's Deployment runs it (its args, its RBAC,
+as its ServiceAccount) with a config the test gives, in place of the suite's allset:
+the kind walkthrough's and the wake's scenarios. Its simulated cloud registers kwok
+Nodes; they, the overlay's simulated-nodes RBAC and the process go when it ends, and the
+suite's allset starts again."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from provider.controller.sim_nodes import REGISTERED_BY
+from tests.e2e.allset import ROOT
+from tests.e2e.conftest import ALLSET_USER, World
+from tests.e2e.procs import Proc, free_port
+from tests.e2e.rest import Rest
+
+RBAC = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+
+def serve_args(deployment: dict[str, Any], config: Path, directory: Path,
+               pki: Any) -> tuple[list[str], Path]:
+    """The Deployment's args, with the pod's paths and ports made this machine's."""
+    container = next(c for c in deployment["spec"]["template"]["spec"]["containers"]
+                     if c["name"] == "allset")
+    server = pki.issue("kind-allset-serving", "allset.kube-system.svc", server=True)
+    socket = directory / "admin.sock"
+    swap = {"--config": str(config), "--address": f"127.0.0.1:{free_port()}",
+            "--health-address": f"127.0.0.1:{free_port()}",
+            "--metrics-address": f"127.0.0.1:{free_port()}",
+            "--state-dir": str(directory / "state"), "--admin-socket": str(socket),
+            "--tls-cert": str(server.cert), "--tls-key": str(server.key),
+            "--tls-client-ca": str(pki.ca)}
+    args = []
+    for arg in container["args"]:
+        flag = arg.partition("=")[0]
+        args.append(f"{flag}={swap[flag]}" if flag in swap else arg)
+    assert not set(swap) - {a.partition("=")[0] for a in args}, args
+    return args, socket
+
+
+def registered(rest: Rest) -> list[str]:
+    """The Nodes a simulated cloud registered."""
+    return [n["metadata"]["name"] for n in rest.list("v1", "Node")
+            if (n["metadata"].get("annotations") or {}).get(REGISTERED_BY)]
+
+
+@contextlib.contextmanager
+def overlay_allset(world: World, docs: list[dict[str, Any]], deployment: dict[str, Any],
+                   config: Path, directory: Path, name: str) -> Iterator[tuple[Proc, Path]]:
+    """The process (started) and its admin socket."""
+    rest = world.cluster.rest
+    applied = [d for d in docs if d["kind"] in RBAC]
+    for doc in applied:
+        rest.apply(doc)
+    kubeconfig = world.cluster.client_kubeconfig(
+        name, f"https://127.0.0.1:{world.cluster.api_port}", ALLSET_USER)
+    args, socket = serve_args(deployment, config, directory, world.cluster.pki)
+    env = {**os.environ, "POD_NAME": name, "POD_NAMESPACE": "kube-system",
+           "PYTHONPATH": str(ROOT)}
+    proc = Proc(name, [sys.executable, "-m", "provider.cli", *args,
+                       "--kubeconfig", str(kubeconfig)], directory / "allset.log", env)
+    world.allset.stop()  # both would act on the same requests
+    try:
+        proc.start()
+        yield proc, socket
+    finally:
+        proc.stop(30)
+        for node in registered(rest):
+            rest.delete("v1", "Node", node)
+        for doc in applied:
+            if doc["metadata"]["name"] == "allset-simulated-nodes":
+                rest.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"], None)
+        world.allset.start()
