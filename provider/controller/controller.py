@@ -257,9 +257,14 @@ class Controller:
         if known:
             self.queue.add(key)
 
-    def _node_emptied(self, node: str) -> None:
+    def _node_emptied(self, name: str) -> None:
         """A Node's last pod went: each request waiting out a backoff looks now whether
-        it could book the node (provider/planner/wake.py), before CA scales it down."""
+        it could book the node (provider/planner/wake.py), before CA scales it down. Only
+        a Node of allset's groups can be booked; another's emptying changes nothing."""
+        node = self.nodes.named(name)
+        pid = provider_id(node) if node is not None else ""
+        if not pid or self._p.fleet.instance(pid) is None:
+            return
         self.handler.idle_changed()
         for key in self.handler.backing_off():
             self.queue.add(key)

@@ -95,6 +95,11 @@ class NodeCache:
         with self._lock:
             return list(self._by_name.values())
 
+    def named(self, name: str) -> Node | None:
+        """The Node of this name, as last seen."""
+        with self._lock:
+            return self._by_name.get(name)
+
     def get(self, pid: str) -> Node | None:
         """The Node registered for this providerID, as last seen."""
         with self._lock:

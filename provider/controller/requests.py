@@ -121,6 +121,7 @@ class RequestHandler:
         self._lock = threading.Lock()
         self._idle_look: tuple[float, list[IdleNode]] | None = None
         self._emptied_at = -math.inf
+        self._idle_generation = 0
 
     def latest(self, key: str) -> Obj | None:
         return self._w.latest(key)
@@ -157,17 +158,19 @@ class RequestHandler:
         """A Node emptied: the next look at idle nodes lists them afresh."""
         with self._lock:
             self._idle_look = None
+            self._idle_generation += 1
             self._emptied_at = self._p.clock.now()
 
     def _idle_now(self) -> list[IdleNode]:
         now = self._p.clock.now()
         with self._lock:
-            look = self._idle_look
+            look, generation = self._idle_look, self._idle_generation
         if look is not None and 0.0 <= now - look[0] < IDLE_LOOK_SECONDS:
             return look[1]
         found = self._p.idle()
         with self._lock:
-            self._idle_look = (now, found)
+            if self._idle_generation == generation:  # else a Node emptied meanwhile
+                self._idle_look = (now, found)
         return found
 
     def backing_off(self) -> list[str]:
@@ -279,8 +282,6 @@ class RequestHandler:
                     return min(t.retry_at - now, IDLE_LOOK_SECONDS)
                 return t.retry_at - now
             woken = True
-            log.info("%s: planned again before its retry: a node it could book is idle",
-                     key_of(obj))
         if self._p.reconciler.suspects(t.uid):
             # An earlier attempt of this request left uncommitted instances (a crash): a
             # new gang now would pay twice and find their reservation slots taken. Reconcile
@@ -310,6 +311,14 @@ class RequestHandler:
                                   refused.summary())], warning=True)
             return None
         idle = self._p.idle()
+        if woken:
+            if not wakes(demand, self._p.matcher, idle, t.idle_seen):
+                # The node that woke it is gone or booked since the listing it was seen
+                # in: that listing's nodes count as seen, and the retry stands.
+                t.idle_seen |= frozenset(n.provider_id for n in self._idle_now())
+                return max(0.0, t.retry_at - self._p.clock.now())
+            log.info("%s: planned again before its retry: a node it could book is idle",
+                     key)
         waiting = self._wait_for_window(obj, t, key, demand, accept, idle)
         if waiting is not None:
             return waiting
@@ -353,16 +362,17 @@ class RequestHandler:
         t.idle_seen = frozenset(n.provider_id for n in idle)
         code, message = _why(outcome.infeasible, outcome.last_error)
         changes = [(c.PROVISIONED, False, code, message)]
-        if woken:  # (a noRetry request never waits out a backoff)
+        if demand.no_retry:
+            t.failures += 1
+            changes.append((c.FAILED, True, code, f"noRetry: {message}"))
+            self._w.update(obj, changes, warning=True)
+            return None
+        if woken:
             # Still short with the idle nodes: the retry stays when it was.
             delay = max(0.0, t.retry_at - self._p.clock.now())
             self._w.update(obj, changes, warning=True, note=f"retrying in {delay:.0f}s")
             return delay
         t.failures += 1
-        if demand.no_retry:
-            changes.append((c.FAILED, True, code, f"noRetry: {message}"))
-            self._w.update(obj, changes, warning=True)
-            return None
         delay = self._backoff.delay(t.failures)
         t.retry_at = self._p.clock.now() + delay
         self._w.update(obj, changes, warning=True, note=f"retrying in {delay:.0f}s")

@@ -119,6 +119,11 @@ class Allset:
         # Requests in backoff after a failed attempt, by job index: the job and the nodes
         # idle at its last attempt (provider/planner/wake.py).
         self._waiting: dict[int, tuple[Job, frozenset[str]]] = {}
+        # The one retry each job has scheduled (its token), as the controller's work queue
+        # holds one entry per request: a woken attempt that waits for a window replaces
+        # the backoff's retry rather than running beside it.
+        self._retry: dict[int, int] = {}
+        self._tokens = itertools.count(1)
 
     def attach(self, world: World) -> None:
         self.world = world
@@ -208,7 +213,7 @@ class Allset:
         delay = max(0.0, wait.opens_at - self.world.clock.now())
         self._counts["windowWaits"] += 1
         job.window_wait += delay
-        self.world.after(delay, lambda: self._attempt(job, epoch))
+        self._retry_in(delay, job, epoch)
         return True
 
     def _freed(self, nodes: Sequence[Node]) -> None:
@@ -267,7 +272,16 @@ class Allset:
             return  # its retry stays as it was
         failures = self._failures[job.index] = self._failures.get(job.index, 0) + 1
         delay = min(self._max, self._initial * 2.0 ** (failures - 1))
-        self.world.after(delay, lambda: self._attempt(job, epoch))
+        self._retry_in(delay, job, epoch)
+
+    def _retry_in(self, delay: float, job: Job, epoch: int) -> None:
+        token = self._retry[job.index] = next(self._tokens)
+
+        def retry() -> None:
+            if self._retry.get(job.index) == token:
+                self._attempt(job, epoch)
+
+        self.world.after(delay, retry)
 
     def _idle(self, view: CapacityView) -> list[IdleNode]:
         """What the controller lists as idle: Ready nodes of allset's groups with no

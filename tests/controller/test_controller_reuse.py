@@ -387,3 +387,47 @@ def test_a_request_in_backoff_books_a_node_whose_workload_finishes_after_its_pod
     provisioned = w.condition(c.PROVISIONED, "job2")
     assert provisioned is not None and provisioned.true, provisioned
     assert _details(w, "job2")[REUSED_DETAIL] in {i.provider_id for i in gang}
+
+
+def _due_now(w: World) -> list[str]:
+    keys = []
+    while (key := w.controller.queue.get_nowait()) is not None:
+        keys.append(key)
+        w.controller.queue.done(key)
+    return keys
+
+
+def test_a_node_emptying_queues_the_requests_in_backoff_and_only_ours(world: World) -> None:
+    """The Pod cache's word that a Node emptied puts each request in backoff in the
+    queue at once (the controller looks at every request only once per resync, 30 s by
+    default); a Node of no group of allset's wakes nothing."""
+    w = world
+    _busy_first(w)
+    _waiting_out_a_backoff(w)
+    stranger = objects.pod(NS, "elsewhere", node_name="not-ours")
+    w.kube.create(stranger)
+    w.controller.pods.relist()
+    _due_now(w)  # whatever the relists queued
+    w.kube.delete("pods", "elsewhere", NS)
+    w.controller.pods.relist()
+    assert _due_now(w) == []
+    w.kube.delete("pods", "job-worker-0", NS)
+    w.controller.pods.relist()  # as the watch event would: first's node emptied
+    assert _due_now(w) == [f"{NS}/job2"]
+
+
+def test_a_node_another_request_took_wakes_no_one_again(world: World) -> None:
+    """Two requests wait; one node empties and one of them books it. The other is not
+    planned again for it (nor on every pass while a listing that still shows it idle is
+    reused): its status and events stay as they were until its retry."""
+    w = world
+    _busy_first(w)
+    _waiting_out_a_backoff(w, "job2")
+    _waiting_out_a_backoff(w, "job3")
+    before = {n: len(_retries(w, n)) for n in ("job2", "job3")}
+    w.kube.delete("pods", "job-worker-0", NS)
+    w.sync(4)
+    won = [n for n in ("job2", "job3") if w.condition(c.PROVISIONED, n).true]  # type: ignore[union-attr]
+    assert len(won) == 1, won
+    (lost,) = {"job2", "job3"} - set(won)
+    assert len(_retries(w, lost)) == before[lost], _retries(w, lost)
