@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import grpc
+
 from provider.domain.cloud import CloudInstance, InstanceState
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
@@ -96,10 +98,28 @@ def scale_in(stub: pb_grpc.CloudProviderStub, instances: Callable[[], list[Cloud
     """What CA does to a group's empty nodes once they are unneeded: DeleteNodes through
     allset, until none of them lives (a scenario that must see a launch starts so, or the
     idle nodes an earlier one left would be booked instead)."""
-    doomed = live(of_group(instances(), group))
-    if doomed:
-        stub.NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(id=group, nodes=[
-            pb.ExternalGrpcNode(providerID=i.provider_id, name=i.id) for i in doomed]),
-            timeout=10)
-    wait_for(f"group {group}'s idle nodes to go",
-             lambda: not live(of_group(instances(), group)), 60)
+    refusals: list[str] = []
+    asked = False
+
+    def gone() -> bool:
+        nonlocal asked
+        doomed = live(of_group(instances(), group))
+        if not doomed:
+            return True
+        if asked:
+            return False
+        # Refused while a request of an earlier scenario still stands (its deletion not
+        # yet handled): CA asks again on its next loop, and so does this.
+        try:
+            stub.NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(id=group, nodes=[
+                pb.ExternalGrpcNode(providerID=i.provider_id, name=i.id) for i in doomed]),
+                timeout=10)
+            asked = True
+        except grpc.RpcError as err:
+            if err.code() is not grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            refusals.append(str(err.details()))
+        return False
+
+    wait_for(f"group {group}'s idle nodes to go", gone, 60,
+             explain=lambda: refusals[-1] if refusals else "")
