@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from provider.controller.sim_nodes import KWOK_ANNOTATION, REGISTERED_BY
+from provider.controller.sim_nodes import KWOK_ANNOTATION, REGISTERED_BY, SimulatedNodes
 from provider.domain.cloud import InstanceState
 from tests.fakes.kube import objects
 from tests.kit.controller import World, create, running
@@ -23,12 +23,18 @@ def world() -> Iterator[World]:
     yield from running(CONFIG)
 
 
-def test_running_instances_get_nodes_and_lose_them_when_they_go(world: World) -> None:
-    w = world
+def _requested(w: World) -> SimulatedNodes:
+    """A request planned and launched; the simulated Nodes not yet synced."""
     sim = w.controller.simulated_nodes
     assert sim is not None
     create(w)
     w.sync()
+    return sim
+
+
+def test_running_instances_get_nodes_and_lose_them_when_they_go(world: World) -> None:
+    w = world
+    sim = _requested(w)
     sim.sync()
     live = [i for i in w.h.cloud.live_instances() if i.state is InstanceState.RUNNING]
     assert live
@@ -54,10 +60,7 @@ def test_running_instances_get_nodes_and_lose_them_when_they_go(world: World) ->
 
 def test_a_standby_registers_nothing(world: World) -> None:
     w = world
-    sim = w.controller.simulated_nodes
-    assert sim is not None
-    create(w)
-    w.sync()
+    sim = _requested(w)
     w.h.provider.acting = lambda: False  # type: ignore[method-assign]
     sim.sync()
     assert sim.registered == 0 and not w.kube.list("nodes")
