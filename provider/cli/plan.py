@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from provider.base.yaml_errors import yaml_problem
 from provider.cli.admin import admin_call, server_address
 from provider.cli.errors import UsageError
 from provider.config import ConfigError, load_config
@@ -49,7 +50,7 @@ def plan(args: argparse.Namespace) -> int:
         demand, _ = demand_from(request, templates, objects)
         demand = config.guarded(demand, queue=args.queue)
     except yaml.YAMLError as err:
-        raise UsageError(f"{args.request}: not valid YAML: {err}") from err
+        raise UsageError(f"{args.request}: not valid YAML: {yaml_problem(err)}") from err
     except BadRequest as err:
         lines = "\n".join(f"  {f}: {m}" if f else f"  {m}" for f, m in err.problems)
         where = str(args.request) if err.name == str(args.request) else \
@@ -95,7 +96,7 @@ def _on_server(args: argparse.Namespace, text: str) -> int:
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
-        raise UsageError(f"{args.request}: not valid YAML: {err}") from err
+        raise UsageError(f"{args.request}: not valid YAML: {yaml_problem(err)}") from err
     body = json.dumps({"documents": docs, "source": str(args.request), "queue": args.queue},
                       default=str)
     found = json.loads(admin_call(args, PLAN_METHOD, body.encode()))

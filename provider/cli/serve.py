@@ -259,12 +259,12 @@ def kubeconfig_problem(text: bytes) -> str | None:
     import yaml
     from kubernetes.config import kube_config
 
+    from provider.base.yaml_errors import yaml_problem
+
     try:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        return f"not YAML{where}"
+        return f"not YAML: {yaml_problem(err)}"
     if not isinstance(loaded, dict):
         return "not a mapping of clusters, contexts and users"
     try:

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from provider.base.yaml_errors import yaml_problem
 from provider.config import strict_yaml
 from provider.config.aws_checks import aws_problems
 from provider.config.errors import ConfigError
@@ -145,7 +146,7 @@ def load_config_text(text: str, source: str = "<config>") -> LoadedConfig:
     try:
         raw = strict_yaml.load(text)
     except yaml.YAMLError as err:
-        raise ConfigError(source, [("", f"not valid YAML: {err}")]) from err
+        raise ConfigError(source, [("", f"not valid YAML: {yaml_problem(err)}")]) from err
     if not isinstance(raw, dict):
         raise ConfigError(source, [("", "the config must be a YAML mapping at the top level")])
     try:

@@ -127,7 +127,8 @@ def test_serve_with_a_kubeconfig_that_is_not_there(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "why"), [
-    ("clusters: [\n", "not YAML (line 2)"),
+    ("clusters: [\n", "not YAML: line 2, column 1: expected the node content, but found "
+                       "'<stream end>'"),
     ("{}\n", "Expected key current-context in kube-config"),
     ("- a list\n", "not a mapping of clusters, contexts and users"),
     ("current-context: dev\ncontexts: []\n",

@@ -169,3 +169,14 @@ def test_a_missing_file_is_one_line(tmp_path: Path) -> None:
     out = run_allset("validate", "--config", str(tmp_path / "nope.yaml"))
     assert out.returncode == 1
     assert one_line(out.stderr).startswith(f"allset: {tmp_path}/nope.yaml: cannot read")
+
+
+def test_a_file_that_is_not_yaml_is_one_line(tmp_path: Path) -> None:
+    """Was PyYAML's four lines, quoting the source with a caret."""
+    config = tmp_path / "broken.yaml"
+    config.write_text("nodeGroups: [\n")
+    out = run_allset("validate", "--config", str(config))
+    assert out.returncode == 1
+    assert one_line(out.stderr) == (
+        f"allset: {config}: not valid YAML: line 2, column 1: expected the node content, "
+        "but found '<stream end>'")
