@@ -13,7 +13,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/allset
 WORKDIR /src
 # Only what `pip install .` reads (.dockerignore keeps the rest out of the context).
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE NOTICE ./
 COPY provider ./provider
 COPY adapters ./adapters
 RUN /opt/allset/bin/pip install '.[aws,gcp]' \
@@ -29,6 +29,9 @@ RUN groupadd --system --gid 65532 allset \
       --shell /usr/sbin/nologin allset \
  && install -d -o allset -g allset -m 0750 /var/lib/allset
 COPY --from=build /opt/allset /opt/allset
+# The license and notices at the place a reader of the image looks for them (the wheel's
+# copies are in the virtualenv's allset-*.dist-info/licenses too).
+COPY LICENSE NOTICE /usr/share/doc/allset/
 # The root filesystem is read-only in the cluster: no bytecode writes at run time (pip
 # compiled it at install), and output unbuffered so logs arrive as they happen.
 ENV PATH=/opt/allset/bin:$PATH \

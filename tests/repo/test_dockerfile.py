@@ -10,6 +10,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 from tests.kit.deploy import ROOT
 
 DOCKERFILE = ROOT / "Dockerfile"
+LICENSE_FILES = ("LICENSE", "NOTICE")
 
 
 def _instructions() -> list[tuple[str, str]]:
@@ -112,3 +115,42 @@ def test_a_wheel_from_the_build_context_holds_the_whole_package(tmp_path: Path) 
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "allset = provider.cli.main:main" in text
+    for name in LICENSE_FILES:  # Apache-2.0 section 4: the license and NOTICE travel along
+        (found,) = [n for n in names if n.endswith(f".dist-info/licenses/{name}")]
+        assert zipfile.ZipFile(wheel).read(found) == (ROOT / name).read_bytes()
+
+
+@pytest.mark.timeout(300)
+def test_the_sdist_holds_the_license_and_notice(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    for path in subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                               check=True).stdout.split():
+        target = source / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / path, target)
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from setuptools import build_meta; "
+         "print(build_meta.build_sdist(sys.argv[1]))", str(tmp_path / "dist")],
+        cwd=source, capture_output=True, text=True, timeout=280, check=False)
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(tmp_path / "dist" / done.stdout.split()[-1]) as sdist:
+        names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
+    assert set(LICENSE_FILES) <= names
+
+
+def test_the_image_ships_the_license_and_notice() -> None:
+    _, runtime = _stages()
+    copies = [rest.split() for word, rest in runtime
+              if word == "COPY" and not rest.startswith("--from")]
+    assert any(set(LICENSE_FILES) <= set(sources) for *sources, _ in copies)
+    assert set(LICENSE_FILES) <= set(_context())
+
+
+def test_the_license_is_the_one_pyproject_names() -> None:
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    assert "END OF TERMS AND CONDITIONS" in text
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == list(LICENSE_FILES)
+    assert 'org.opencontainers.image.licenses="Apache-2.0"' in DOCKERFILE.read_text()
