@@ -37,6 +37,8 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from prometheus_client.metrics import MetricWrapperBase  # noqa: E402
 
 RECORD = ROOT / "docs" / "stable-surface.json"
+# Metrics whose label values name the build (version, commit): their names are recorded.
+_PER_BUILD = {"allset_build_info"}
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
 
 
@@ -107,7 +109,7 @@ def metrics() -> dict[str, dict[str, Any]]:
             about: dict[str, Any] = {"type": kind, "labels": list(labels)}
             values = {label: sorted({s.labels[label] for s in family.samples})
                       for label in labels}
-            if any(values.values()):
+            if any(values.values()) and family.name not in _PER_BUILD:
                 about["values"] = values
             out[family.name + ("_total" if kind == "counter" else "")] = about
     return dict(sorted(out.items()))

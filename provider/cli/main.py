@@ -63,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="allset",
         description="All-or-nothing, reservation-first Cluster Autoscaler provider for GPU fleets",
     )
-    parser.add_argument("--version", action="version", version=f"allset {_version()}")
+    parser.add_argument("--version", action=_Version, help="print the version and the commit "
+                        "allset was built from, and exit")
     _log_flags(parser, default=True)
     # The same flags after the command (`allset serve --log-format json`): given there they
     # win; left out they leave the top level's value alone (SUPPRESS sets nothing).
@@ -214,10 +215,16 @@ def _log_flags(parser: argparse.ArgumentParser, *, default: bool) -> None:
                         help="json: one object per line, with attempt and request fields")
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+class _Version(argparse.Action):
+    """--version, worked out only when asked (a checkout asks git for its commit)."""
 
-    try:
-        return version("allset")
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        return "(not installed)"
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help=str(kwargs.get("help") or ""))
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from provider.base.build import describe
+
+        print(describe())
+        parser.exit()
