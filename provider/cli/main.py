@@ -25,8 +25,30 @@ from provider.cli.validate import validate as run_validate
 from provider.config import ConfigError
 from provider.service.identities import AUTOSCALER_CN, OPERATOR_CN
 
+INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command Ctrl-C ended
+
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C, in any command but serve (which drains: cli/shutdown.py): one line.
+        _complain("interrupted")
+        return INTERRUPTED
+
+
+def _complain(line: str) -> None:
+    """What went wrong, on stderr: `allset: <line>`, or a JSON record with --log-format
+    json."""
+    from provider.cli.log_format import is_json
+
+    if is_json():
+        logging.getLogger("allset").error(line)
+    else:
+        print(f"allset: {line}", file=sys.stderr)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     from provider.cli.log_format import configure
@@ -51,10 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except (ConfigError, UsageError) as err:
-        print(f"allset: {err}", file=sys.stderr)
+        _complain(str(err))
         return 1
     except CloudError as err:
-        print(f"allset: {cloud_error_line(err)}", file=sys.stderr)
+        _complain(cloud_error_line(err))
         return 1
 
 

