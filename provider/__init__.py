@@ -1,3 +1,3 @@
-"""allset: an all-or-nothing, reservation-first Cluster Autoscaler provider for GPU fleets."""
-
-__version__ = "0.1.0"
+"""allset: an all-or-nothing, reservation-first Cluster Autoscaler provider for GPU fleets.
+Its version is the installed distribution's (provider.base.build.version()), written once,
+in pyproject.toml."""

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 
 import grpc
@@ -8,6 +10,25 @@ import pytest
 from provider.service.server import Server
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 from tests.kit.helpers import Harness, harness
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temp_files_under_basetemp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """What the tests and every process they start write through the temp directory
+    (tempfile, TMPDIR: Python, Go, etcd, matplotlib) lands under pytest's basetemp, one per
+    xdist worker, which pytest keeps for the last three runs, never in /tmp at large."""
+    inside = tmp_path_factory.mktemp("tmp", numbered=False)
+    was = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(inside)
+    tempfile.tempdir = None  # read TMPDIR again
+    try:
+        yield
+    finally:
+        if was is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = was
+        tempfile.tempdir = None
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from prometheus_client.registry import Collector
 
 from provider.attempts.executor import SHORTFALL_REASONS, Outcome, Result
 from provider.attempts.figures import ReservedGpus
+from provider.base.build import commit, version
 from provider.domain.cloud import CloudInstance, CloudSnapshot
 from provider.domain.plan import Part
 
@@ -68,6 +69,10 @@ class Metrics:
         self.reused = Counter("allset_nodes_reused", "Idle nodes ProvisioningRequests "
                               "booked instead of launching like ones, by group, zone and "
                               "capacity source.", ["group", "zone", "source"], registry=r)
+        self.build_info = Gauge("allset_build_info", "1, labelled with the version of allset "
+                                "that runs and the commit it was built from.",
+                                ["version", "commit"], registry=r)
+        self.build_info.labels(version=version(), commit=commit()).set(1)
         self.scale_in_saved = Counter(
             "allset_scale_in_saved_usd", "Estimated USD saved by on-demand and spot nodes "
             "CA deleted after their group's unneeded time rather than CA's default.",

@@ -27,9 +27,11 @@ import signal
 import threading
 import time
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import util as mp_util
+from multiprocessing.synchronize import SemLock
 from typing import Protocol
 
 from provider.capacity.ledger import CapacityView
@@ -102,8 +104,23 @@ _MATCHER: Matcher | None = None  # in the planning process: built once, from the
 _PARENT_CHECK_SECONDS = 1.0
 
 
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while a child is spawned, which it inherits through exec (Python
+    leaves an ignored SIGINT ignored); only the main thread may change it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _start(groups: Sequence[NodeGroup], gpu_label: str, parent: int) -> None:
     global _MATCHER
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # allset's to act on (PlanProcess)
     _MATCHER = Matcher(groups, gpu_label)
     threading.Thread(target=_end_with, args=(parent,), name="parent-watch",
                      daemon=True).start()
@@ -147,6 +164,29 @@ def _timing_there(demand: Demand, view: CapacityView, sizes: dict[str, int],
     return _timing(_matcher(), demand, _received(view), sizes, idle)
 
 
+def _exit_hooks() -> dict[object, Callable[[], object]]:
+    # multiprocessing.util's registry of exit hooks (CPython 3.11 to 3.14). Private: were
+    # it gone, nothing is unlinked early and only the warning above comes back.
+    hooks: dict[object, Callable[[], object]] = getattr(mp_util, "_finalizer_registry", {})
+    return hooks
+
+
+def _semaphore_finalizers() -> set[object]:
+    """Keys of multiprocessing's exit hooks that unlink a semaphore's name (one per
+    SemLock this process created under spawn; multiprocessing.synchronize registers them)."""
+    cleanup = getattr(SemLock, "_cleanup", None)
+    return {key for key, hook in list(_exit_hooks().items())
+            if cleanup is not None and getattr(hook, "_callback", None) is cleanup}
+
+
+def _unlink_semaphore(key: object) -> None:
+    """Run that exit hook now: the name is unlinked and the resource tracker told, and the
+    hook is gone from the exit hooks (so it does not unlink twice)."""
+    hook = _exit_hooks().get(key)
+    if hook is not None:
+        hook()
+
+
 def _ready() -> int:
     """The planning process's pid, once it is started (its imports done)."""
     assert _MATCHER is not None
@@ -171,11 +211,27 @@ class PlanProcess:
 
     def _new_pool(self) -> tuple[ProcessPoolExecutor, int]:
         """A pool whose process has started (so that no request waits for its imports),
-        and that process's pid."""
+        and that process's pid.
+
+        The process ignores SIGINT: the Ctrl-C a terminal sends to allset's whole process
+        group is allset's to act on (an orderly stop that ends this process last), not a
+        KeyboardInterrupt traceback in the middle of a plan. It is started ignoring it (a
+        disposition that survives exec) when started from the main thread, and its
+        initializer ignores it in any case. Once it has started, the names of the pool's semaphores
+        are unlinked: under spawn they are named POSIX semaphores, needed only until the
+        child has opened them, and a name left behind by a process that ends without its
+        exit hooks (a second Ctrl-C, the shutdown's bound, SIGKILL) had
+        multiprocessing's resource tracker warn of "leaked semaphore objects"."""
+        finalizers = _semaphore_finalizers()
         pool = ProcessPoolExecutor(
             max_workers=1, mp_context=multiprocessing.get_context("spawn"),
             initializer=_start, initargs=(self._groups, self._gpu_label, os.getpid()))
-        return pool, pool.submit(_ready).result()
+        with _sigint_ignored():
+            started = pool.submit(_ready)  # spawns the process, here and now
+        pid = started.result()
+        for key in _semaphore_finalizers() - finalizers:
+            _unlink_semaphore(key)
+        return pool, pid
 
     def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
              idle: Sequence[IdleNode] = ()) -> Answer:

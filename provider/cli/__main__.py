@@ -2,6 +2,6 @@
 
 import sys
 
-from provider.cli.main import main
+from provider.cli import run
 
-sys.exit(main())
+sys.exit(run())

@@ -25,8 +25,30 @@ from provider.cli.validate import validate as run_validate
 from provider.config import ConfigError
 from provider.service.identities import AUTOSCALER_CN, OPERATOR_CN
 
+INTERRUPTED = 128 + signal.SIGINT  # 130, as a shell reports a command Ctrl-C ended
+
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C, in any command but serve (which drains: cli/shutdown.py): one line.
+        _complain("interrupted")
+        return INTERRUPTED
+
+
+def _complain(line: str) -> None:
+    """What went wrong, on stderr: `allset: <line>`, or a JSON record with --log-format
+    json."""
+    from provider.cli.log_format import is_json
+
+    if is_json():
+        logging.getLogger("allset").error(line)
+    else:
+        print(f"allset: {line}", file=sys.stderr)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     from provider.cli.log_format import configure
@@ -51,10 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except (ConfigError, UsageError) as err:
-        print(f"allset: {err}", file=sys.stderr)
+        _complain(str(err))
         return 1
     except CloudError as err:
-        print(f"allset: {cloud_error_line(err)}", file=sys.stderr)
+        _complain(cloud_error_line(err))
         return 1
 
 
@@ -63,7 +85,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="allset",
         description="All-or-nothing, reservation-first Cluster Autoscaler provider for GPU fleets",
     )
-    parser.add_argument("--version", action="version", version=f"allset {_version()}")
+    parser.add_argument("--version", action=_Version, help="print the version and the commit "
+                        "allset was built from, and exit")
     _log_flags(parser, default=True)
     # The same flags after the command (`allset serve --log-format json`): given there they
     # win; left out they leave the top level's value alone (SUPPRESS sets nothing).
@@ -214,10 +237,16 @@ def _log_flags(parser: argparse.ArgumentParser, *, default: bool) -> None:
                         help="json: one object per line, with attempt and request fields")
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+class _Version(argparse.Action):
+    """--version, worked out only when asked (a checkout asks git for its commit)."""
 
-    try:
-        return version("allset")
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        return "(not installed)"
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help=str(kwargs.get("help") or ""))
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from provider.base.build import describe
+
+        print(describe())
+        parser.exit()

@@ -8,6 +8,7 @@ import argparse
 from provider.base.yaml_errors import yaml_problem
 from provider.cli.admin import admin_call, server_address
 from provider.cli.errors import UsageError
+from provider.cli.request_fields import refuse_unknown_fields
 from provider.config import ConfigError, load_config
 
 
@@ -46,6 +47,7 @@ def plan(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     try:
         docs = list(yaml.safe_load_all(text))
+        refuse_unknown_fields(docs, str(args.request))
         request, templates, objects = split_documents(docs, str(args.request))
         demand, _ = demand_from(request, templates, objects)
         demand = config.guarded(demand, queue=args.queue)
@@ -97,6 +99,7 @@ def _on_server(args: argparse.Namespace, text: str) -> int:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as err:
         raise UsageError(f"{args.request}: not valid YAML: {yaml_problem(err)}") from err
+    refuse_unknown_fields(docs, str(args.request))
     body = json.dumps({"documents": docs, "source": str(args.request), "queue": args.queue},
                       default=str)
     found = json.loads(admin_call(args, PLAN_METHOD, body.encode()))

@@ -8,12 +8,14 @@ import argparse
 import gc
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from provider.cli.demo import config_or_demo
 from provider.cli.errors import UsageError
+from provider.cli.log_format import is_json
 from provider.config import LoadedConfig
 from provider.service.identities import AUTOSCALER_CN, OPERATOR_CN, Identities
 
@@ -171,8 +173,12 @@ def serve(args: argparse.Namespace) -> int:
     if controller is not None:
         controller.start()
     mode = "plaintext" if credentials is None else "mTLS"
-    print(f"allset: serving {config.source} ({len(config.groups)} node groups, "
-          f"cloud {config.schema.cloud.provider}) on {server.address} [{mode}]", flush=True)
+    banner = (f"allset: serving {config.source} ({len(config.groups)} node groups, "
+              f"cloud {config.schema.cloud.provider}) on {server.address} [{mode}]")
+    if is_json():
+        log.info(banner)  # every line JSON (log_format.py)
+    else:
+        print(banner, flush=True)
     shutdown.wait()
     server.refuse()  # first: no scale-up is taken while the controller drains
     # Its workers run attempts too: drained only if they ended as well.
@@ -191,7 +197,9 @@ def serve(args: argparse.Namespace) -> int:
     planner.close()
     if lock is not None:
         lock.release()
-    return 0
+    # Ctrl-C ends allset as it ends any command (130); SIGTERM, the orderly stop Kubernetes
+    # asks for, is a success.
+    return 128 + signal.SIGINT if shutdown.signal_name == "SIGINT" else 0
 
 
 def _identities(args: argparse.Namespace) -> Identities:
@@ -293,7 +301,7 @@ def kube_client(path: Path | None, *, connections: int, component: str) -> Any:
     from kubernetes import client
     from kubernetes import config as kubeconfig
 
-    from provider import __version__
+    from provider.base.build import version
     from provider.controller.kube import unsent_only
 
     configuration = client.Configuration()
@@ -306,7 +314,7 @@ def kube_client(path: Path | None, *, connections: int, component: str) -> Any:
     configuration.retries = unsent_only()
     api = client.ApiClient(configuration)
     replica = os.environ.get("POD_NAME") or socket.gethostname()
-    api.user_agent = f"allset/{__version__} ({replica}) {component}"
+    api.user_agent = f"allset/{version()} ({replica}) {component}"
     return api
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from provider.base.words import did_you_mean
 from provider.base.yaml_errors import yaml_problem
 from provider.config import strict_yaml
 from provider.config.aws_checks import aws_problems
@@ -303,6 +304,7 @@ def _problems(err: ValidationError, raw: dict[str, Any]) -> list[tuple[str, str]
         msg = plain_message(e)
         if e["type"] == "extra_forbidden":
             allowed = _allowed_keys(loc[:-1])
+            msg += did_you_mean(str(loc[-1]), allowed)
             msg += f"; allowed keys: {', '.join(allowed)}" if allowed else ""
         # A rule across fields raises every problem it found, a line each (schema.refuse).
         out.extend((field_path(loc, raw), line) for line in msg.splitlines())

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from provider.base.words import did_you_mean
 from provider.domain.cloud import CapacityType
 from provider.domain.demand import (
     CLASS_NAME,
@@ -168,7 +169,8 @@ def parse_parameters(raw: Mapping[str, Any], name: str = "") -> Parameters:
             else:
                 out["data_zone"] = text
         else:
-            problems.append((field, f"unknown parameter of class {CLASS_NAME}; known: "
+            problems.append((field, f"unknown parameter of class {CLASS_NAME}"
+                                    f"{did_you_mean(key, PARAMETERS)}; known: "
                                     + ", ".join(PARAMETERS)))
     if problems:
         raise BadRequest(name, problems)

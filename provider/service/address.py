@@ -73,6 +73,9 @@ def bind_problem(address: str) -> str | None:
         return f"cannot resolve {host!r}: {err.strerror}"
     for family, kind, proto, _, where in infos:
         with socket.socket(family, kind, proto) as probe:
+            # As gRPC binds (SO_REUSEADDR): a connection of an allset that just stopped,
+            # still in TIME_WAIT, does not keep the next one from listening.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind(where)
             except OSError as err:

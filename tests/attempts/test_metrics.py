@@ -76,3 +76,12 @@ def test_attempt_series_are_a_bounded_set_there_from_the_start() -> None:
     assert ("succeeded", "") in exported and ("failed", "QuotaExceeded") in exported
     assert ("infeasible", "TopologyUnsatisfiable") in exported
     assert {r for _, r in exported} == {"", *SHORTFALL_REASONS}
+
+
+def test_build_info_names_the_version_and_commit() -> None:
+    from provider.base.build import commit, version
+
+    registry = Metrics().registry
+    assert registry.get_sample_value("allset_build_info",
+                                     {"version": version(), "commit": commit()}) == 1
+    assert version() != "unknown" and len(commit()) == 40  # an installed checkout

@@ -12,6 +12,7 @@ import grpc
 
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
+from tests.kit.cli import own_defaults
 from tests.kit.helpers import free_port, wait_until
 from tests.kit.paths import ROOT
 
@@ -19,8 +20,8 @@ ALLSET = [sys.executable, "-m", "provider.cli"]
 
 
 def allset(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*ALLSET, *args], capture_output=True, text=True, timeout=60,
-                          cwd=ROOT, check=False)
+    return subprocess.run([*ALLSET, *own_defaults(args)], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT, check=False)
 
 
 def test_serve_demo_answers_and_stops_on_sigterm(tmp_path: Path) -> None:

@@ -12,11 +12,15 @@ from tests.kit.cli import ALLSET, ROOT, run_allset
 
 
 def test_version() -> None:
+    """The version and the commit (issue 53 item 3): here the checkout's, in an image the
+    one its build was given (tests/base/test_build.py)."""
     from importlib.metadata import version
 
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True, check=True, timeout=30).stdout.strip()
     result = run_allset("--version")
     assert result.returncode == 0
-    assert result.stdout == f"allset {version('allset')}\n"
+    assert result.stdout == f"allset {version('allset')} (commit {head[:12]})\n"
 
 
 def test_highs_prints_no_banner() -> None:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from provider import __version__
+from provider.base.build import version
 from provider.cli.serve import kube_client
 from tests.fakes.kube import FakeKube
 
@@ -83,4 +83,4 @@ def test_its_requests_name_allset_the_replica_and_the_component(
             client.CoreV1Api(api).list_node()
         finally:
             api.close()
-        assert kube.agents == {f"allset/{__version__} (allset-7d9f-x2) leader-election": 1}
+        assert kube.agents == {f"allset/{version()} (allset-7d9f-x2) leader-election": 1}

@@ -78,7 +78,8 @@ def group(aws: str, extra: str = "") -> str:
     (group("{launchTemplate: {name: gpu}, tags: {aws:foo: x}}"),
      "nodeGroups[0] (id g).aws.tags", "reserved"),
     (group("{launchTemplate: {name: gpu}, subnet: subnet-1}"), "nodeGroups[0] (id g).aws.subnet",
-     "unknown key; allowed keys: efaInterfaces, efaSecondaryType, launchTemplate, placementGroup"),
+     "unknown key (did you mean subnetId?); allowed keys: efaInterfaces, efaSecondaryType, "
+     "launchTemplate, placementGroup"),
     (BASE.replace("us-east-1a", "us-west-2a"), "nodeGroups[0] (id g).zone",
      "not a zone of cloud.aws.region us-east-1"),
     (group("{launchTemplate: {name: gpu}}", "\n    reservations: [my-reservation]"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.kit.paths import ROOT as ROOT  # the kit's tests take it from here
@@ -18,8 +20,24 @@ def run_allset(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None,
     """The console script in a subprocess; PYTHONPATH puts this checkout first, so the
     code under test runs whichever checkout the virtualenv was installed from."""
     full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([str(ALLSET), *args], capture_output=True, text=True,
+    return subprocess.run([str(ALLSET), *own_defaults(args)], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd, env=full, input=stdin, check=False)
+
+
+def own_defaults(args: Sequence[str]) -> list[str]:
+    """`allset serve` as a test runs it: an address and a state directory of its own when
+    the test names none (port 0, a new directory under the tests' temp dir). The defaults,
+    127.0.0.1:8086 and ~/.local/state/allset, are the user's: a demo left running there
+    from the README's first command failed tests that reached the port or the lock."""
+    out = list(args)
+    if "serve" not in out:
+        return out
+    given = {a.split("=", 1)[0] for a in out}
+    if "--address" not in given:
+        out += ["--address", "127.0.0.1:0"]
+    if "--state-dir" not in given:
+        out += ["--state-dir", tempfile.mkdtemp(prefix="state-")]
+    return out
 
 
 def one_line(stderr: str) -> str:

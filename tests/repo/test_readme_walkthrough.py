@@ -107,6 +107,8 @@ class Walk:
                     proc.kill()
 
 
+# Every README command in order, a fresh virtualenv's install among them (~1 min quiet);
+# with the slow ones (RUN_SLOW) the test suite too.
 @pytest.mark.timeout(900 if RUN_SLOW else 240)
 def test_readme_commands_in_order(tmp_path: Path) -> None:
     commands = readme_commands()
