@@ -28,7 +28,8 @@ import threading
 import time
 import types
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from typing import Protocol
 
@@ -55,13 +56,15 @@ copyreg.pickle(types.MappingProxyType, lambda m: (_frozen_mapping, (dict(m),)))
 
 class Planner(Protocol):
     def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
-             idle: Sequence[IdleNode] = ()) -> Answer:
+             idle: Sequence[IdleNode] = (), deadline: float | None = None) -> Answer:
         """The cheapest whole plan on ``view``, or why there is none (planner.answer);
-        ``idle``: nodes it may book instead of launching."""
+        ``idle``: nodes it may book instead of launching. ``deadline`` (monotonic): the
+        caller's, when sooner than the planner's own bound (PLAN_SECONDS)."""
         ...
 
     def timing(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
-               idle: Sequence[IdleNode] = ()) -> tuple[Answer, Wait | None]:
+               idle: Sequence[IdleNode] = (), deadline: float | None = None,
+               ) -> tuple[Answer, Wait | None]:
         """The plan now, and whether waiting for a reservation's window is cheaper
         (planner.timing.wait_or_buy)."""
         ...
@@ -78,11 +81,12 @@ class InProcess:
         self._matcher = matcher
 
     def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
-             idle: Sequence[IdleNode] = ()) -> Answer:
+             idle: Sequence[IdleNode] = (), deadline: float | None = None) -> Answer:
         return plan(demand, view, self._matcher, sizes, idle=idle)
 
     def timing(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
-               idle: Sequence[IdleNode] = ()) -> tuple[Answer, Wait | None]:
+               idle: Sequence[IdleNode] = (), deadline: float | None = None,
+               ) -> tuple[Answer, Wait | None]:
         return _timing(self._matcher, demand, view, sizes, idle)
 
     def close(self) -> None:
@@ -99,6 +103,11 @@ def _timing(matcher: Matcher, demand: Demand, view: CapacityView, sizes: Mapping
 # --- the planning process ------------------------------------------------------------------
 
 _MATCHER: Matcher | None = None  # in the planning process: built once, from the groups
+# The most one plan of the planning process may take (a worst-case request plans in about
+# a second, bench/plan_limits.py): past it the process is killed and replaced and the
+# request answered PlanningFailed (retried after its backoff), so that no request holds
+# the planning gate, which every other request's plan waits for, longer than this.
+PLAN_SECONDS = 15.0
 _PARENT_CHECK_SECONDS = 1.0
 
 
@@ -163,9 +172,11 @@ class PlanProcess:
     that: a request whose planning kills the planner is never planned in the process that
     serves CA."""
 
-    def __init__(self, groups: Sequence[NodeGroup], gpu_label: str) -> None:
+    def __init__(self, groups: Sequence[NodeGroup], gpu_label: str,
+                 seconds: float = PLAN_SECONDS) -> None:
         self._groups = tuple(groups)
         self._gpu_label = gpu_label
+        self._seconds = seconds
         self._lock = threading.Lock()
         self._pool, self._pid = self._new_pool()
 
@@ -178,16 +189,17 @@ class PlanProcess:
         return pool, pool.submit(_ready).result()
 
     def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
-             idle: Sequence[IdleNode] = ()) -> Answer:
+             idle: Sequence[IdleNode] = (), deadline: float | None = None) -> Answer:
         answer = self._call(demand, lambda pool: pool.submit(
-            _plan_there, demand, self._send(view), dict(sizes), tuple(idle)).result())
+            _plan_there, demand, self._send(view), dict(sizes), tuple(idle)), deadline)
         assert isinstance(answer, Plan | Infeasible)
         return answer
 
     def timing(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
-               idle: Sequence[IdleNode] = ()) -> tuple[Answer, Wait | None]:
+               idle: Sequence[IdleNode] = (), deadline: float | None = None,
+               ) -> tuple[Answer, Wait | None]:
         answer = self._call(demand, lambda pool: pool.submit(
-            _timing_there, demand, self._send(view), dict(sizes), tuple(idle)).result())
+            _timing_there, demand, self._send(view), dict(sizes), tuple(idle)), deadline)
         if isinstance(answer, Infeasible):
             return answer, None
         assert isinstance(answer, tuple)
@@ -196,22 +208,42 @@ class PlanProcess:
     def _send(self, view: CapacityView) -> CapacityView:
         return _sendable(view, self._groups)
 
-    def _call(self, demand: Demand, run: Callable[[ProcessPoolExecutor], object]) -> object:
+    def _call(self, demand: Demand, submit: Callable[[ProcessPoolExecutor], Future[object]],
+              deadline: float | None = None) -> object:
+        """What ``submit`` sends the planning process, within this planner's bound (and
+        ``deadline``, when sooner): past it, the process is killed and replaced, and the
+        plan is answered as infeasible, naming the bound. The caller's gate is then free."""
         for tried in (1, 2):
             pool = self._pool
+            started = time.monotonic()
+            bound = self._seconds if deadline is None else \
+                max(0.0, min(self._seconds, deadline - started))
             try:
-                return run(pool)
+                return submit(pool).result(timeout=bound)
             except BrokenProcessPool:
                 log.warning("the planning process died planning %s (try %d); starting "
                             "another", demand.name, tried)
                 self._replace(pool)
+            except FutureTimeout:
+                took = time.monotonic() - started
+                log.warning("planning %s took more than %.1fs: the planning process is "
+                            "killed and replaced", demand.name, took)
+                self._replace(pool, kill=True)
+                cut = "its caller's deadline" if bound < self._seconds else \
+                    f"allset's bound for one plan, {self._seconds:g}s"
+                return Infeasible((Reason(ReasonCode.PLANNING_FAILED, (
+                    f"planning {demand.name} was stopped after {took:.1f}s ({cut}); "
+                    "the planning process was replaced")),))
         return Infeasible((Reason(ReasonCode.PLANNING_FAILED, (
             f"the planning process died twice while planning {demand.name} (killed or "
             f"out of memory: see its pod's events and allset's log)")),))
 
-    def _replace(self, broken: ProcessPoolExecutor) -> None:
+    def _replace(self, broken: ProcessPoolExecutor, *, kill: bool = False) -> None:
         with self._lock:
             if self._pool is broken:  # another thread may have replaced it already
+                if kill:  # still planning: nothing else stops a pool's worker
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(self._pid, signal.SIGKILL)
                 broken.shutdown(wait=False, cancel_futures=True)
                 self._pool, self._pid = self._new_pool()
 

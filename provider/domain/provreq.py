@@ -20,6 +20,7 @@ from provider.domain.demand import (
     Toleration,
     Topology,
 )
+from provider.domain.devices.cel import request_cost_problem
 from provider.domain.devices.from_api import (
     KINDS,
     DocumentObjects,
@@ -244,6 +245,11 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
     names = [p.name for p in pod_sets]
     if len(set(names)) != len(names):
         problems.append(("spec.podSets", "two pod sets use the same PodTemplate"))
+    too_costly = request_cost_problem(
+        s.expression for p in pod_sets for claim in p.claims for r in claim.requests
+        for o in r.options for s in o.selectors)
+    if too_costly is not None:
+        problems.append(("spec.podSets", too_costly))
     if problems:
         raise BadRequest(name, problems)
     demand = Demand(

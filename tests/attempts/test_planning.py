@@ -190,9 +190,38 @@ def test_an_error_raised_in_the_planning_process_reaches_the_caller_and_it_serve
     h = harness(planner=process)
     (child,) = list(process._pool._processes)
     with pytest.raises(RecursionError, match="maximum recursion depth"):
-        process._call(gang(), lambda pool: pool.submit(_raises).result())
+        process._call(gang(), lambda pool: pool.submit(_raises))
     assert list(process._pool._processes) == [child]
     assert isinstance(process.plan(gang(), h.provider.ledger.view(), {}), Plan)
+
+
+def test_a_plan_past_the_bound_is_stopped_its_process_replaced_and_the_gate_freed() -> None:
+    """Issue 51: a plan that overran held the planning gate, which every request's plan
+    and the admin Plan wait for, as long as it ran. Past the bound its process is killed
+    and replaced, the plan is answered as PlanningFailed naming the bound, the gate is
+    free at once, and the next plan is served by the new process."""
+    cfg = config()
+    process = PlanProcess(cfg.groups, cfg.schema.gpu_label, seconds=1.0)
+    try:
+        h = harness(planner=process)
+        gate = h.provider.gangs.planning
+        (child,) = list(process._pool._processes)
+        with gate:
+            answer = process._call(gang(), lambda pool: pool.submit(_sleeps, 600))
+        assert isinstance(answer, Infeasible)
+        assert answer.primary.code is ReasonCode.PLANNING_FAILED
+        assert "allset's bound for one plan, 1s" in answer.summary()
+        with pytest.raises(ProcessLookupError):  # the overrunning process is gone
+            os.kill(child, 0)
+        assert gate.acquire(blocking=False)  # free: no thread still plans
+        gate.release()
+        assert isinstance(process.plan(gang(), h.provider.ledger.view(), {}), Plan)
+        # A caller's deadline sooner than the bound stops it there.
+        soon = time.monotonic() + 0.2
+        answer = process._call(gang(), lambda pool: pool.submit(_sleeps, 600), soon)
+        assert isinstance(answer, Infeasible) and "caller's deadline" in answer.summary()
+    finally:
+        process.close()
 
 
 def test_the_planning_process_ends_when_its_parent_is_killed(tmp_path: Path) -> None:

@@ -60,7 +60,7 @@ def test_what_fits_at_max_size_is_not_refused(world: World) -> None:
 def test_odd_and_huge_numbers_fail_the_request_naming_the_bound(
         world: World, field: str, value: str, words: str) -> None:
     w = world
-    create(w, **{field: value})
+    create(w, "job", None, **{field: value})
     w.sync()
     failed = w.condition(c.FAILED)
     assert failed is not None and failed.true, w.request()
