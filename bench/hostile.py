@@ -27,17 +27,23 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
+import json
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
 from adapters.fake import FakeCloud
 from adapters.registry import create_adapter
-from bench.common import heading, percentiles
+from bench.common import ROOT, heading, percentiles
 from bench.plan_limits import CA_GROUP, increase_size
 from provider.app import Provider
 from provider.attempts.planning import PlanProcess
@@ -47,6 +53,7 @@ from provider.config import load_config_text
 from provider.controller import conditions as c
 from provider.controller.controller import Controller
 from provider.controller.kube import KubeApi
+from provider.domain.cloud import InstanceState
 from provider.domain.devices.from_api import DocumentObjects
 from provider.domain.plan import Infeasible
 from provider.domain.provreq import BadRequest, demand_from
@@ -180,8 +187,13 @@ def refusals(provider: Provider, runs: int) -> None:
 class Hostiles:
     """``count`` hostile requests kept open: one Failed is deleted and made again, new."""
 
-    def __init__(self, kube: FakeKube, api: client.ApiClient, count: int) -> None:
-        self._kube, self._count = kube, count
+    def __init__(self, kube: FakeKube, api: client.ApiClient, count: int, mode: str,
+                 prefix: str) -> None:
+        self._kube, self._count, self._prefix = kube, count, prefix
+        # "once": made and refused, left standing; "churn": each one refused is made again;
+        # "benign": churned too, but each is a request that names no PodTemplate (the
+        # cost of any tenant's churn, selectors or not).
+        self._mode = mode
         self._custom = client.CustomObjectsApi(api)
         self._made = itertools.count(1)
         self._stop = threading.Event()
@@ -191,17 +203,21 @@ class Hostiles:
     def start(self) -> None:
         for slot in range(self._count):
             self._create(slot)
-        self._thread.start()
+        if self._mode != "once":
+            self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
 
     def _create(self, slot: int) -> None:
         k = next(self._made)
-        name = f"hostile-{slot}"
+        name = f"{self._prefix}{slot}"
         kinds = list(HOSTILE.values())
-        if slot % 4 == 3:  # a quarter of them odd or huge numbers
+        if self._mode == "benign":
+            body = objects.provisioning_request(NS, name, {"missing": 1})
+        elif slot % 4 == 3:  # a quarter of them odd or huge numbers
             params = list(ODD_NUMBERS.values())[k % len(ODD_NUMBERS)]
             body = objects.provisioning_request(NS, name, {"workers": 1}, parameters=params)
         else:
@@ -224,8 +240,7 @@ class Hostiles:
     def _run(self) -> None:
         while not self._stop.wait(0.05):
             for slot in range(self._count):
-                obj = self._kube.get("provisioningrequests", f"hostile-{slot}", NS,
-                                     group="autoscaling.x-k8s.io")
+                obj = self._kube.get("provisioningrequests", f"{self._prefix}{slot}", NS)
                 if obj is None:
                     self._create(slot)
                     continue
@@ -233,16 +248,16 @@ class Hostiles:
                 failed = conds.get(c.FAILED)
                 if failed is not None and failed.true and \
                         not obj["metadata"].get("deletionTimestamp"):
-                    self._kube.delete("provisioningrequests", f"hostile-{slot}", NS,
-                                      group="autoscaling.x-k8s.io")
+                    self._kube.delete("provisioningrequests", f"{self._prefix}{slot}", NS)
 
 
 def join(kube: FakeKube, cloud: FakeCloud, stop: threading.Event) -> None:
-    """Kubelets joining: a Ready Node for each running instance, at once."""
+    """Kubelets joining: a Ready Node for each running instance of the simulated cloud
+    (shared with allset's process through its file), at once."""
     joined: set[str] = set()
     while not stop.wait(0.05):
         for inst in cloud.live_instances():
-            if inst.name not in joined:
+            if inst.state is InstanceState.RUNNING and inst.name not in joined:
                 kube.create(objects.node(inst.name, provider_id=inst.provider_id))
                 joined.add(inst.name)
 
@@ -253,77 +268,110 @@ def provisioned_in(kube: FakeKube, custom: client.CustomObjectsApi, name: str) -
         "autoscaling.x-k8s.io", "v1", NS, "provisioningrequests",
         objects.provisioning_request(NS, name, {"workers": 1}))
     while True:
-        obj = kube.get("provisioningrequests", name, NS, group="autoscaling.x-k8s.io")
+        obj = kube.get("provisioningrequests", name, NS)
         conds = c.read(((obj or {}).get("status") or {}).get("conditions"))
         if conds.get(c.PROVISIONED) is not None and conds[c.PROVISIONED].true:
             took = time.perf_counter() - start
             break
         if time.perf_counter() - start > 120:
-            raise SystemExit(f"{name} not Provisioned within 120 s")
+            raise SystemExit(f"{name} not Provisioned within 120 s: {obj}; nodes "
+                             f"{[n['metadata']['name'] for n in kube.list('nodes')]}")
         time.sleep(0.01)
-    kube.delete("provisioningrequests", name, NS, group="autoscaling.x-k8s.io")
+    kube.delete("provisioningrequests", name, NS)
     return took
 
 
-def phase(kube: FakeKube, api: client.ApiClient, server: Server, label: str,
-          hostile: int, ordinary: int, calls: int) -> tuple[float, float, float, float, int]:
-    custom = client.CustomObjectsApi(api)
-    hostiles = Hostiles(kube, api, hostile) if hostile else None
-    if hostiles is not None:
-        hostiles.start()
-        time.sleep(1.0)  # they are being refused when the measuring starts
-    samples: list[float] = []
-    ca = threading.Thread(target=lambda: samples.extend(increase_size(server.address, calls)))
-    ca.start()
-    times = [provisioned_in(kube, custom, f"{label}-{i}") for i in range(ordinary)]
-    ca.join()
-    made = 0
-    if hostiles is not None:
-        hostiles.stop()
-        made = hostiles.created
-    p50, p99 = percentiles(samples)
-    return p50, p99, statistics.median(times), max(times), made
+def tenants(config_path: str) -> None:
+    """The cluster's side, in a process of its own (as the API server and the tenants are
+    not allset's): the fake API server, kubelets, the hostile and the ordinary tenants.
+    Prints the server's URL, then per "phase LABEL HOSTILE ORDINARY" line read, the
+    ordinary requests' times to Provisioned as a JSON line."""
+    with FakeKube() as kube, kube.client() as api:
+        kube.create(workers_template())
+        kube.create(objects.device_class(DRIVER, CLASS))
+        stop = threading.Event()
+        cfg = load_config_text(Path(config_path).read_text(), config_path)
+        cloud = create_adapter(cfg, SystemClock())
+        assert isinstance(cloud, FakeCloud)
+        threading.Thread(target=join, args=(kube, cloud, stop), daemon=True).start()
+        print(kube.url, flush=True)
+        custom = client.CustomObjectsApi(api)
+        for line in sys.stdin:
+            _, label, hostile, ordinary, mode = line.split()
+            kube.wait_for_watchers(1)
+            hostiles = Hostiles(kube, api, int(hostile), mode, f"{label}-h") \
+                if int(hostile) else None
+            if hostiles is not None:
+                hostiles.start()
+                time.sleep(1.0)  # they are being refused when the measuring starts
+            times = [provisioned_in(kube, custom, f"{label}-{i}")
+                     for i in range(int(ordinary))]
+            if hostiles is not None:
+                hostiles.stop()
+            print(json.dumps({"times": times, "hostile": hostiles.created if hostiles
+                              else 0}), flush=True)
+        stop.set()
 
 
 def service(hostile: int, ordinary: int, calls: int) -> None:
-    cfg = load_config_text(config(), "<bench>")
+    workdir = Path(tempfile.mkdtemp(prefix="bench-hostile-"))
+    cloud_db = str(workdir / "cloud.db")
+    text = config().replace("  provider: fake\n",
+                            f"  provider: fake\n  fake: {{statePath: {cloud_db}, shared: true}}\n")
+    config_path = workdir / "allset.yaml"
+    config_path.write_text(text)
+    cfg = load_config_text(text, str(config_path))
     clock = SystemClock()
     cloud = create_adapter(cfg, clock)
-    assert isinstance(cloud, FakeCloud)
     planner = PlanProcess(cfg.groups, cfg.schema.gpu_label)  # as `allset serve` has it
     provider = Provider(cfg, cloud, clock, planner=planner)
     server = Server(provider, "127.0.0.1:0", None)
     server.start()
     favour_ca_latency()
-    print(f"\n2. the whole service: IncreaseSize({CA_GROUP}, 1) over gRPC, {calls} calls, and "
-          f"an ordinary request (one 8-GPU node) to Provisioned, {ordinary} in a row")
+    cluster = subprocess.Popen([sys.executable, "-m", "bench.hostile", "--tenants",
+                                str(config_path)],
+                               cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True)
+    assert cluster.stdin is not None and cluster.stdout is not None
+    print(f"\n2. the whole service (allset, the API server with the tenants, and CA: three "
+          f"processes): IncreaseSize({CA_GROUP}, 1) over gRPC, {calls} calls, and an "
+          f"ordinary request (one 8-GPU node) to Provisioned, {ordinary} in a row")
     print(f"   {'beside':<34} {'CA p50 ms':>9} {'CA p99 ms':>9} {'ratio':>6} "
           f"{'Provisioned s':>13} {'max s':>6} {'ratio':>6} {'hostile made':>12}")
     try:
         while not provider.acting():
             time.sleep(0.05)
-        with FakeKube() as kube, kube.client() as api:
-            kube.create(workers_template())
-            kube.create(objects.device_class(DRIVER, CLASS))
+        url = cluster.stdout.readline().strip()
+        with client.ApiClient(client.Configuration(host=url)) as api:
             controller = Controller(provider, KubeApi(api), workers=16, resync_seconds=5.0)
             controller.start()
-            kube.wait_for_watchers(1)
-            stop = threading.Event()
-            kubelets = threading.Thread(target=join, args=(kube, cloud, stop), daemon=True)
-            kubelets.start()
             base: tuple[float, float] | None = None
-            for label, count in (("nothing", 0), (f"{hostile} hostile requests", hostile)):
-                p50, p99, median, most, made = phase(
-                    kube, api, server, f"ord{count}", count, ordinary, calls)
+            phases = (("nothing", 0, "none"),
+                      (f"{hostile} hostile, made once", hostile, "once"),
+                      (f"{hostile} hostile, made again", hostile, "churn"),
+                      (f"{hostile} invalid, made again", hostile, "benign"))
+            for n, (label, count, mode) in enumerate(phases):
+                samples: list[float] = []
+                ca = threading.Thread(target=lambda into=samples: into.extend(
+                    increase_size(server.address, calls)))
+                cluster.stdin.write(f"phase ord{n} {count} {ordinary} {mode}\n")
+                cluster.stdin.flush()
+                ca.start()
+                found = json.loads(cluster.stdout.readline())
+                ca.join()
+                p50, p99 = percentiles(samples)
+                median, most = statistics.median(found["times"]), max(found["times"])
                 base = base or (p99, median)
                 print(f"   {label:<34} {p50:9.2f} {p99:9.2f} {p99 / base[0]:5.2f}x "
-                      f"{median:13.3f} {most:6.3f} {median / base[1]:5.2f}x {made:12d}")
-            stop.set()
-            kubelets.join()
+                      f"{median:13.3f} {most:6.3f} {median / base[1]:5.2f}x "
+                      f"{found['hostile']:12d}")
             controller.stop()
     finally:
+        cluster.stdin.close()
+        cluster.wait(30)
         server.stop(grace=1.0)
         planner.close()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main() -> None:
@@ -332,7 +380,11 @@ def main() -> None:
     parser.add_argument("--ordinary", type=int, default=12)
     parser.add_argument("--calls", type=int, default=600)
     parser.add_argument("--hostile", type=int, default=8)
+    parser.add_argument("--tenants", metavar="CONFIG", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.tenants:
+        tenants(args.tenants)
+        return
     print(heading("bench.hostile"))
     cfg = load_config_text(config(), "<bench>")
     clock = SystemClock()

@@ -34,7 +34,6 @@ from provider.domain.cloud import CloudInstance
 from provider.domain.demand import CLASS_NAME, Demand
 from provider.domain.plan import IdleNode, Infeasible
 from provider.domain.provreq import MOST_RUNTIME_SECONDS, BadRequest, Parameters, demand_from
-from provider.planner.limits import never_fits
 from provider.planner.timing import Wait
 from provider.planner.wake import wakes
 
@@ -303,7 +302,7 @@ class RequestHandler:
         key = key_of(obj)
         demand = t.demand
         assert demand is not None
-        refused = never_fits(demand, self._p.matcher)
+        refused = self._p.refusal(demand)
         if refused is not None:
             # No state of the fleet makes it fit (only a larger maxSize would): failed at
             # once, neither planned nor retried, by this replica or the next.

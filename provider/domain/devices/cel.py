@@ -69,26 +69,27 @@ def _checker() -> celpy.Environment:
 
 
 @functools.lru_cache(maxsize=1024)
+def _checked(expression: str) -> tuple[str | None, int]:
+    """(why the selector is beyond the limits, or None; allset's estimate of its cost, 0
+    when it is refused or does not parse): one parse for both."""
+    try:
+        return None, limits.cost_of(_parsed(_checker(), expression))
+    except SelectorOverLimit as err:
+        return err.why, 0
+    except CELParseError:
+        return None, 0
+
+
 def selector_problem(expression: str) -> str | None:
     """Why a selector is beyond the limits, or None (one that does not parse is not: the
     planner reports it as unsupported, as it does a function allset does not model)."""
-    try:
-        _parsed(_checker(), expression)
-    except SelectorOverLimit as err:
-        return err.why
-    except CELParseError:
-        return None
-    return None
+    return _checked(expression)[0]
 
 
-@functools.lru_cache(maxsize=1024)
 def selector_cost(expression: str) -> int:
     """allset's estimate of the selector's cost (0 for one that does not parse, or beyond
     the limits: those are refused for that)."""
-    try:
-        return limits.cost_of(_parsed(_checker(), expression))
-    except (SelectorOverLimit, CELParseError):
-        return 0
+    return _checked(expression)[1]
 
 
 def request_cost_problem(expressions: Iterable[str]) -> str | None:
