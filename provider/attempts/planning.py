@@ -265,14 +265,18 @@ class PlanProcess:
         self._seconds = seconds
         self._planning = _Worker("planning", self._groups, gpu_label)
         self._judging = _Worker("judging", self._groups, gpu_label)
+        self._judging_turn = threading.Lock()
 
     @property
     def _pool(self) -> ProcessPoolExecutor:
         return self._planning.pool
 
     def refusal(self, demand: Demand) -> Infeasible | None:
-        answer = self._judging.call(demand, lambda pool: pool.submit(_refusal_there, demand),
-                                    self._seconds)
+        # One at a time, so that the bound times this request's judging alone, never its
+        # wait behind another's (each of which the same bound ends).
+        with self._judging_turn:
+            answer = self._judging.call(
+                demand, lambda pool: pool.submit(_refusal_there, demand), self._seconds)
         assert answer is None or isinstance(answer, Infeasible)
         return answer
 
