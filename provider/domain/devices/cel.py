@@ -18,6 +18,7 @@ is evaluated, never a RecursionError."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -183,6 +184,11 @@ def _library(parse_quantity: ParseQuantity) -> dict[str, Callable[..., Any]]:
     }
 
 
+# Selectors that ran out of their steps, by digest (a tenant can make them without end,
+# each up to 10 KiB). Past this many they are forgotten at once: one seen again is then
+# found over its budget again, or, if a plan's cached fit answers first, said unsupported
+# (never a match) rather than invalid.
+_MAX_OVER_BUDGET = 100_000
 _MAX_REMEMBERED = 100_000  # compiled selectors, verdicts: forgotten all at once beyond this
 _MACROS = frozenset({"has", "all", "exists", "exists_one", "map", "filter"})
 
@@ -268,7 +274,7 @@ class CelEnvironment:
         # not depend on what other requests evaluated before it.
         self._verdicts: dict[tuple[str, str, object], tuple[Verdict, int]] = {}
         self._activations: dict[tuple[str, Device], Mapping[str, Any]] = {}
-        self._over_budget: dict[str, str] = {}  # never forgotten: a selector's bound
+        self._over_budget: dict[bytes, str] = {}  # see _MAX_OVER_BUDGET
         self._lock = threading.Lock()
 
     def compile(self, expression: str) -> Compiled:
@@ -304,13 +310,13 @@ class CelEnvironment:
         """Raises UnsupportedSelector for a selector that cannot be judged, or that ran out
         of its evaluation budget before (on any device)."""
         self.compile(expression)
-        why = self._over_budget.get(expression)
+        why = self._over_budget.get(_digest(expression))
         if why is not None:
             raise SelectorOverLimit(expression, why)
 
     def over_budget(self, expression: str) -> str | None:
         """Why the selector is refused, if an evaluation of it ran out of its budget."""
-        return self._over_budget.get(expression)
+        return self._over_budget.get(_digest(expression))
 
     def evaluate(self, expression: str, driver: str, device: Device) -> Verdict:
         """The selector's verdict on the device; SelectorOverLimit when it takes more than
@@ -333,7 +339,9 @@ class CelEnvironment:
                 budget.charge(allowed + 1, key)  # the request's steps ran out, not its own
             why = limits.over_budget(device.name)
             with self._lock:
-                self._over_budget[expression] = why
+                if len(self._over_budget) >= _MAX_OVER_BUDGET:
+                    self._over_budget.clear()  # each found again, within its budget
+                self._over_budget[_digest(expression)] = why
             raise SelectorOverLimit(expression, why) from None
         except (CELEvalError, ValueError, TypeError, ArithmeticError) as err:
             verdict = _error_text(err)
@@ -370,6 +378,10 @@ class CelEnvironment:
             found = {"device": _device_value(driver, device)}
             self._activations[key] = found
         return found
+
+
+def _digest(expression: str) -> bytes:
+    return hashlib.blake2b(expression.encode(), digest_size=16).digest()
 
 
 def _error_text(err: Exception) -> str:
