@@ -263,8 +263,11 @@ class PlanProcess:
                  seconds: float = PLAN_SECONDS) -> None:
         self._groups = tuple(groups)
         self._seconds = seconds
+        self._gpu_label = gpu_label
         self._planning = _Worker("planning", self._groups, gpu_label)
-        self._judging = _Worker("judging", self._groups, gpu_label)
+        # Started at the first request with claims (~1 s of imports): not at every start
+        # of `allset serve`, most of whose fleets see no DRA request.
+        self._judging: _Worker | None = None
         self._judging_turn = threading.Lock()
 
     @property
@@ -275,6 +278,8 @@ class PlanProcess:
         # One at a time, so that the bound times this request's judging alone, never its
         # wait behind another's (each of which the same bound ends).
         with self._judging_turn:
+            if self._judging is None:
+                self._judging = _Worker("judging", self._groups, self._gpu_label)
             answer = self._judging.call(
                 demand, lambda pool: pool.submit(_refusal_there, demand), self._seconds)
         assert answer is None or isinstance(answer, Infeasible)
@@ -311,4 +316,6 @@ class PlanProcess:
         OSError traceback. Work still running after ``timeout`` is cut short (its process
         killed): nobody is left waiting for it."""
         self._planning.close(timeout)
-        self._judging.close(timeout)
+        judging = self._judging  # not waiting for its turn: a judging under way is cut short
+        if judging is not None:
+            judging.close(timeout)
