@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import socket
 import statistics
@@ -73,6 +74,13 @@ def percentiles(samples: Sequence[float]) -> tuple[float, float]:
     p50 = statistics.median(ordered)
     p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
     return p50 * 1000, p99 * 1000
+
+
+def heading(name: str) -> str:
+    """The first line a bench prints: which, on what, when, and the machine's load."""
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (f"{name} on {machine()}, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, "
+            f"load average {load}")
 
 
 def machine() -> str:

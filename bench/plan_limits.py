@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -40,7 +38,7 @@ from typing import Any
 import yaml
 
 from adapters.registry import create_adapter
-from bench.common import ROOT, machine, percentiles
+from bench.common import ROOT, heading, percentiles
 from provider.app import Provider
 from provider.attempts.planning import InProcess, Planner, PlanProcess
 from provider.base.clock import SystemClock
@@ -315,9 +313,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--groups", type=int, default=200)
     args = parser.parse_args()
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"bench.plan_limits on {machine()}, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, "
-          f"load average {load}")
+    print(heading("bench.plan_limits"))
     config = load_config_text(fleet_config(args.groups), "bench.yaml")
     clock = SystemClock()
     planner = PlanProcess(config.groups, config.schema.gpu_label)  # as `allset serve` has

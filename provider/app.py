@@ -25,11 +25,13 @@ from provider.capacity.ledger import Ledger
 from provider.capacity.unavailable import UnavailableOfferings
 from provider.config import LoadedConfig
 from provider.domain.cloud import CapacityType, CloudAdapter, CloudError, CloudInstance
+from provider.domain.demand import Demand
 from provider.domain.errors import DomainError, FailedPrecondition, Unavailable
 from provider.domain.fleet import Fleet
 from provider.domain.model import NodeGroup, Resources, ScaleUpMode
-from provider.domain.plan import IdleNode
+from provider.domain.plan import IdleNode, Infeasible
 from provider.leadership.elector import AlwaysLeader, Leadership, NotLeader
+from provider.planner.limits import never_fits
 from provider.planner.matching import Matcher
 
 log = logging.getLogger(__name__)
@@ -321,6 +323,15 @@ class Provider:
     def idle(self) -> list[IdleNode]:
         """The nodes a request may book instead of launching, now."""
         return self._idle()
+
+    def refusal(self, demand: Demand) -> Infeasible | None:
+        """Why the gang is refused before planning (planner.limits.never_fits), or None.
+        A gang whose pods claim devices is judged by the planner (`allset serve`: in a
+        process of its own), since judging it evaluates the tenant's DRA selectors; any
+        other is judged here, in well under a millisecond."""
+        if any(pod_set.claims for pod_set in demand.pod_sets):
+            return self.planner.refusal(demand)
+        return never_fits(demand, self.matcher)
 
     def protect_gangs_with(self, standing: Callable[[str, str | None], bool | None]) -> None:
         """Say which ProvisioningRequests stand (the controller): CA may not delete a node

@@ -28,7 +28,8 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import util as mp_util
 from multiprocessing.synchronize import SemLock
@@ -39,6 +40,7 @@ from provider.domain.demand import Demand
 from provider.domain.model import NodeGroup
 from provider.domain.plan import IdleNode, Infeasible, Plan, Reason, ReasonCode
 from provider.planner.answer import plan
+from provider.planner.limits import never_fits
 from provider.planner.matching import Matcher
 from provider.planner.timing import Wait, wait_or_buy
 
@@ -57,15 +59,22 @@ copyreg.pickle(types.MappingProxyType, lambda m: (_frozen_mapping, (dict(m),)))
 
 class Planner(Protocol):
     def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
-             idle: Sequence[IdleNode] = ()) -> Answer:
+             idle: Sequence[IdleNode] = (), deadline: float | None = None) -> Answer:
         """The cheapest whole plan on ``view``, or why there is none (planner.answer);
-        ``idle``: nodes it may book instead of launching."""
+        ``idle``: nodes it may book instead of launching. ``deadline`` (monotonic): the
+        caller's, when sooner than the planner's own bound (PLAN_SECONDS)."""
         ...
 
     def timing(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
-               idle: Sequence[IdleNode] = ()) -> tuple[Answer, Wait | None]:
+               idle: Sequence[IdleNode] = (), deadline: float | None = None,
+               ) -> tuple[Answer, Wait | None]:
         """The plan now, and whether waiting for a reservation's window is cheaper
         (planner.timing.wait_or_buy)."""
+        ...
+
+    def refusal(self, demand: Demand) -> Infeasible | None:
+        """Why the gang is refused before any planning (planner.limits.never_fits: it can
+        never fit, or its DRA selectors are over their budget), or None."""
         ...
 
     def close(self) -> None:
@@ -80,12 +89,16 @@ class InProcess:
         self._matcher = matcher
 
     def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
-             idle: Sequence[IdleNode] = ()) -> Answer:
+             idle: Sequence[IdleNode] = (), deadline: float | None = None) -> Answer:
         return plan(demand, view, self._matcher, sizes, idle=idle)
 
     def timing(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
-               idle: Sequence[IdleNode] = ()) -> tuple[Answer, Wait | None]:
+               idle: Sequence[IdleNode] = (), deadline: float | None = None,
+               ) -> tuple[Answer, Wait | None]:
         return _timing(self._matcher, demand, view, sizes, idle)
+
+    def refusal(self, demand: Demand) -> Infeasible | None:
+        return never_fits(demand, self._matcher)
 
     def close(self) -> None:
         pass
@@ -101,6 +114,11 @@ def _timing(matcher: Matcher, demand: Demand, view: CapacityView, sizes: Mapping
 # --- the planning process ------------------------------------------------------------------
 
 _MATCHER: Matcher | None = None  # in the planning process: built once, from the groups
+# The most one plan of the planning process may take (a worst-case request plans in about
+# a second, bench/plan_limits.py): past it the process is killed and replaced and the
+# request answered PlanningFailed (retried after its backoff), so that no request holds
+# the planning gate, which every other request's plan waits for, longer than this.
+PLAN_SECONDS = 15.0
 _PARENT_CHECK_SECONDS = 1.0
 
 
@@ -187,27 +205,27 @@ def _unlink_semaphore(key: object) -> None:
         hook()
 
 
+def _refusal_there(demand: Demand) -> Infeasible | None:
+    return never_fits(demand, _matcher())
+
+
 def _ready() -> int:
     """The planning process's pid, once it is started (its imports done)."""
     assert _MATCHER is not None
     return os.getpid()
 
 
-class PlanProcess:
-    """Plans built in one child process (started with ``spawn``: a fork of a process
-    running gRPC's threads is not safe). Requests plan one at a time already (the gangs'
-    planning gate); the admin Plan call and window decisions queue behind at most that one.
+class _Worker:
+    """One child process (started with ``spawn``: a fork of a process running gRPC's
+    threads is not safe) doing one thing at a time, each within a bound: past it the
+    process is killed and replaced. One that dies (killed, out of memory) is started
+    again and the work tried once more there; if it dies again the work is answered as
+    infeasible, naming that."""
 
-    A planning process that dies (killed, out of memory) is started again and the plan
-    tried once more there; if it dies again the plan is answered as infeasible, naming
-    that: a request whose planning kills the planner is never planned in the process that
-    serves CA."""
-
-    def __init__(self, groups: Sequence[NodeGroup], gpu_label: str) -> None:
-        self._groups = tuple(groups)
-        self._gpu_label = gpu_label
+    def __init__(self, what: str, groups: tuple[NodeGroup, ...], gpu_label: str) -> None:
+        self._what, self._groups, self._gpu_label = what, groups, gpu_label
         self._lock = threading.Lock()
-        self._pool, self._pid = self._new_pool()
+        self.pool, self.pid = self._new_pool()
 
     def _new_pool(self) -> tuple[ProcessPoolExecutor, int]:
         """A pool whose process has started (so that no request waits for its imports),
@@ -233,17 +251,108 @@ class PlanProcess:
             _unlink_semaphore(key)
         return pool, pid
 
+    def call(self, demand: Demand, submit: Callable[[ProcessPoolExecutor], Future[object]],
+             seconds: float, deadline: float | None = None) -> object:
+        """What ``submit`` sends the process, within ``seconds`` (and ``deadline``, when
+        sooner): past it, the process is killed and replaced, and the work is answered as
+        infeasible, naming the bound. The caller's gate is then free."""
+        for tried in (1, 2):
+            pool = self.pool
+            started = time.monotonic()
+            bound = seconds if deadline is None else max(0.0, min(seconds,
+                                                                  deadline - started))
+            try:
+                return submit(pool).result(timeout=bound)
+            except BrokenProcessPool:
+                log.warning("the %s process died on %s (try %d); starting another",
+                            self._what, demand.name, tried)
+                self._replace(pool)
+            except FutureTimeout:
+                took = time.monotonic() - started
+                log.warning("%s %s took more than %.1fs: the process is killed and "
+                            "replaced", self._what, demand.name, took)
+                self._replace(pool, kill=True)
+                cut = "its caller's deadline" if bound < seconds else \
+                    f"allset's bound for one plan, {seconds:g}s"
+                return Infeasible((Reason(ReasonCode.PLANNING_FAILED, (
+                    f"{self._what} {demand.name} was stopped after {took:.1f}s ({cut}); "
+                    f"the {self._what} process was replaced")),))
+        return Infeasible((Reason(ReasonCode.PLANNING_FAILED, (
+            f"the {self._what} process died twice on {demand.name} (killed or out of "
+            "memory: see its pod's events and allset's log)")),))
+
+    def _replace(self, broken: ProcessPoolExecutor, *, kill: bool = False) -> None:
+        with self._lock:
+            if self.pool is broken:  # another thread may have replaced it already
+                if kill:  # still at work: nothing else stops a pool's worker
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(self.pid, signal.SIGKILL)
+                broken.shutdown(wait=False, cancel_futures=True)
+                self.pool, self.pid = self._new_pool()
+
+    def close(self, timeout: float) -> None:
+        pool = self.pool
+        joined = threading.Thread(target=pool.shutdown, kwargs={"cancel_futures": True},
+                                  name=f"{self._what}-shutdown", daemon=True)
+        joined.start()
+        joined.join(timeout)
+        if joined.is_alive():
+            log.warning("the %s process was still at work at shutdown: killed", self._what)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            joined.join(timeout)
+
+
+class PlanProcess:
+    """Plans built in a child process of their own. Requests plan one at a time already
+    (the gangs' planning gate); the admin Plan call and window decisions queue behind at
+    most that one. A request whose planning kills the planner is never planned in the
+    process that serves CA.
+
+    A second child process judges requests whose pods claim devices (`refusal`): their
+    DRA selectors are a tenant's code, evaluated within a budget of steps
+    (domain/devices/budget.py) but in Python all the same, so off the interpreter lock
+    CA's threads and the controller's workers need, and not behind (nor in front of) the
+    gate requests' plans take."""
+
+    def __init__(self, groups: Sequence[NodeGroup], gpu_label: str,
+                 seconds: float = PLAN_SECONDS) -> None:
+        self._groups = tuple(groups)
+        self._seconds = seconds
+        self._gpu_label = gpu_label
+        self._planning = _Worker("planning", self._groups, gpu_label)
+        # Started at the first request with claims (~1 s of imports): not at every start
+        # of `allset serve`, most of whose fleets see no DRA request.
+        self._judging: _Worker | None = None
+        self._judging_turn = threading.Lock()
+
+    @property
+    def _pool(self) -> ProcessPoolExecutor:
+        return self._planning.pool
+
+    def refusal(self, demand: Demand) -> Infeasible | None:
+        # One at a time, so that the bound times this request's judging alone, never its
+        # wait behind another's (each of which the same bound ends).
+        with self._judging_turn:
+            if self._judging is None:
+                self._judging = _Worker("judging", self._groups, self._gpu_label)
+            answer = self._judging.call(
+                demand, lambda pool: pool.submit(_refusal_there, demand), self._seconds)
+        assert answer is None or isinstance(answer, Infeasible)
+        return answer
+
     def plan(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
-             idle: Sequence[IdleNode] = ()) -> Answer:
+             idle: Sequence[IdleNode] = (), deadline: float | None = None) -> Answer:
         answer = self._call(demand, lambda pool: pool.submit(
-            _plan_there, demand, self._send(view), dict(sizes), tuple(idle)).result())
+            _plan_there, demand, self._send(view), dict(sizes), tuple(idle)), deadline)
         assert isinstance(answer, Plan | Infeasible)
         return answer
 
     def timing(self, demand: Demand, view: CapacityView, sizes: Mapping[str, int],
-               idle: Sequence[IdleNode] = ()) -> tuple[Answer, Wait | None]:
+               idle: Sequence[IdleNode] = (), deadline: float | None = None,
+               ) -> tuple[Answer, Wait | None]:
         answer = self._call(demand, lambda pool: pool.submit(
-            _timing_there, demand, self._send(view), dict(sizes), tuple(idle)).result())
+            _timing_there, demand, self._send(view), dict(sizes), tuple(idle)), deadline)
         if isinstance(answer, Infeasible):
             return answer, None
         assert isinstance(answer, tuple)
@@ -252,38 +361,17 @@ class PlanProcess:
     def _send(self, view: CapacityView) -> CapacityView:
         return _sendable(view, self._groups)
 
-    def _call(self, demand: Demand, run: Callable[[ProcessPoolExecutor], object]) -> object:
-        for tried in (1, 2):
-            pool = self._pool
-            try:
-                return run(pool)
-            except BrokenProcessPool:
-                log.warning("the planning process died planning %s (try %d); starting "
-                            "another", demand.name, tried)
-                self._replace(pool)
-        return Infeasible((Reason(ReasonCode.PLANNING_FAILED, (
-            f"the planning process died twice while planning {demand.name} (killed or "
-            f"out of memory: see its pod's events and allset's log)")),))
-
-    def _replace(self, broken: ProcessPoolExecutor) -> None:
-        with self._lock:
-            if self._pool is broken:  # another thread may have replaced it already
-                broken.shutdown(wait=False, cancel_futures=True)
-                self._pool, self._pid = self._new_pool()
+    def _call(self, demand: Demand, submit: Callable[[ProcessPoolExecutor], Future[object]],
+              deadline: float | None = None) -> object:
+        return self._planning.call(demand, submit, self._seconds, deadline)
 
     def close(self, timeout: float = 5.0) -> None:
-        """End the planning process and the pool's manager thread before returning. One
-        left running races the interpreter's exit: CPython 3.11's exit hook wakes the
-        manager through a pipe the manager may be closing at that moment, and the exit
-        prints an OSError traceback. A plan still running after ``timeout`` is cut short
-        (its process killed): nobody is left waiting for it."""
-        pool = self._pool
-        joined = threading.Thread(target=pool.shutdown, kwargs={"cancel_futures": True},
-                                  name="planning-shutdown", daemon=True)
-        joined.start()
-        joined.join(timeout)
-        if joined.is_alive():
-            log.warning("the planning process was still planning at shutdown: killed")
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._pid, signal.SIGKILL)
-            joined.join(timeout)
+        """End both processes and their pools' manager threads before returning. One left
+        running races the interpreter's exit: CPython 3.11's exit hook wakes the manager
+        through a pipe the manager may be closing at that moment, and the exit prints an
+        OSError traceback. Work still running after ``timeout`` is cut short (its process
+        killed): nobody is left waiting for it."""
+        self._planning.close(timeout)
+        judging = self._judging  # not waiting for its turn: a judging under way is cut short
+        if judging is not None:
+            judging.close(timeout)

@@ -7,6 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from provider.base import numbers
+from provider.domain.provreq import MAX_COUNT, MAX_POD_SETS
+
 # provisioningClassDetails entries allset keeps for itself (Kueue copies only the keys a
 # ProvisioningRequestConfig names, so these never reach a pod).
 ATTEMPT_DETAIL = "allset.dev/attempt"  # written before the attempt's first cloud call
@@ -25,8 +28,12 @@ def planned(obj: Mapping[str, Any]) -> tuple[str | None, int | None]:
     """The recorded attempt and its planned node count (None where not recorded)."""
     found = details(obj)
     attempt = found.get(ATTEMPT_DETAIL) or None
-    text = found.get(PLANNED_DETAIL) or ""
-    return attempt, (int(text) if text.isdigit() else None)
+    try:  # written by allset; anything else there (an edit of the status) is not a count
+        count: int | None = numbers.whole(found.get(PLANNED_DETAIL) or "",
+                                            MAX_POD_SETS * MAX_COUNT)
+    except ValueError:
+        count = None
+    return attempt, count
 
 
 def reused(obj: Mapping[str, Any]) -> tuple[str, ...]:

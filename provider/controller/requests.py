@@ -33,8 +33,7 @@ from provider.controller.writes import Change, Writer, key_of, newer, uid_of
 from provider.domain.cloud import CloudInstance
 from provider.domain.demand import CLASS_NAME, Demand
 from provider.domain.plan import IdleNode, Infeasible
-from provider.domain.provreq import BadRequest, Parameters, demand_from
-from provider.planner.limits import never_fits
+from provider.domain.provreq import MOST_RUNTIME_SECONDS, BadRequest, Parameters, demand_from
 from provider.planner.timing import Wait
 from provider.planner.wake import wakes
 
@@ -303,7 +302,7 @@ class RequestHandler:
         key = key_of(obj)
         demand = t.demand
         assert demand is not None
-        refused = never_fits(demand, self._p.matcher)
+        refused = self._p.refusal(demand)
         if refused is not None:
             # No state of the fleet makes it fit (only a larger maxSize would): failed at
             # once, neither planned nor retried, by this replica or the next.
@@ -650,9 +649,11 @@ class RequestHandler:
         limit = spec.get("maximumExecutionTimeSeconds")
         # Kueue deactivates the workload when it has run that long, so the gang never needs
         # capacity for longer (its admission comes after provisioning, so this bounds it).
+        # Beyond the bound a request's own runtime has, it is read as that bound.
         if demand.expected_runtime_seconds is None and isinstance(limit, int) and \
                 not isinstance(limit, bool) and limit >= 1:
-            demand = dataclasses.replace(demand, expected_runtime_seconds=float(limit))
+            demand = dataclasses.replace(demand, expected_runtime_seconds=float(
+                min(limit, MOST_RUNTIME_SECONDS)))
         # The Workload's LocalQueue, in its namespace (the request's): its value of waiting.
         queue = spec.get("queueName")
         return self._p.config.guarded(

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from provider.base import numbers
 from provider.base.words import did_you_mean
 from provider.domain.cloud import CapacityType
 from provider.domain.demand import (
@@ -20,6 +21,7 @@ from provider.domain.demand import (
     Toleration,
     Topology,
 )
+from provider.domain.devices.cel import request_cost_problem
 from provider.domain.devices.from_api import (
     KINDS,
     DocumentObjects,
@@ -75,6 +77,14 @@ PARAMETERS = ("topology", "capacityTypes", "bookingDurationSeconds", "validUntil
 _ZONE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _USD_PER_GPU_HOUR = {"waitValuePerGpuHour": "wait_value_per_gpu_hour",
                      "crossZoneCostPerGpuHour": "cross_zone_cost_per_gpu_hour"}
+# Each number's upper bound (docs/provisioning-requests.md, "Limits"): a booking, a wait
+# or a deadline beyond a week, a runtime beyond a year, a price beyond 1,000 USD per
+# GPU-hour is a mistake or a tenant probing allset, and is refused with its reason.
+WEEK = 7 * 86400
+MOST_RUNTIME_SECONDS = 365 * 86400
+MOST_SECONDS = {"bookingDurationSeconds": WEEK, "validUntilSeconds": WEEK,
+                "maxWaitSeconds": WEEK, "expectedRuntimeSeconds": MOST_RUNTIME_SECONDS}
+MOST_USD_PER_GPU_HOUR = 1000.0
 _SECONDS = {"bookingDurationSeconds": "booking_seconds",
             "validUntilSeconds": "valid_until_seconds",
             "expectedRuntimeSeconds": "expected_runtime_seconds",
@@ -143,10 +153,11 @@ def parse_parameters(raw: Mapping[str, Any], name: str = "") -> Parameters:
             else:
                 out["capacity_types"] = tuple(dict.fromkeys(CapacityType(t) for t in items))
         elif key in _SECONDS:
-            if not text.isdigit() or int(text) <= 0:
-                problems.append((field, f"{text!r} is not a positive number of seconds"))
-            else:
-                out[_SECONDS[key]] = float(text)
+            try:
+                out[_SECONDS[key]] = float(numbers.whole(text, MOST_SECONDS[key], least=1,
+                                                         unit="of seconds"))
+            except ValueError as err:
+                problems.append((field, str(err)))
         elif key in _FLAGS:
             if text.lower() not in ("true", "false"):
                 problems.append((field, f"{text!r} must be \"true\" or \"false\""))
@@ -154,14 +165,10 @@ def parse_parameters(raw: Mapping[str, Any], name: str = "") -> Parameters:
                 out[_FLAGS[key]] = text.lower() == "true"
         elif key in _USD_PER_GPU_HOUR:
             try:
-                value = float(text)
-            except ValueError:
-                value = -1.0
-            if not value >= 0 or value == float("inf"):
-                problems.append((field, f"{text!r} is not a non-negative number (USD per "
-                                        "GPU-hour)"))
-            else:
-                out[_USD_PER_GPU_HOUR[key]] = value
+                out[_USD_PER_GPU_HOUR[key]] = numbers.decimal(
+                    text, MOST_USD_PER_GPU_HOUR, unit="of USD per GPU-hour")
+            except ValueError as err:
+                problems.append((field, str(err)))
         elif key == "dataZone":
             if not _ZONE.match(text):
                 problems.append((field, f"{text!r} is not a zone name (lower-case letters, "
@@ -240,6 +247,11 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
     names = [p.name for p in pod_sets]
     if len(set(names)) != len(names):
         problems.append(("spec.podSets", "two pod sets use the same PodTemplate"))
+    too_costly = request_cost_problem(
+        s.expression for p in pod_sets for claim in p.claims for r in claim.requests
+        for o in r.options for s in o.selectors)
+    if too_costly is not None:
+        problems.append(("spec.podSets", too_costly))
     if problems:
         raise BadRequest(name, problems)
     demand = Demand(

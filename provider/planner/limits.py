@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from provider.base.words import counted
 from provider.domain.demand import Demand
+from provider.domain.devices import budget
+from provider.domain.devices.cel import short
 from provider.domain.plan import Infeasible, Reason, ReasonCode
 from provider.planner.layout import layout
 from provider.planner.matching import Matcher
@@ -22,13 +24,21 @@ _SHOWN = 4  # groups named in a refusal before "and N more"
 
 
 def never_fits(demand: Demand, matcher: Matcher) -> Infeasible | None:
-    """Why the gang can never fit at its groups' maxSize (None: it might)."""
+    """Why the gang can never fit at its groups' maxSize, or one of its DRA selectors ran
+    out of its evaluation budget (None: it might fit)."""
+    try:
+        with budget.request_budget():
+            found = layout(demand, matcher)  # judges every selector on the groups' devices
+    except budget.RequestOverBudget as err:
+        return Infeasible((Reason(ReasonCode.INVALID, f"the request is refused: {err}"),))
+    over = _over_budget(demand, matcher)
+    if over is not None:
+        return Infeasible((over,))
     groups = matcher.groups
     refused: list[Reason] = []
     nodes = 0  # the fewest nodes the gang could need
     hosts: set[str] = set()
-    for pod_set, candidates in zip(demand.pod_sets, layout(demand, matcher).candidates,
-                                   strict=True):
+    for pod_set, candidates in zip(demand.pod_sets, found.candidates, strict=True):
         arcs = [(c.group, c.pods_per_node) for c in candidates if c.pods_per_node > 0]
         if not arcs:
             continue  # no node holds one of its pods: the planner says why
@@ -52,4 +62,22 @@ def never_fits(demand: Demand, matcher: Matcher) -> Infeasible | None:
             f"the gang can never fit: its pod sets need at least {counted(nodes, 'node')} (a node "
             f"hosts pods of one pod set), and the {len(hosts)} node groups that can host "
             f"them hold at most {room} at their maxSize together"),))
+    return None
+
+
+def _over_budget(demand: Demand, matcher: Matcher) -> Reason | None:
+    """The first selector of the gang whose evaluation ran out of its budget (on any device,
+    for this request or an earlier one): the request is invalid, as one over the static
+    limits is when it is parsed."""
+    for pod_set in demand.pod_sets:
+        for claim in pod_set.claims:
+            for request in claim.requests:
+                for option in request.options:
+                    for selector in option.selectors:
+                        why = matcher.cel.over_budget(selector.expression)
+                        if why is not None:
+                            return Reason(ReasonCode.INVALID, (
+                                f"pod set {pod_set.name}: claim {claim.name} request "
+                                f"{option.name}: {selector.origin} selector "
+                                f"{short(selector.expression)!r} {why}"), pod_set.name)
     return None

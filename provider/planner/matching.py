@@ -6,10 +6,11 @@ can name the constraint that excluded each group and the group that came closest
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from provider.domain.demand import Demand, PodSet
+from provider.domain.devices import budget
 from provider.domain.devices.cel import CelEnvironment
 from provider.domain.devices.fit import UNLIMITED, DeviceFit, fit
 from provider.domain.model import (
@@ -69,7 +70,8 @@ class Matcher:
     def __init__(self, groups: Sequence[NodeGroup], gpu_label: str,
                  cel: CelEnvironment | None = None) -> None:
         self.cel = cel or _CEL
-        self._fits: dict[tuple[int, int], DeviceFit] = {}
+        # Each fit with the verdicts it read and their steps, charged on a hit.
+        self._fits: dict[tuple[int, int], tuple[DeviceFit, dict[Hashable, int]]] = {}
         # Small tokens for device sets and claim sets: hashing the nested tuples themselves
         # on every check would cost more than the check.
         devices: dict[object, int] = {}
@@ -183,10 +185,14 @@ class Matcher:
             self._claim_tokens.clear()
         key = (self._claims_token(pod_set.claims), self._devices[group.id])
         found = self._fits.get(key)
-        if found is None:
-            found = fit(self.cel, pod_set.claims, group.devices)
-            self._fits[key] = found
-        return found
+        if found is not None:
+            for verdict, steps in found[1].items():  # as if judged again (devices/budget.py)
+                budget.charge(steps, verdict)
+            return found[0]
+        with budget.tally() as read:
+            answer = fit(self.cel, pod_set.claims, group.devices)
+        self._fits[key] = (answer, read.verdicts)
+        return answer
 
     def _claims_token(self, claims: object) -> int:
         # By identity first (a pod set's claims are one tuple for its whole life), then by

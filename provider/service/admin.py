@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -50,8 +51,10 @@ class AdminPlans:
         if not self._taken.acquire(blocking=False):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"{ADMIN_PLANS} admin plans are in progress; try again")
+        remaining = context.time_remaining()
+        deadline = None if remaining is None else time.monotonic() + remaining
         try:
-            future = self._pool.submit(self._plan, request)
+            future = self._pool.submit(self._plan, request, deadline)
         except RuntimeError:  # shut down
             self._taken.release()
             context.abort(grpc.StatusCode.UNAVAILABLE, "allset is shutting down")
@@ -65,9 +68,17 @@ class AdminPlans:
             context.abort(code, answer)
         return answer.encode()
 
-    def _plan(self, request: bytes) -> tuple[grpc.StatusCode, str]:
-        with self._provider.gangs.planning:
-            return _plan(self._provider, request)
+    def _plan(self, request: bytes, deadline: float | None) -> tuple[grpc.StatusCode, str]:
+        """Within the caller's deadline: waiting for the gate ends there, and so does the
+        plan (its planning process is replaced, the gate freed for the requests)."""
+        gate = self._provider.gangs.planning
+        wait = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        if not gate.acquire(timeout=wait):
+            return grpc.StatusCode.DEADLINE_EXCEEDED, "the plan waited too long for its turn"
+        try:
+            return _plan(self._provider, request, deadline)
+        finally:
+            gate.release()
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -92,7 +103,8 @@ def add_admin(server: grpc.Server, provider: Provider) -> AdminPlans:
     return plans
 
 
-def _plan(provider: Provider, request: bytes) -> tuple[grpc.StatusCode, str]:
+def _plan(provider: Provider, request: bytes, deadline: float | None = None,
+          ) -> tuple[grpc.StatusCode, str]:
     """(OK, the plan as JSON) or the status and message of a refusal: bad input is
     INVALID_ARGUMENT and names its field; anything else is INTERNAL, never UNKNOWN."""
     body = _body(request)
@@ -101,7 +113,7 @@ def _plan(provider: Provider, request: bytes) -> tuple[grpc.StatusCode, str]:
     queue = body.get("queue")
     try:
         found = live_plan(provider, body["documents"], str(body.get("source", "request")),
-                          queue=None if queue is None else str(queue))
+                          queue=None if queue is None else str(queue), deadline=deadline)
     except BadRequest as err:
         problems = "; ".join(f"{f}: {m}" if f else m for f, m in err.problems)
         return grpc.StatusCode.INVALID_ARGUMENT, f"{err.name}: {problems}"

@@ -23,9 +23,10 @@ from provider.planner.render import plan_json, plan_text, timing_json, timing_te
 
 
 def live_plan(provider: Provider, documents: Sequence[Any], source: str,
-              queue: str | None = None) -> dict[str, Any]:
+              queue: str | None = None, deadline: float | None = None) -> dict[str, Any]:
     """Raises BadRequest for documents that are neither a request nor one Pod, or a
-    ``queue`` (the request's Kueue LocalQueue, namespace/name) that is not one."""
+    ``queue`` (the request's Kueue LocalQueue, namespace/name) that is not one.
+    ``deadline`` (monotonic): the planning process stops there (Planner.timing)."""
     if queue is not None and (problem := queue_problem(queue)):
         raise BadRequest(source, [("queue", problem)])
     pods = [d for d in documents if isinstance(d, Mapping) and d.get("kind") == "Pod"]
@@ -44,7 +45,7 @@ def live_plan(provider: Provider, documents: Sequence[Any], source: str,
     sizes = provider.fleet.occupied()
     # The idle nodes the request would book instead of launching (the plan says which).
     idle = [n for n in provider.idle() if n.provider_id not in view.booked]
-    result, wait = provider.planner.timing(demand, view, sizes, idle=idle)
+    result, wait = provider.planner.timing(demand, view, sizes, idle=idle, deadline=deadline)
     text = plan_text(demand.name, result)
     if demand.expected_runtime_seconds is not None:
         text += "\n" + timing_text(demand, wait)

@@ -8,12 +8,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from provider.app import Provider
 from provider.service.admin import AdminPlans, add_admin
 from provider.service.authz import Authorization
+from provider.service.health import Health
 from provider.service.identities import Identities
 from provider.service.servicer import CloudProviderServicer
 from provider.wire import externalgrpc_pb2 as pb
@@ -26,6 +27,7 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["CloudProvider"].full_name
 # in (readiness, leader or standby). "" and SERVICE_NAME read SERVING only while this
 # replica acts: what a client of the CloudProvider service wants to know.
 LIVE = "allset.live"
+HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 READY = "allset.ready"
 
 
@@ -53,10 +55,10 @@ class Server:
         )
         pb_grpc.add_CloudProviderServicer_to_server(CloudProviderServicer(provider), self._server)
         self._admin = add_admin(self._server, provider)
-        self._health = health.HealthServicer()
+        self._health = Health()  # its status changes never wait on a Watch client
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server
+            (SERVICE_NAME, HEALTH_SERVICE, reflection.SERVICE_NAME), self._server
         )
         if credentials is None:
             self.port = self._server.add_insecure_port(address)

@@ -27,6 +27,7 @@ from provider.wire import externalgrpc_pb2 as pb
 from tests.adversary.endpoint import TIMEOUT
 from tests.adversary.fixes import MONOTONIC_FENCE, forced
 from tests.adversary.gangs import GangMoves
+from tests.adversary.hostile import HostileMoves
 from tests.adversary.passes import controller_pass
 from tests.adversary.sched import Task
 from tests.adversary.world import (
@@ -79,6 +80,8 @@ class Adversary:
         }
         self.gangs = GangMoves(world)
         self._moves.update(self.gangs.moves())
+        self.hostile = HostileMoves(world)
+        self._moves.update(self.hostile.moves())
         if world.solo:
             self._moves["crash"] = (1.2, self.crash)
         else:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from provider.domain.cloud import CloudInstance, InstanceState
 from tests.adversary.fixes import DEBT_ON_INSTANCE, ROUTE_REASSERTED, Fix, later_epoch
+from tests.adversary.hostile import PREFIX as HOSTILE
 from tests.adversary.state import (
     DELETING,
     PLACEHOLDER_PREFIX,
@@ -335,6 +336,22 @@ def r1_route_names_the_leader(s: State, final: bool) -> list[str]:
             f"EndpointSlice names {s.routed or 'no replica'}"]
 
 
+def h1_hostile_refused(s: State, final: bool) -> list[str]:
+    """A hostile tenant's request (tests/adversary/hostile.py) is never Provisioned and
+    nothing is launched for it; at quiescence it has failed (or is being deleted)."""
+    out = []
+    hostile = {r.uid: r for r in s.requests if r.key.split("/", 1)[1].startswith(HOSTILE)}
+    for r in hostile.values():
+        if r.provisioned:
+            out.append(f"hostile request {r.key} is Provisioned")
+        elif final and not (r.ended or r.deleting):
+            out.append(f"hostile request {r.key} was neither refused nor deleted")
+    launched = sorted({i.id for i in s.instances if i.tags.request_uid in hostile})
+    if launched:
+        out.append(f"instances launched for hostile requests: {launched}")
+    return out
+
+
 INVARIANTS: tuple[Invariant, ...] = (
     Invariant("I1", "at quiescence no uncommitted instance is live and every live instance "
               "is owned by a configured group or reported", i1_no_leak),
@@ -363,6 +380,8 @@ INVARIANTS: tuple[Invariant, ...] = (
     Invariant("L1", "at quiescence exactly one replica acts", l1_someone_acts),
     Invariant("R1", "at quiescence CA's EndpointSlice names the acting replica (within one "
               "retry period of it acting)", r1_route_names_the_leader, ROUTE_REASSERTED),
+    Invariant("H1", "a hostile tenant's request (a slow selector, an odd or huge number) is "
+              "refused: never Provisioned, nothing launched for it", h1_hostile_refused),
 )
 
 

@@ -197,6 +197,7 @@ def _reached(world: World, observer: Observer, adversary: Adversary) -> Counter[
             1 for iid, by in world.cloud.ended_by.items()
             if world.cloud.marked_by.get(iid, by) != by),
     })
+    out["hostile requests refused (standing at the end)"] = adversary.hostile.refused()
     out.update(adversary.coverage)
     out.update(observer.reached())
     return +out

@@ -314,6 +314,9 @@ BROKEN: dict[str, State] = {
     "L1": dataclasses.replace(GOOD, replicas=True),
     "R1": dataclasses.replace(GOOD, replicas=True, acting=(("b2", "b"),), routed="a",
                               acting_for=100.0, retry_period=8.0),
+    # a hostile tenant's request left standing at quiescence, neither refused nor deleted
+    "H1": dataclasses.replace(GOOD, requests=(
+        RequestSeen("ml/hostile-1", "u9", False, False, "ml.hostile-1"),)),
 }
 
 

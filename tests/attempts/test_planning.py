@@ -24,8 +24,10 @@ from provider.attempts.planning import InProcess, PlanProcess, _sendable
 from provider.capacity.unavailable import PoolKey
 from provider.domain.cloud import Scope
 from provider.domain.demand import Demand, PodSet, Toleration, Topology
+from provider.domain.devices.claims import Claim, DeviceRequest, RequestOption, Selector
 from provider.domain.model import GPU_RESOURCE, MILLI, Resources
 from provider.domain.plan import Infeasible, Plan, ReasonCode
+from tests.controller.test_controller_bad_selectors import UNDERESTIMATED
 from tests.kit.helpers import config, harness, wait_until
 from tests.kit.paths import ROOT
 
@@ -64,6 +66,31 @@ def test_the_planning_process_answers_as_planning_in_process_does(
                                 max_wait_seconds=600.0)
     assert process.timing(timed, h.provider.ledger.view(), sizes) == \
         here.timing(timed, h.provider.ledger.view(), sizes)
+
+
+def test_requests_are_judged_there_as_here_off_this_process(process: PlanProcess) -> None:
+    """Issue 51: a gang whose pods claim devices is judged (its tenant's selectors
+    evaluated, within their steps) in the judging process, with the answer judged here."""
+    h = harness(planner=process)
+    here = InProcess(h.provider.matcher)
+    slow = _claiming(gang(2), UNDERESTIMATED)
+    fine = _claiming(gang(2), 'device.driver == "gpu.nvidia.com"')
+    for demand in (gang(10_000), slow, fine):
+        assert process.refusal(demand) == here.refusal(demand)
+    refused = process.refusal(slow)
+    assert isinstance(refused, Infeasible) and refused.primary.code is ReasonCode.INVALID
+    assert "took more than 12000 evaluation steps" in refused.summary()
+    assert process.refusal(fine) is None
+    # The provider sends only those with claims there; a plain gang is judged here.
+    assert h.provider.refusal(slow) == refused
+
+
+def _claiming(demand: Demand, selector: str) -> Demand:
+    claim = Claim("g", (DeviceRequest("g", (RequestOption(
+        "g", "gpu.nvidia.com", (Selector(selector, "request g"),)),)),))
+    sets = tuple(dataclasses.replace(p, claims=(claim,),
+                                     requests=Resources.of({"cpu": 1000})) for p in demand.pod_sets)
+    return dataclasses.replace(demand, pod_sets=sets)
 
 
 def test_offerings_marked_unavailable_are_left_out_there_too(process: PlanProcess) -> None:
@@ -139,12 +166,12 @@ def test_a_plan_that_kills_the_planning_process_twice_is_answered_infeasible(
     cfg = config()
     process = PlanProcess(cfg.groups, cfg.schema.gpu_label)
     process.close()
-    monkeypatch.setattr(process, "_new_pool", lambda: (_Dying(), 0))
-    process._pool = _Dying()  # type: ignore[assignment]
+    monkeypatch.setattr(process._planning, "_new_pool", lambda: (_Dying(), 0))
+    process._planning.pool = _Dying()  # type: ignore[assignment]
     h = harness(planner=process)
     answer = process.plan(gang(), h.provider.ledger.view(), {})
     assert isinstance(answer, Infeasible) and answer.primary.code is ReasonCode.PLANNING_FAILED
-    assert "the planning process died twice while planning ml/job" in answer.summary()
+    assert "the planning process died twice on ml/job" in answer.summary()
 
 
 def _sleeps(seconds: float) -> None:
@@ -190,9 +217,38 @@ def test_an_error_raised_in_the_planning_process_reaches_the_caller_and_it_serve
     h = harness(planner=process)
     (child,) = list(process._pool._processes)
     with pytest.raises(RecursionError, match="maximum recursion depth"):
-        process._call(gang(), lambda pool: pool.submit(_raises).result())
+        process._call(gang(), lambda pool: pool.submit(_raises))
     assert list(process._pool._processes) == [child]
     assert isinstance(process.plan(gang(), h.provider.ledger.view(), {}), Plan)
+
+
+def test_a_plan_past_the_bound_is_stopped_its_process_replaced_and_the_gate_freed() -> None:
+    """Issue 51: a plan that overran held the planning gate, which every request's plan
+    and the admin Plan wait for, as long as it ran. Past the bound its process is killed
+    and replaced, the plan is answered as PlanningFailed naming the bound, the gate is
+    free at once, and the next plan is served by the new process."""
+    cfg = config()
+    process = PlanProcess(cfg.groups, cfg.schema.gpu_label, seconds=1.0)
+    try:
+        h = harness(planner=process)
+        gate = h.provider.gangs.planning
+        (child,) = list(process._pool._processes)
+        with gate:
+            answer = process._call(gang(), lambda pool: pool.submit(_sleeps, 600))
+        assert isinstance(answer, Infeasible)
+        assert answer.primary.code is ReasonCode.PLANNING_FAILED
+        assert "allset's bound for one plan, 1s" in answer.summary()
+        with pytest.raises(ProcessLookupError):  # the overrunning process is gone
+            os.kill(child, 0)
+        assert gate.acquire(blocking=False)  # free: no thread still plans
+        gate.release()
+        assert isinstance(process.plan(gang(), h.provider.ledger.view(), {}), Plan)
+        # A caller's deadline sooner than the bound stops it there.
+        soon = time.monotonic() + 0.2
+        answer = process._call(gang(), lambda pool: pool.submit(_sleeps, 600), soon)
+        assert isinstance(answer, Infeasible) and "caller's deadline" in answer.summary()
+    finally:
+        process.close()
 
 
 def test_the_planning_process_ends_when_its_parent_is_killed(tmp_path: Path) -> None:

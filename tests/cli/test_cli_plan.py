@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.controller.test_controller_bad_selectors import NESTED_ALL, UNDERESTIMATED
 from tests.kit.paths import ROOT
 
 EXAMPLE = ROOT / "deploy" / "examples" / "simulated.yaml"
@@ -111,6 +112,27 @@ def test_plan_refuses_a_selector_beyond_the_limits_by_its_field(tmp_path: Path) 
     assert ("PodTemplate trainer: ResourceClaimTemplate four-80gi: spec.devices.requests[0]"
             ".exactly.selectors[0].cel.expression: the selector nests brackets 300 deep"
             ) in result.stderr
+
+
+def test_plan_says_what_the_controller_says_of_a_costly_selector(tmp_path: Path) -> None:
+    """Issue 51: the 411-byte selector (refused by allset's cost estimate) and one within it
+    that runs out of its evaluation steps: `allset plan` refuses each naming the limit, as
+    the controller fails the request, in well under the minute the first took before."""
+    memory = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("80Gi")) >= 0'
+    costly = tmp_path / "dra-costly.yaml"
+    costly.write_text(DRA.read_text().replace(memory, json.dumps(NESTED_ALL)))
+    result = allset_plan("--config", str(config(tmp_path)), "--request", str(costly))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert ".exactly.selectors[0].cel.expression: the selector has an estimated cost of " \
+           in result.stderr
+    assert "allset evaluates selectors of cost at most 2000" in result.stderr
+    slow = tmp_path / "dra-slow.yaml"
+    slow.write_text(DRA.read_text().replace(memory, json.dumps(UNDERESTIMATED)))
+    result = allset_plan("--config", str(config(tmp_path)), "--request", str(slow))
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "InvalidRequest" in result.stdout, result.stdout
+    assert "took more than 12000 evaluation steps on device gpu-0" in result.stdout
+
 
 WINDOW_CONFIG = """\
 cluster: test

@@ -48,3 +48,22 @@ def test_what_fits_at_max_size_is_not_refused(world: World) -> None:
     w.provision()
     assert w.condition(c.FAILED) is None
     assert w.condition(c.PROVISIONED).true  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    # Issue 51: "²" passed str.isdigit() and int() raised on every pass, for ever.
+    ("bookingDurationSeconds", "\u00b2", "is not a whole number of seconds"),
+    # 255 nines parsed to a float of infinity: a booking that never ends.
+    ("bookingDurationSeconds", "9" * 255, "is not a whole number of seconds from 1 to 604,800"),
+    ("maxWaitSeconds", "604801", "out of range"),
+])
+def test_odd_and_huge_numbers_fail_the_request_naming_the_bound(
+        world: World, field: str, value: str, words: str) -> None:
+    w = world
+    create(w, "job", None, **{field: value})
+    w.sync()
+    failed = w.condition(c.FAILED)
+    assert failed is not None and failed.true, w.request()
+    assert failed.reason == c.INVALID_REQUEST
+    assert failed.message.startswith(f"spec.parameters.{field}: ") and words in failed.message
+    assert w.h.cloud.live_instances() == []

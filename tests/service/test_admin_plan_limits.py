@@ -4,13 +4,17 @@ admin's own thread, a bounded number taken at once), with the limits every reque
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import grpc
 import pytest
 
+from provider.attempts import planning
+from provider.attempts.planning import PlanProcess
 from provider.service import admin
 from provider.service.admin import PLAN_METHOD
 from provider.service.live_plan import live_plan as real
@@ -19,7 +23,7 @@ from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
 from tests.fakes.kube import objects
 from tests.kit.controller import GPU_TOLERATION, NS
-from tests.kit.helpers import harness
+from tests.kit.helpers import config, harness, wait_until
 
 # A deadlock guard only (a call that never comes back fails the test): nothing is timed.
 STUCK = 10.0
@@ -94,3 +98,43 @@ def test_the_admin_plan_refuses_what_can_never_fit_naming_the_limit(
         "message": "pod set workers: 113 pods can never fit: the 2 node groups that can "
                    "host them hold at most 112 at their maxSize (maxSize x pods per node: "
                    "gpu 10 x 8, gpu-b 4 x 8)"}]
+
+
+def _never_done(*args: Any) -> Any:
+    """Run in the planning process in the place of the planner: a plan that never ends."""
+    time.sleep(600)
+
+
+def test_the_admin_plans_deadline_stops_the_plan_and_frees_the_gate(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 51: DEADLINE_EXCEEDED answered the caller, but the plan ran on in the planning
+    process, holding the gate every request's plan waits for. Now the deadline reaches the
+    planning process: it is killed and replaced, and the gate is free again. Fails on the
+    code before: the gate stays taken for the plan's ten minutes."""
+    cfg = config()
+    planner = PlanProcess(cfg.groups, cfg.schema.gpu_label)
+    monkeypatch.setattr(planning, "_timing_there", _never_done)
+    h = harness(planner=planner)
+    server = Server(h.provider, "127.0.0.1:0", None)
+    server.start()
+    channel = grpc.insecure_channel(server.address)
+    try:
+        (child,) = list(planner._pool._processes)
+        with pytest.raises(grpc.RpcError) as info:
+            channel.unary_unary(PLAN_METHOD)(body(), timeout=2.0)
+        assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        gate = h.provider.gangs.planning
+
+        def free() -> bool:
+            if not gate.acquire(blocking=False):
+                return False
+            gate.release()
+            return True
+
+        wait_until(free, timeout=STUCK)
+        with pytest.raises(ProcessLookupError):
+            os.kill(child, 0)
+    finally:
+        channel.close()
+        server.stop(grace=1.0)
+        planner.close()

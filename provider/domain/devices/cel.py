@@ -18,8 +18,9 @@ is evaluated, never a RecursionError."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +30,7 @@ from celpy import celtypes
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
 
-from provider.domain.devices import limits
+from provider.domain.devices import budget, limits
 from provider.domain.devices.explain import term_summary
 from provider.domain.devices.model import AttrValue, Device, Version
 from provider.domain.devices.quantity import parse_milli
@@ -42,7 +43,7 @@ class UnsupportedSelector(Exception):
     """A selector allset cannot evaluate (syntax, or a function it does not model)."""
 
     def __init__(self, expression: str, why: str) -> None:
-        super().__init__(f"selector {_short(expression)!r}: {why}")
+        super().__init__(f"selector {short(expression)!r}: {why}")
         self.expression = expression
         self.why = why
 
@@ -69,19 +70,43 @@ def _checker() -> celpy.Environment:
 
 
 @functools.lru_cache(maxsize=1024)
+def _checked(expression: str) -> tuple[str | None, int]:
+    """(why the selector is beyond the limits, or None; allset's estimate of its cost, 0
+    when it is refused or does not parse): one parse for both."""
+    try:
+        return None, limits.cost_of(_parsed(_checker(), expression))
+    except SelectorOverLimit as err:
+        return err.why, 0
+    except CELParseError:
+        return None, 0
+
+
 def selector_problem(expression: str) -> str | None:
     """Why a selector is beyond the limits, or None (one that does not parse is not: the
     planner reports it as unsupported, as it does a function allset does not model)."""
-    try:
-        _parsed(_checker(), expression)
-    except SelectorOverLimit as err:
-        return err.why
-    except CELParseError:
+    return _checked(expression)[0]
+
+
+def selector_cost(expression: str) -> int:
+    """allset's estimate of the selector's cost (0 for one that does not parse, or beyond
+    the limits: those are refused for that)."""
+    return _checked(expression)[1]
+
+
+def request_cost_problem(expressions: Iterable[str]) -> str | None:
+    """Why a request's selectors (its claims' and their DeviceClasses') are refused
+    together, or None: each is evaluated on every kind of device its pods' groups publish,
+    so their sum bounds the request's evaluation work."""
+    distinct = set(expressions)
+    total = sum(selector_cost(e) for e in distinct)
+    if total <= limits.MAX_REQUEST_COST:
         return None
-    return None
+    return (f"the request's {len(distinct)} distinct DRA selectors have an estimated cost "
+            f"of {total} together; allset evaluates at most {limits.MAX_REQUEST_COST} for "
+            "one request")
 
 
-def _short(expression: str) -> str:
+def short(expression: str) -> str:
     """A selector as messages quote it: a 10 KiB one is not repeated whole."""
     return expression if len(expression) <= 120 else f"{expression[:100]}...{expression[-10:]}"
 
@@ -159,6 +184,11 @@ def _library(parse_quantity: ParseQuantity) -> dict[str, Callable[..., Any]]:
     }
 
 
+# Selectors that ran out of their steps, by digest (a tenant can make them without end,
+# each up to 10 KiB). Past this many they are forgotten at once: one seen again is then
+# found over its budget again, or, if a plan's cached fit answers first, said unsupported
+# (never a match) rather than invalid.
+_MAX_OVER_BUDGET = 100_000
 _MAX_REMEMBERED = 100_000  # compiled selectors, verdicts: forgotten all at once beyond this
 _MACROS = frozenset({"has", "all", "exists", "exists_one", "map", "filter"})
 
@@ -216,7 +246,7 @@ def _names_read(tree: lark.Tree[Any]) -> frozenset[str] | None:
 @dataclass(frozen=True, slots=True)
 class Compiled:
     expression: str
-    program: celpy.Runner
+    program: budget.MeteredRunner
     conjuncts: tuple[str, ...]
     reads: frozenset[str] | None  # see _names_read
 
@@ -239,8 +269,12 @@ class CelEnvironment:
         self._known = (set(celpy.evaluation.base_functions) | set(self._functions)
                        | _MACROS)
         self._compiled: dict[str, Compiled] = {}
-        self._verdicts: dict[tuple[str, str, object], Verdict] = {}
+        # Each verdict with the steps it took: a request is charged them again when it
+        # reads the verdict remembered (budget.request_budget), so what it may spend does
+        # not depend on what other requests evaluated before it.
+        self._verdicts: dict[tuple[str, str, object], tuple[Verdict, int]] = {}
         self._activations: dict[tuple[str, Device], Mapping[str, Any]] = {}
+        self._over_budget: dict[bytes, str] = {}  # see _MAX_OVER_BUDGET
         self._lock = threading.Lock()
 
     def compile(self, expression: str) -> Compiled:
@@ -268,22 +302,47 @@ class CelEnvironment:
         if unknown:
             raise UnsupportedSelector(
                 expression, f"uses {', '.join(unknown)}, which allset does not evaluate")
-        program = self._env.program(tree, functions=self._functions)
+        program = budget.MeteredRunner(self._env, tree, self._functions)
         return Compiled(expression, program, tuple(_conjuncts(tree, expression)),
                         _names_read(tree))
 
     def check(self, expression: str) -> None:
+        """Raises UnsupportedSelector for a selector that cannot be judged, or that ran out
+        of its evaluation budget before (on any device)."""
         self.compile(expression)
+        why = self._over_budget.get(_digest(expression))
+        if why is not None:
+            raise SelectorOverLimit(expression, why)
+
+    def over_budget(self, expression: str) -> str | None:
+        """Why the selector is refused, if an evaluation of it ran out of its budget."""
+        return self._over_budget.get(_digest(expression))
 
     def evaluate(self, expression: str, driver: str, device: Device) -> Verdict:
+        """The selector's verdict on the device; SelectorOverLimit when it takes more than
+        limits.MAX_STEPS (then and from then on, on every device); RequestOverBudget when
+        the request being judged (budget.request_budget) has spent its steps."""
+        self.check(expression)
         compiled = self.compile(expression)
         key = (expression, driver, compiled.view(device))
         found = self._verdicts.get(key)
         if found is not None:
-            return found
+            budget.charge(found[1], key)
+            return found[0]
+        allowed = budget.allowed()
+        run = budget.Meter(allowed)
         verdict: Verdict
         try:
-            result = compiled.program.evaluate(self._activation(driver, device))
+            result = compiled.program.evaluate(self._activation(driver, device), run)
+        except budget.OverBudget:
+            if allowed < limits.MAX_STEPS:
+                budget.charge(allowed + 1, key)  # the request's steps ran out, not its own
+            why = limits.over_budget(device.name)
+            with self._lock:
+                if len(self._over_budget) >= _MAX_OVER_BUDGET:
+                    self._over_budget.clear()  # each found again, within its budget
+                self._over_budget[_digest(expression)] = why
+            raise SelectorOverLimit(expression, why) from None
         except (CELEvalError, ValueError, TypeError, ArithmeticError) as err:
             verdict = _error_text(err)
         except RecursionError:  # within the limits it is not reached: never a crash
@@ -293,11 +352,13 @@ class CelEnvironment:
                 verdict = bool(result)
             else:
                 verdict = f"evaluates to {type(result).__name__}, not a bool"
+        steps = allowed - run.left
         with self._lock:
             if len(self._verdicts) >= _MAX_REMEMBERED:
                 self._verdicts.clear()  # a long-lived process sees many selectors
                 self._activations.clear()
-            self._verdicts[key] = verdict
+            self._verdicts[key] = (verdict, steps)
+        budget.charge(steps, key)
         return verdict
 
     def failing_terms(self, expression: str, driver: str, device: Device) -> list[str]:
@@ -317,6 +378,10 @@ class CelEnvironment:
             found = {"device": _device_value(driver, device)}
             self._activations[key] = found
         return found
+
+
+def _digest(expression: str) -> bytes:
+    return hashlib.blake2b(expression.encode(), digest_size=16).digest()
 
 
 def _error_text(err: Exception) -> str:

@@ -92,7 +92,8 @@ def _allocate_with(env: CelEnvironment, claim: Claim, free: list[NodeDevice],
 
 def fit(env: CelEnvironment, claims: Sequence[Claim], slices: Sequence[DeviceSlice],
         ) -> DeviceFit:
-    """Pods per empty node, as far as their claims go."""
+    """Pods per empty node, as far as their claims go. A selector that cannot be judged,
+    or runs out of its evaluation budget on a device, is the answer (``unsupported``)."""
     if not claims:
         return DeviceFit(UNLIMITED)
     try:
@@ -101,8 +102,13 @@ def fit(env: CelEnvironment, claims: Sequence[Claim], slices: Sequence[DeviceSli
                 for option in request.options:
                     for s in option.selectors:
                         env.check(s.expression)
+        return _fit(env, claims, slices)
     except UnsupportedSelector as err:
         return DeviceFit(0, (str(err),), unsupported=err.expression)
+
+
+def _fit(env: CelEnvironment, claims: Sequence[Claim], slices: Sequence[DeviceSlice],
+         ) -> DeviceFit:
     free = list(node_devices(slices))
     per_pod = [c for c in claims if not c.shared]
     shared = [c for c in claims if c.shared]

@@ -27,6 +27,20 @@ MAX_DEPTH = 250
 # How many entries a device map may have (resource.ResourceSliceMaxAttributesAndCapacities
 # PerDevice): the size Kubernetes' cost estimator gives device.attributes and capacity.
 MAX_DEVICE_MAP = 32
+# allset's own bounds (issue 51). Kubernetes' cost limit is set for cel-go, compiled Go;
+# cel-python walks the tree in Python, ~1,000 times slower per step (the 411-byte selector
+# of three nested .all() over 40-element lists, estimated ~580k by Kubernetes, took close
+# to a minute per device). A selector is refused before it is evaluated above
+# MAX_EVALUATED_COST (allset's estimate, below), and one request's selectors together above
+# MAX_REQUEST_COST; an evaluation that still takes more than MAX_STEPS (tree nodes
+# visited, a macro's body once per element) is stopped and its selector refused, and the
+# evaluations that judge one request (each selector on each kind of device of the fleet)
+# take MAX_REQUEST_STEPS together at most (devices/budget.py). Figures: bench/hostile.py,
+# docs/planning.md.
+MAX_EVALUATED_COST = 2_000
+MAX_REQUEST_COST = 10_000
+MAX_STEPS = 12_000
+MAX_REQUEST_STEPS = 20_000
 
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 _OPEN, _CLOSE, _QUOTES = "([{", ")]}", "\"'"
@@ -76,7 +90,22 @@ def after_parse(tree: lark.Tree[Any]) -> str | None:
     if cost > MAX_COST:
         return (f"has an estimated cost of {cost}; Kubernetes allows at most {MAX_COST} "
                 "(resource.k8s.io CELSelectorExpressionMaxCost)")
+    if cost > MAX_EVALUATED_COST:
+        return (f"has an estimated cost of {cost}; allset evaluates selectors of cost at "
+                f"most {MAX_EVALUATED_COST} (Kubernetes allows {MAX_COST} for the "
+                "scheduler's compiled evaluator; allset's is far slower per step)")
     return None
+
+
+def cost_of(tree: lark.Tree[Any]) -> int:
+    """allset's estimate of a parsed selector's cost (within MAX_DEPTH)."""
+    return _cost(tree, max(MAX_DEVICE_MAP, _shape(tree)[1]))
+
+
+def over_budget(device: str) -> str:
+    """Why a selector whose evaluation ran out of MAX_STEPS is refused."""
+    return (f"took more than {MAX_STEPS} evaluation steps on device {device} (allset's "
+            "budget for one evaluation of a selector)")
 
 
 def _shape(tree: lark.Tree[Any]) -> tuple[int, int]:

@@ -100,7 +100,7 @@ def test_selectors_just_inside_the_limits_evaluate_from_a_deep_stack() -> None:
     already 300 frames deep (a controller pass, the planner) without a RecursionError."""
     env = CelEnvironment()
     at_the_limits = ["(" * 19 + GPU + ")" * 19, " || ".join([GPU] * 190),
-                     "!" * 231 + "false", f"[{ONES}].exists(x, x == 1)"]
+                     "!" * 231 + "false", f"[{','.join(['1'] * 399)}].exists(x, x == 1)"]
     verdicts: list[object] = []
 
     def run() -> None:
@@ -115,3 +115,18 @@ def test_selectors_just_inside_the_limits_evaluate_from_a_deep_stack() -> None:
     worker.start()
     worker.join()
     assert verdicts == [True, True, True, True]
+
+
+def test_a_request_whose_selectors_cost_too_much_together_is_refused_naming_the_limit() -> None:
+    """Issue 51: each selector within allset's cost (~1,900 of 2,000), six of them are more
+    than one request's budget (10,000): each is evaluated on every kind of device."""
+    costly = [f"[{','.join(['1'] * 10)}].all(x, [{','.join(['1'] * 180)}].size() > {i})"
+              for i in range(6)]
+    (problem,) = refused(*costly)
+    assert problem[0] == "spec.podSets"
+    assert problem[1].startswith("the request's 7 distinct DRA selectors have an estimated "
+                                 "cost of ")
+    assert problem[1].endswith("together; allset evaluates at most 10000 for one request")
+    # Five of them (and the class's selector) fit.
+    demand_from(*request_docs(claimed("gpus")), DocumentObjects(
+        [claim_template("gpus", exactly("g", *costly[:5])), NVIDIA_CLASS]))
