@@ -193,6 +193,10 @@ _MAX_REMEMBERED = 100_000  # compiled selectors, verdicts: forgotten all at once
 _MACROS = frozenset({"has", "all", "exists", "exists_one", "map", "filter"})
 
 
+_LITERAL_TOKENS = frozenset({"STRING_LIT", "MLSTRING_LIT", "INT_LIT", "UINT_LIT", "FLOAT_LIT",
+                             "BYTES_LIT", "MLBYTES_LIT", "BOOL_LIT"})
+
+
 def _called(tree: lark.Tree[Any]) -> set[str]:
     names = set()
     for sub in tree.iter_subtrees():
@@ -228,16 +232,38 @@ def _conjuncts(tree: lark.Tree[Any], source: str) -> list[str]:
 
 
 
+def _literal(tree: object) -> bool:
+    """Whether an operand is one literal, so the name it reads is written in the source."""
+    if not isinstance(tree, lark.Tree):
+        return True
+    values = list(tree.scan_values(lambda v: isinstance(v, lark.Token)))
+    return len(values) == 1 and values[0].type in _LITERAL_TOKENS
+
+
+def _computed_name(tree: lark.Tree[Any]) -> bool:
+    """Whether the selector reads a map entry by a name it computes (`m["prod" + "uct"]`,
+    `x in m` for a non-literal x): that name is in none of its literals."""
+    for sub in tree.iter_subtrees():
+        if sub.data == "member_index" and not _literal(sub.children[1]):
+            return True
+        if sub.data == "relation_in" and not _literal(sub.children[0]):
+            return True
+    return False
+
+
 def _names_read(tree: lark.Tree[Any]) -> frozenset[str] | None:
     """The identifiers and string literals of a selector: a device attribute or capacity
     it can read is among them. None when it may read a whole map (a size() or a macro
-    over it), so nothing can be left out of its view of a device."""
-    if _called(tree) & (_MACROS - {"has"} | {"size"}):
+    over it) or an entry by a computed name, so nothing can be left out of its view of a
+    device."""
+    if _called(tree) & (_MACROS - {"has"} | {"size"}) or _computed_name(tree):
         return None
     names = set()
     for token in tree.scan_values(lambda v: isinstance(v, lark.Token)):
         text = str(token)
         if token.type in ("STRING_LIT", "MLSTRING_LIT"):
+            if "\\" in text:
+                return None  # an escape spells a name other than its source text
             text = text.lstrip("rRbB").strip("\"'")
         names.add(text)
     return frozenset(names)
