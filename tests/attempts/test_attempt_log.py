@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 
 import pytest
 
 from provider.app import Provider
 from provider.attempts.executor import MemoryJournal, inline_runner
 from provider.attempts.log import LoggedJournal
-from provider.cli.log_format import configure
 from provider.domain.cloud import InsufficientCapacity
 from tests.kit.helpers import ManualPool, config, harness
 
@@ -40,16 +41,15 @@ def test_an_attempt_is_told_from_plan_to_outcome(caplog: pytest.LogCaptureFixtur
     assert f"attempt {attempt} succeeded" in text
 
 
-def test_json_lines_carry_the_attempt_and_request(capsys: pytest.CaptureFixture[str]) -> None:
-    before = logging.getLogger().handlers[:], logging.getLogger().level
-    try:
-        configure("info", "json")
-        logging.getLogger("allset.attempts").info(
-            "attempt r0-1 began", extra={"attempt": "r0-1", "request": "ml/train"})
-        line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
-    finally:
-        logging.getLogger().handlers[:], level = before
-        logging.getLogger().setLevel(level)
+def test_json_lines_carry_the_attempt_and_request() -> None:
+    # In its own process: JSON logging points fd 2 at a relay for the life of the process,
+    # which in a test worker would outlive the test and take the worker's stderr with it.
+    script = ("import logging; from provider.cli.log_format import configure; "
+              "configure('info', 'json'); logging.getLogger('allset.attempts').info("
+              "'attempt r0-1 began', extra={'attempt': 'r0-1', 'request': 'ml/train'})")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=True)
+    line = json.loads(done.stderr.strip().splitlines()[-1])
     assert line["message"] == "attempt r0-1 began" and line["level"] == "INFO"
     assert line["attempt"] == "r0-1" and line["request"] == "ml/train"
     assert line["logger"] == "allset.attempts" and "time" in line
