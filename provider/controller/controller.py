@@ -15,6 +15,7 @@ from kubernetes.client.rest import ApiException
 from provider.app import Provider
 from provider.controller import conditions as c
 from provider.controller import source_labels
+from provider.controller.consumers import Consumers
 from provider.controller.gang_bridge import GangBridge
 from provider.controller.idle import IdleNodes
 from provider.controller.kube import KubeApi, resumable
@@ -64,8 +65,9 @@ class Controller:
             gangs.act_while(provider.acting)
             gangs.fence_with(self._fence)
             provider.watch_serving(lambda acting: gangs.wake() if acting else None)
+        self.consumers = Consumers(self.pods)
         idle = IdleNodes(provider, self.nodes, self.pods, kube, self.standing,
-                         self.standing_bookings)
+                         self.standing_bookings, self.requests_by_booking)
         provider.find_idle_with(idle.find)
         self.metrics = RequestMetrics(provider.metrics.registry)
         self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes,
@@ -105,6 +107,13 @@ class Controller:
             objs = list(self._cache.values())
         return {c.booking_value(str(meta.get("namespace")), str(meta.get("name")))
                 for obj in objs if _stands(obj) for meta in [obj.get("metadata") or {}]}
+
+    def requests_by_booking(self) -> dict[str, dict[str, Any]]:
+        """Every request known now (ended ones too), by the booking value naming it."""
+        with self._lock:
+            objs = list(self._cache.values())
+        return {c.booking_value(str(meta.get("namespace")), str(meta.get("name"))): obj
+                for obj in objs for meta in [obj.get("metadata") or {}]}
 
     def _fence(self) -> None:
         if not self._p.acting():
@@ -316,10 +325,11 @@ class Controller:
         try:
             booked = self._p.bookings()  # their requests label them (RequestHandler._label)
             kept = self._bookings_in_use()
+            requests = self.requests_by_booking()
             for node in self.nodes.all():
                 pid = provider_id(node)
                 if kept is not None:
-                    self._unlabel_if_done(node, kept, booked=pid in booked)
+                    self._unlabel_if_done(node, kept, requests, booked=pid in booked)
                 inst = self._p.fleet.instance(pid) if pid and pid not in booked else None
                 if inst is not None:
                     self._label_source(node, inst)
@@ -346,17 +356,19 @@ class Controller:
             kept.add(c.booking_value(str(meta.get("namespace")), str(meta.get("name"))))
         return kept
 
-    def _unlabel_if_done(self, node: Node, kept: set[str], *, booked: bool) -> None:
+    def _unlabel_if_done(self, node: Node, kept: set[str],
+                         requests: dict[str, dict[str, Any]], *, booked: bool) -> None:
         """Take the booking label off a Node once nothing can ask for it: no request it
-        names stands and no live pod selects it. The booking's scale-down-disabled goes
-        with it unless another booking holds the Node: it is taken off when the booking
-        ends, but a request whose end was handled part way (the API down, or the replica
-        deposed mid-way) left it, and CA would never scale the Node down."""
+        names stands and no consumer of it lives (controller.consumers). The booking's
+        scale-down-disabled goes with it unless another booking holds the Node: it is
+        taken off when the booking ends, but a request whose end was handled part way
+        (the API down, or the replica deposed mid-way) left it, and CA would never scale
+        the Node down."""
         meta = node.get("metadata") or {}
         value = (meta.get("labels") or {}).get(c.BOOKING_LABEL)
         name = meta.get("name")
-        if not value or not name or value in kept or self.pods.selecting(str(value)) or \
-                not self._p.acting():
+        if not value or not name or value in kept or not self._p.acting() or \
+                self.consumers.of(str(value), requests.get(str(value))):
             return
         try:
             read = str(meta.get("resourceVersion") or "")

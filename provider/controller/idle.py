@@ -1,9 +1,11 @@
 """Which Nodes a ProvisioningRequest may book instead of launching (issue 34): Ready, empty
 but for DaemonSets' and static pods, booked by no request, neither cordoned nor being
 deleted by CA, and no longer needed by the workload of the booking that labelled them
-last. A pod that failed leaves its node empty for a moment, and the pod its Job makes in
-its place selects that booking's label: while any pod selects it, or its Kueue Workload
-is admitted and not finished, or its request still stands, the node is not idle."""
+last. A pod that failed leaves its node empty for a moment, and the pod made in its place
+needs it back: while any consumer of that booking lives (controller.consumers: a pod that
+selects its label, consumes its request by annotation or belongs to the gang that owns
+it, placed or Pending), or its Kueue Workload is admitted and not finished, or its
+request still stands, the node is not idle (issue 50, item 2)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 
 from provider.app import Provider
 from provider.controller import conditions as c
+from provider.controller.consumers import Consumers
 from provider.controller.kube import KUEUE_GROUP, KubeApi
 from provider.controller.nodes import Node, NodeCache, ca_deleting, cordoned, is_ready, provider_id
 from provider.controller.pod_cache import PodCache
@@ -42,13 +45,17 @@ def runs(workload: Mapping[str, Any] | None) -> bool:
 class IdleNodes:
     def __init__(self, provider: Provider, nodes: NodeCache, pods: PodCache, kube: KubeApi,
                  standing: Callable[[str, str | None], bool | None],
-                 standing_bookings: Callable[[], set[str] | None]) -> None:
+                 standing_bookings: Callable[[], set[str] | None],
+                 requests: Callable[[], Mapping[str, Mapping[str, Any]]]) -> None:
+        """``requests``: every request known now, by the booking value that names it."""
         self._p = provider
         self._nodes = nodes
         self._pods = pods
         self._kube = kube
         self._standing = standing
         self._standing_bookings = standing_bookings
+        self._requests = requests
+        self._consumers = Consumers(pods)
 
     def find(self) -> list[IdleNode]:
         """The idle nodes now (none until requests and pods are listed: before that a
@@ -57,13 +64,15 @@ class IdleNodes:
         if values is None or not self._pods.synced.is_set():
             return []
         found = []
+        requests = self._requests()
         for node in self._nodes.all():
-            idle = self._idle(node, values)
+            idle = self._idle(node, values, requests)
             if idle is not None:
                 found.append(idle)
         return found
 
-    def _idle(self, node: Node, standing: set[str]) -> IdleNode | None:
+    def _idle(self, node: Node, standing: set[str],
+              requests: Mapping[str, Mapping[str, Any]]) -> IdleNode | None:
         meta = node.get("metadata") or {}
         pid, name = provider_id(node), str(meta.get("name") or "")
         if not pid or not is_ready(node) or meta.get("deletionTimestamp") or \
@@ -78,7 +87,8 @@ class IdleNodes:
                 self._standing(inst.tags.request, inst.tags.request_uid) is not False:
             return None  # its own request's gang (or the requests are not known yet)
         booking = (meta.get("labels") or {}).get(c.BOOKING_LABEL)
-        if booking and (booking in standing or self._pods.selecting(str(booking))):
+        if booking and (booking in standing or
+                        self._consumers.of(str(booking), requests.get(str(booking)))):
             return None
         if self._workload_runs((meta.get("annotations") or {}).get(WORKLOAD_ANNOTATION)):
             return None

@@ -108,6 +108,51 @@ def test_a_node_whose_booking_a_pod_still_selects_is_not_taken(world: World) -> 
     assert w.node(first.name)["metadata"]["labels"][c.BOOKING_LABEL] == "ml.job"
 
 
+CONSUME = "autoscaling.x-k8s.io/consume-provisioning-request"
+
+
+def test_a_node_whose_request_a_pending_pod_consumes_by_annotation_is_not_taken(
+        world: World) -> None:
+    """Issue 50, finding 2: a pod of the first booking failed, and the one made in its
+    place consumes the request by annotation (the gang bridge's pods, CA's own users), with
+    no nodeSelector on the booking label: the empty node is still its workload's, and
+    keeps its label. Once that pod is done, the node is idle."""
+    w = world
+    first = _done_first(w)
+    pod = objects.pod(NS, "replacement", {CONSUME: "job"})
+    w.kube.create(pod)
+    create(w, "job2", pod_sets={"workers": 8})
+    w.provision()
+    assert w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
+    assert REUSED_DETAIL not in _details(w, "job2")
+    assert w.node(first.name)["metadata"]["labels"][c.BOOKING_LABEL] == "ml.job"
+    w.kube.set_pod_phase(NS, "replacement", "Succeeded")
+    create(w, "job3", pod_sets={"workers": 8})
+    w.sync(3)
+    assert _details(w, "job3").get(REUSED_DETAIL) == first.provider_id
+
+
+def test_a_node_whose_requests_gang_has_a_pending_pod_is_not_taken(world: World) -> None:
+    """Issue 50, finding 2: the request belongs to a Volcano PodGroup (the gang bridge
+    made it); a pod of that gang is Pending and not yet annotated (the bridge annotates it
+    on its next pass): the gang's membership is what says whose the node is."""
+    w = world
+    first = _done_first(w)
+    w.kube.modify("provisioningrequests", "job", lambda o: o["metadata"].update(
+        ownerReferences=[{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                          "name": "train", "uid": "pg-1", "controller": True}]), NS,
+        group="autoscaling.x-k8s.io")
+    w.kube.create(objects.pod(NS, "train-1", {"scheduling.k8s.io/group-name": "train"}))
+    create(w, "job2", pod_sets={"workers": 8})
+    w.provision()
+    assert w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
+    assert REUSED_DETAIL not in _details(w, "job2")
+    w.kube.delete("pods", "train-1", NS)
+    create(w, "job3", pod_sets={"workers": 8})
+    w.sync(3)
+    assert _details(w, "job3").get(REUSED_DETAIL) == first.provider_id
+
+
 def test_a_node_whose_workload_is_admitted_is_not_taken_and_is_once_it_finished(
         world: World) -> None:
     """Kueue's Workload of the first booking is admitted and not finished (its Job is
