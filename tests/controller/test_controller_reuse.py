@@ -93,6 +93,15 @@ def test_a_node_ca_is_deleting_is_not_taken(world: World) -> None:
     assert len(live(w, "ml/job2")) == 1
 
 
+def _launched_not_reused(w: World, name: str = "job2") -> None:
+    """``name`` (one GPU node) is Provisioned on a node of its own: the idle-looking node
+    was not taken."""
+    create(w, name, pod_sets={"workers": 8})
+    w.provision()
+    assert w.condition(c.PROVISIONED, name).true  # type: ignore[union-attr]
+    assert REUSED_DETAIL not in _details(w, name)
+
+
 def test_a_node_whose_booking_a_pod_still_selects_is_not_taken(world: World) -> None:
     """A pod of the first workload failed, and the one its Job made in its place is
     pending with the booking's nodeSelector: the empty node is still its."""
@@ -101,10 +110,7 @@ def test_a_node_whose_booking_a_pod_still_selects_is_not_taken(world: World) -> 
     pod = objects.pod(NS, "replacement")
     pod["spec"]["nodeSelector"] = {c.BOOKING_LABEL: "ml.job"}
     w.kube.create(pod)
-    create(w, "job2", pod_sets={"workers": 8})
-    w.provision()
-    assert w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
-    assert REUSED_DETAIL not in _details(w, "job2")
+    _launched_not_reused(w)
     assert w.node(first.name)["metadata"]["labels"][c.BOOKING_LABEL] == "ml.job"
 
 
@@ -119,12 +125,8 @@ def test_a_node_whose_request_a_pending_pod_consumes_by_annotation_is_not_taken(
     keeps its label. Once that pod is done, the node is idle."""
     w = world
     first = _done_first(w)
-    pod = objects.pod(NS, "replacement", {CONSUME: "job"})
-    w.kube.create(pod)
-    create(w, "job2", pod_sets={"workers": 8})
-    w.provision()
-    assert w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
-    assert REUSED_DETAIL not in _details(w, "job2")
+    w.kube.create(objects.pod(NS, "replacement", {CONSUME: "job"}))
+    _launched_not_reused(w)
     assert w.node(first.name)["metadata"]["labels"][c.BOOKING_LABEL] == "ml.job"
     w.kube.set_pod_phase(NS, "replacement", "Succeeded")
     create(w, "job3", pod_sets={"workers": 8})
@@ -143,10 +145,7 @@ def test_a_node_whose_requests_gang_has_a_pending_pod_is_not_taken(world: World)
                           "name": "train", "uid": "pg-1", "controller": True}]), NS,
         group="autoscaling.x-k8s.io")
     w.kube.create(objects.pod(NS, "train-1", {"scheduling.k8s.io/group-name": "train"}))
-    create(w, "job2", pod_sets={"workers": 8})
-    w.provision()
-    assert w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
-    assert REUSED_DETAIL not in _details(w, "job2")
+    _launched_not_reused(w)
     w.kube.delete("pods", "train-1", NS)
     create(w, "job3", pod_sets={"workers": 8})
     w.sync(3)
