@@ -1,11 +1,13 @@
 """Which Nodes a ProvisioningRequest may book instead of launching (issue 34): Ready, empty
 but for DaemonSets' and static pods, booked by no request, neither cordoned nor being
-deleted by CA, and no longer needed by the workload of the booking that labelled them
-last. A pod that failed leaves its node empty for a moment, and the pod made in its place
-needs it back: while any consumer of that booking lives (controller.consumers: a pod that
-selects its label, consumes its request by annotation or belongs to the gang that owns
-it, placed or Pending), or its Kueue Workload is admitted and not finished, or its
-request still stands, the node is not idle (issue 50, item 2)."""
+deleted by CA (its labels, taints and allocatable go with it, for the planner to judge
+against each pod set: provider/planner/reuse.py), and no longer needed by the workload of
+the booking that labelled it last. A pod that failed leaves its node empty for a moment,
+and the pod made in its place needs it back: while any consumer of that booking lives
+(controller.consumers: a pod that selects its label, consumes its request by annotation
+or belongs to the gang that owns it, placed or Pending), or its Kueue Workload is
+admitted and not finished, or its request still stands, the node is not idle (issue 50,
+item 2)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,16 @@ from provider.app import Provider
 from provider.controller import conditions as c
 from provider.controller.consumers import Consumers
 from provider.controller.kube import KUEUE_GROUP, KubeApi
-from provider.controller.nodes import Node, NodeCache, ca_deleting, cordoned, is_ready, provider_id
+from provider.controller.nodes import (
+    Node,
+    NodeCache,
+    allocatable_of,
+    ca_deleting,
+    cordoned,
+    is_ready,
+    provider_id,
+    taints_of,
+)
 from provider.controller.pod_cache import PodCache
 from provider.domain.plan import IdleNode
 
@@ -92,7 +103,10 @@ class IdleNodes:
             return None
         if self._workload_runs((meta.get("annotations") or {}).get(WORKLOAD_ANNOTATION)):
             return None
-        return IdleNode(pid, inst.tags.node_group, inst.tags.source, inst.tags.reservation)
+        labels = meta.get("labels") or {}
+        return IdleNode(pid, inst.tags.node_group, inst.tags.source, inst.tags.reservation,
+                        labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+                        taints=taints_of(node), allocatable=allocatable_of(node))
 
     def _workload_runs(self, ref: object) -> bool:
         if not isinstance(ref, str) or ref.count("/") < 3:

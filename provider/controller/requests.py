@@ -26,7 +26,7 @@ from provider.controller import source_labels
 from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, REUSED_DETAIL, planned, reused
 from provider.controller.idle import WORKLOAD_ANNOTATION, workload_ref
 from provider.controller.kube import KUEUE_GROUP, Gone, KubeApi
-from provider.controller.nodes import Node, NodeCache, is_ready
+from provider.controller.nodes import Node, NodeCache, is_ready, taints_of
 from provider.controller.pod_cache import PodCache
 from provider.controller.request_metrics import RequestMetrics
 from provider.controller.writes import Change, Writer, key_of, newer, uid_of
@@ -35,6 +35,7 @@ from provider.domain.demand import CLASS_NAME, Demand
 from provider.domain.plan import IdleNode, Infeasible
 from provider.domain.provreq import BadRequest, Parameters, demand_from
 from provider.planner.limits import never_fits
+from provider.planner.reuse import untolerated
 from provider.planner.timing import Wait
 from provider.planner.wake import wakes
 
@@ -409,14 +410,17 @@ class RequestHandler:
         value = c.booking_value(obj["metadata"]["namespace"], obj["metadata"]["name"])
         # Protected from scale-down from commit on, and labelled as each Node registers.
         self._gangs.book(key, found.instances)
-        done = self._label(found.instances, value, workload_ref(obj), key, t.uid)
+        tainted: list[str] = []
+        done = self._label(found.instances, value, workload_ref(obj), key, t.uid,
+                           t.demand, tainted)
         n = len(found.instances)
         if done < n:
             # One message for the whole wait: a status write (and an event) per Node
             # that registers would cost more than it tells.
             again = reused(obj)
             self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_NODES,
-                                  _waiting_text(n - len(again), found.attempt, again))])
+                                  _waiting_text(n - len(again), found.attempt, again)
+                                  + "".join(f"; {x}" for x in tainted))])
             return WAITING_RECHECK
         # The gang as the fleet holds it now, booked: a node taken between this pass's
         # look and its booking (CA's DeleteNodes, a loss) must not be reported Provisioned.
@@ -533,13 +537,16 @@ class RequestHandler:
     # --- Nodes ---------------------------------------------------------------------------
 
     def _label(self, instances: Sequence[CloudInstance], value: str,
-               workload: str | None, key: str, uid: str) -> int:
+               workload: str | None, key: str, uid: str, demand: Demand | None = None,
+               tainted: list[str] | None = None) -> int:
         """Label each registered Node of the gang for its pods and protect it from
         scale-down, with its capacity-source labels in the same patch (one write per Node,
         not two: at a thousand Nodes registering at once the API server's patch rate is
         what Provisioned waits for), naming the Workload it serves (controller.idle);
-        returns how many are registered, Ready and labelled. A Node that takes the
-        booking gets an Event saying so (Booked, or Reused for an idle node of another's)."""
+        returns how many are registered, Ready, labelled and, with ``demand``, free of a
+        taint its pods do not tolerate (design.md I14: named in ``tainted``). A Node that
+        takes the booking gets an Event saying so (Booked, or Reused for an idle node of
+        another's)."""
         done = 0
         for inst in instances:
             node = self._nodes.get(inst.provider_id)
@@ -568,7 +575,12 @@ class RequestHandler:
                     continue
                 if labels.get(c.BOOKING_LABEL) != value:
                     self._tell_node(node, inst, key, uid)
-            if is_ready(node):
+            taint = untolerated(demand, self._p.matcher, inst.tags.node_group,
+                                taints_of(node)) if demand is not None else None
+            if taint is not None and tainted is not None:
+                tainted.append(f"Node {node['metadata']['name']} carries taint {taint.key}="
+                               f"{taint.value}:{taint.effect}, which its pods do not tolerate")
+            if is_ready(node) and taint is None:
                 done += 1
         return done
 

@@ -23,7 +23,12 @@ plan without reuse stays a candidate (never worse than today).
 
 Within a candidate, nodes are handed out greedily: pod sets with the most GPUs per pod
 first (the scarce nodes go to the pods that need them), each pod set taking the idle
-nodes of the groups that pack the most of its pods per node."""
+nodes of the groups that pack the most of its pods per node. An idle node is judged as
+its Node stands, not as its group's template (issue 50, item 3): it hosts what the
+template hosts, no more than its own allocatable allows, and none of a pod set whose
+nodeSelector or required affinity its labels do not meet, or that does not tolerate one of
+its NoSchedule or NoExecute taints (a maintenance drain, a GPU health checker,
+node-problem-detector: someone else's say that nothing more should land there)."""
 
 from __future__ import annotations
 
@@ -34,10 +39,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from provider.domain.cloud import CapacityType
-from provider.domain.demand import Demand
-from provider.domain.model import GPU_RESOURCE, NodeGroup
+from provider.domain.demand import Demand, PodSet
+from provider.domain.model import GPU_RESOURCE, NodeGroup, Resources, Taint
 from provider.domain.plan import IdleNode, Part, Plan
 from provider.planner.gang import Inputs, domain_of
+from provider.planner.layout import layout
+from provider.planner.matching import Matcher
 
 # The run a boot's bill is spread over, for a gang that states no runtime and whose
 # operator assumes none (config runtimes.undeclared): an hour.
@@ -113,6 +120,61 @@ def replacing(inputs: Inputs, reuse: Reuse, rest: Plan) -> Reuse | None:
     return _take(inputs, reuse.domain, [*reuse.nodes, *chosen])
 
 
+def refusal(node: IdleNode, pod_set: PodSet) -> str | None:
+    """Why ``node`` as its Node stands can take no pod of ``pod_set`` (None: it can)."""
+    taint = pod_set.untolerated(node.taints)
+    if taint is not None:
+        return (f"taint {taint.key}={taint.value}:{taint.effect} is not tolerated by pod set "
+                f"{pod_set.name}")
+    if node.labels is not None:
+        labels = dict(node.labels)
+        for key, want in sorted(pod_set.node_selector.items()):
+            if labels.get(key) != want:
+                return f"pod set {pod_set.name} selects {key}={want}; the Node has " + \
+                    (f"{key}={labels[key]}" if key in labels else f"no {key} label")
+        if pod_set.affinity and not any(all(r.matches(labels) for r in term)
+                                        for term in pod_set.affinity):
+            return f"the Node's labels meet no required node affinity term of pod set " \
+                   f"{pod_set.name}"
+    if node.allocatable is not None and fits_on(node.allocatable, pod_set) == 0:
+        short = ", ".join(sorted(pod_set.requests.shortfall(node.allocatable))) or "pods"
+        return f"a pod of set {pod_set.name} does not fit the Node's allocatable ({short})"
+    return None
+
+
+def untolerated(demand: Demand, matcher: Matcher, group: str, taints: Sequence[Taint]
+                ) -> Taint | None:
+    """A taint of a Node of ``group`` that some pod set of the gang that may land there
+    does not tolerate (NoSchedule or NoExecute: someone else's say that nothing more may
+    land there); None when its pods may use it. A gang is not Provisioned on such a Node
+    (design.md I14), launched or reused."""
+    if not taints:
+        return None
+    found = layout(demand, matcher).candidates
+    for pod_set, candidates in zip(demand.pod_sets, found, strict=True):
+        if any(c.group == group and c.pods_per_node > 0 for c in candidates):
+            taint = pod_set.untolerated(tuple(taints))
+            if taint is not None:
+                return taint
+    return None
+
+
+def fits_on(allocatable: Resources, pod_set: PodSet) -> int:
+    """How many pods of the set fit in ``allocatable`` by every resource they request."""
+    return min((allocatable.get(name) // amount for name, amount in pod_set.requests.items()
+                if amount > 0), default=1)
+
+
+def _room(node: IdleNode, pod_set: PodSet, template: int) -> int:
+    """Pods of the set ``node`` takes: what its group's template takes (``template``), no
+    more than its Node allows, none where the Node refuses them."""
+    if refusal(node, pod_set) is not None:
+        return 0
+    if node.allocatable is None:
+        return template
+    return min(template, fits_on(node.allocatable, pod_set))
+
+
 def _lasts(inputs: Inputs, node: IdleNode) -> bool:
     """The rules a launch into the node's reservation obeys (gang.Inputs._usable), with
     no boot to wait for: capacity that ends under the gang's runtime, or that its owner
@@ -157,7 +219,7 @@ def boot_saved(demand: Demand, plan: Plan, groups: Mapping[str, NodeGroup]) -> f
 
 def _take(inputs: Inputs, domain: str, idle: list[IdleNode]) -> Reuse | None:
     demand = inputs.demand
-    per_node = {(gid, name): k for gid in {n.group for n in idle}
+    template = {(gid, name): k for gid in {n.group for n in idle}
                 for name, k in inputs.arcs[gid]}
     free = list(idle)
     left: dict[str, int] = {p.name: p.count for p in demand.pod_sets}
@@ -166,13 +228,14 @@ def _take(inputs: Inputs, domain: str, idle: list[IdleNode]) -> Reuse | None:
     taken: list[IdleNode] = []
     for pod_set in sorted(demand.pod_sets,
                           key=lambda p: (-p.requests.get(GPU_RESOURCE), p.name)):
-        fits = sorted((n for n in free if (n.group, pod_set.name) in per_node),
-                      key=lambda n: (-per_node[(n.group, pod_set.name)], n.group,
-                                     n.provider_id))
+        room = {n.provider_id: _room(n, pod_set, template[(n.group, pod_set.name)])
+                for n in free if (n.group, pod_set.name) in template}
+        fits = sorted((n for n in free if room.get(n.provider_id, 0) > 0),
+                      key=lambda n: (-room[n.provider_id], n.group, n.provider_id))
         for node in fits:
             if left[pod_set.name] <= 0:
                 break
-            pods = min(left[pod_set.name], per_node[(node.group, pod_set.name)])
+            pods = min(left[pod_set.name], room[node.provider_id])
             left[pod_set.name] -= pods
             free.remove(node)
             taken.append(node)

@@ -102,6 +102,71 @@ def _launched_not_reused(w: World, name: str = "job2") -> None:
     assert REUSED_DETAIL not in _details(w, name)
 
 
+MAINTENANCE = {"key": "maintenance", "value": "drain", "effect": "NoSchedule"}
+
+
+def _taint(w: World, name: str, *taints: dict[str, str]) -> None:
+    w.kube.modify("nodes", name, lambda n: n["spec"].update(taints=[
+        *(t for t in n["spec"].get("taints") or [] if t["key"] != MAINTENANCE["key"]),
+        *taints]))
+
+
+def test_a_tainted_idle_node_is_not_taken_until_the_taint_goes(world: World) -> None:
+    """Issue 50, finding 3: someone (a maintenance drain, a GPU health checker) tainted
+    the idle node NoSchedule; the gang's pods do not tolerate it, so it is not booked, and
+    a Node of the gang's own is launched. Untainted, the node is idle again."""
+    w = world
+    first = _done_first(w)
+    _taint(w, first.name, MAINTENANCE)
+    _launched_not_reused(w)
+    _taint(w, first.name)
+    create(w, "job3", pod_sets={"workers": 8})
+    w.sync(3)
+    assert _details(w, "job3").get(REUSED_DETAIL) == first.provider_id
+
+
+def test_an_idle_node_judged_as_it_stands_not_as_its_template(world: World) -> None:
+    """Issue 50, finding 3: the template says what a fresh node would be; the Node says
+    what this one is. Its GPU device plugin gone (allocatable nvidia.com/gpu 0), it hosts
+    no GPU worker; relabelled off the pods' nodeSelector, neither."""
+    w = world
+    first = _done_first(w)
+    w.kube.modify("nodes", first.name, lambda n: n["status"]["allocatable"].update(
+        {"nvidia.com/gpu": "0"}))
+    _launched_not_reused(w)
+
+    def relabelled(n: dict[str, Any]) -> None:
+        n["status"]["allocatable"].update({"nvidia.com/gpu": "8"})
+        n["metadata"]["labels"].update({"example.com/gpu": "nvidia-a100-80gb"})
+
+    w.kube.modify("nodes", first.name, relabelled)
+    _launched_not_reused(w, "job3")
+    w.kube.modify("nodes", first.name, lambda n: n["metadata"]["labels"].update(
+        {"example.com/gpu": "nvidia-h100-80gb"}))
+    create(w, "job4", pod_sets={"workers": 8})
+    w.sync(3)
+    assert _details(w, "job4").get(REUSED_DETAIL) == first.provider_id
+
+
+def test_a_gang_is_not_provisioned_on_a_node_tainted_against_its_pods(world: World) -> None:
+    """Design.md I14 for launched nodes too: a Node of the gang tainted by someone else
+    before the gang is Provisioned holds Provisioned back (its pods could not land), and
+    the wait says why; once the taint goes, it is Provisioned."""
+    w = world
+    create(w, "job", pod_sets={"workers": 8})
+    w.sync()
+    (inst,) = live(w)
+    w.register_nodes()
+    _taint(w, inst.name, MAINTENANCE)
+    w.sync(3)
+    waiting = w.condition(c.PROVISIONED)
+    assert waiting is not None and not waiting.true, waiting
+    assert "carries taint maintenance=drain:NoSchedule" in waiting.message, waiting.message
+    _taint(w, inst.name)
+    w.sync(3)
+    assert w.condition(c.PROVISIONED).true  # type: ignore[union-attr]
+
+
 def test_a_node_whose_booking_a_pod_still_selects_is_not_taken(world: World) -> None:
     """A pod of the first workload failed, and the one its Job made in its place is
     pending with the booking's nodeSelector: the empty node is still its."""

@@ -10,10 +10,20 @@ import dataclasses
 
 from provider.domain.cloud import CapacityType
 from provider.domain.demand import Topology
+from provider.domain.model import GPU_RESOURCE, MILLI, Resources, Taint
 from provider.domain.plan import IdleNode, Infeasible, Plan
 from provider.planner.answer import plan
 from provider.planner.render import plan_json, plan_text
-from tests.planner.kit import World, cpu_group, demand, gpu_group, ps, reservation, workers
+from tests.planner.kit import (
+    GPU_TAINT,
+    World,
+    cpu_group,
+    demand,
+    gpu_group,
+    ps,
+    reservation,
+    workers,
+)
 
 RES, OD, SPOT = CapacityType.RESERVED, CapacityType.ON_DEMAND, CapacityType.SPOT
 
@@ -191,3 +201,49 @@ def test_the_plan_says_which_nodes_were_reused() -> None:
     assert as_json["parts"][1]["reused"] == []
     text = plan_text("ns/job", result)
     assert "on-demand (reused)" in text and "reused 1 idle node" in text
+
+
+def as_it_stands(node: IdleNode, *, labels: dict[str, str] | None = None,
+                 taints: tuple[Taint, ...] = (GPU_TAINT,), gpus: int = 8) -> IdleNode:
+    """The idle node with what its Node says of it (labels, taints, allocatable)."""
+    alloc = Resources.of({"cpu": 190 * MILLI, "memory": 2**40 * MILLI, "pods": 110 * MILLI,
+                          GPU_RESOURCE: gpus * MILLI})
+    return dataclasses.replace(node, labels=tuple(sorted(
+        (labels if labels is not None else {"example.com/gpu": "h100"}).items())),
+        taints=taints, allocatable=alloc)
+
+
+def test_an_idle_node_is_judged_as_its_node_stands() -> None:
+    # Issue 50, finding 3: the template fits; each Node says what it is now.
+    world = World([gpu_group("gpu")])
+    d = demand(workers(8))
+    (node,) = idle("gpu", 1)
+    fine = as_it_stands(node)
+    assert parts(plan(d, world.view(), world.matcher, idle=[fine]))[0][3] == 1
+    refused = {
+        "tainted": as_it_stands(node, taints=(GPU_TAINT, Taint("maintenance", "drain",
+                                                               "NoExecute"))),
+        "relabelled": as_it_stands(node, labels={"example.com/gpu": "a100"}),
+        "no GPUs": as_it_stands(node, gpus=0),
+    }
+    for why, n in refused.items():
+        result = plan(d, world.view(), world.matcher, idle=[n])
+        assert parts(result) == [("gpu", "on-demand", 1, 0, {"workers": 8})], why
+    # A preference is no refusal; a taint the pods tolerate neither.
+    soft = as_it_stands(node, taints=(Taint("maintenance", "soon", "PreferNoSchedule"),))
+    assert parts(plan(d, world.view(), world.matcher, idle=[soft]))[0][3] == 1
+
+
+def test_an_idle_node_hosts_no_more_than_its_allocatable() -> None:
+    # Four GPUs left allocatable (a device plugin reports four healthy): it hosts four
+    # one-GPU workers, not the template's eight; the other eight go on a launched node.
+    world = World([gpu_group("gpu")])
+    (node,) = idle("gpu", 1)
+    result = plan(demand(workers(12)), world.view(), world.matcher,
+                  idle=[as_it_stands(node, gpus=4)])
+    assert parts(result) == [("gpu", "on-demand", 1, 1, {"workers": 4}),
+                             ("gpu", "on-demand", 1, 0, {"workers": 8})]
+    # Sixteen: two launched nodes bill less than the half node and two more.
+    result = plan(demand(workers(16)), world.view(), world.matcher,
+                  idle=[as_it_stands(node, gpus=4)])
+    assert parts(result) == [("gpu", "on-demand", 2, 0, {"workers": 16})]
