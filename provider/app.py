@@ -24,9 +24,15 @@ from provider.base.words import counted
 from provider.capacity.ledger import Ledger
 from provider.capacity.unavailable import UnavailableOfferings
 from provider.config import LoadedConfig
-from provider.domain.cloud import CapacityType, CloudAdapter, CloudError, CloudInstance
+from provider.domain.cloud import (
+    CapacityType,
+    CloudAdapter,
+    CloudError,
+    CloudInstance,
+    InstanceState,
+)
 from provider.domain.errors import DomainError, FailedPrecondition, Unavailable
-from provider.domain.fleet import Fleet
+from provider.domain.fleet import Fleet, NodeState
 from provider.domain.model import NodeGroup, Resources, ScaleUpMode
 from provider.domain.plan import IdleNode
 from provider.leadership.elector import AlwaysLeader, Leadership, NotLeader
@@ -358,11 +364,35 @@ class Provider:
         with self._booked_lock:
             return dict(self._booker)
 
-    def keeps_warm(self, inst: CloudInstance) -> bool:
+    def keeps_warm(self, inst: CloudInstance, ready: bool) -> bool:
         """Whether this node is to stay up while idle (config reservedNodes: keep): it is
         in a reservation that lasts (a block until its cut-off), so it bills with the
         reservation whether it runs work or not, and the next matching gang starts on it
-        at once."""
+        at once. Only a node that runs and whose Node is ``ready`` (issue 50, item 4): one
+        the cloud stopped or whose kubelet is gone serves no gang, and kept it would keep
+        its scale-down protection while CA waits on it as an unready node."""
+        return ready and inst.state is InstanceState.RUNNING and self._warm_policy(inst)
+
+    def stopped_warm(self, inst: CloudInstance) -> bool:
+        """A node the keep policy would hold warm that the cloud stopped and no request
+        books: it runs nothing and bills (its disks) until deleted, so allset deletes it
+        rather than wait for CA's unready scale-down (issue 50, item 4; a GCE VM stopped
+        also gives its reservation slot back: docs/cloud-behaviour.md)."""
+        node = self.fleet.node(inst.provider_id)
+        if inst.state is not InstanceState.STOPPED or not inst.tags.committed or \
+                inst.marked_deleting or node is None or node.state is NodeState.DELETING \
+                or self.booked(inst.provider_id) or \
+                self.ledger.booker(inst.provider_id) is not None:
+            return False
+        request = inst.tags.request
+        if request is not None and \
+                self._standing(request, inst.tags.request_uid) is not False:
+            return False  # its request's gang, which deletes its stopped nodes itself
+        return self._warm_policy(inst)
+
+    def _warm_policy(self, inst: CloudInstance) -> bool:
+        """The keep policy, whatever the node's state: a reserved node of a group that
+        keeps them, in a reservation listed and not ended."""
         group = self.groups.get(inst.tags.node_group)
         rid = inst.tags.reservation
         if group is None or not group.keep_reserved_nodes or rid is None or \

@@ -19,7 +19,7 @@ from provider.controller.consumers import Consumers
 from provider.controller.gang_bridge import GangBridge
 from provider.controller.idle import IdleNodes
 from provider.controller.kube import KubeApi, resumable
-from provider.controller.nodes import Node, NodeCache, provider_id
+from provider.controller.nodes import Node, NodeCache, is_ready, provider_id
 from provider.controller.pod_cache import PodCache
 from provider.controller.queue import WorkQueue
 from provider.controller.request_metrics import RequestMetrics
@@ -294,7 +294,7 @@ class Controller:
             if self._p.booked(inst.provider_id):
                 return  # its request labels it, with the booking label in the same patch
         if inst is not None and (source_labels.missing(node, inst) or source_labels.kept_changes(
-                node, self._p.keeps_warm(inst))):
+                node, self._p.keeps_warm(inst, is_ready(node)))):
             self._label_wanted.set()  # labelled by its own thread, never this one
 
     def _simulated_nodes_loop(self) -> None:
@@ -383,9 +383,14 @@ class Controller:
 
     def _label_source(self, node: Node, inst: CloudInstance) -> None:
         """Its capacity-source labels and, for a reserved Node kept warm, the protection
-        from scale-down (both in one patch)."""
+        from scale-down (both in one patch). A warm node the cloud stopped loses that
+        protection and is deleted (issue 50, item 4)."""
         changes = source_labels.missing(node, inst)
-        notes = source_labels.kept_changes(node, self._p.keeps_warm(inst))
+        notes = source_labels.kept_changes(node, self._p.keeps_warm(inst, is_ready(node)))
+        if self._p.stopped_warm(inst) and self._p.acting():
+            log.info("Node %s (%s) was kept warm and its instance is stopped: deleting it",
+                     (node.get("metadata") or {}).get("name"), inst.provider_id)
+            self._p.gangs.terminate([inst])
         name = (node.get("metadata") or {}).get("name")
         if not (changes or notes) or not name or not inst.tags.committed or \
                 not self._p.acting():
