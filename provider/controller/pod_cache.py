@@ -127,8 +127,9 @@ class PodCache:
             return len(self._consumers.get((namespace, request), ()))
 
     def selecting(self, booking: str) -> int:
-        """Live pods, on a node or not, whose nodeSelector asks for ``booking``: while one
-        is there, the workload booked onto those Nodes still needs their label."""
+        """Live pods of the booking's namespace, on a node or not, whose nodeSelector asks
+        for ``booking``: while one is there, the workload booked onto those Nodes still
+        needs their label. A pod of another namespace never counts."""
         with self._lock:
             return len(self._selecting.get(booking, ()))
 
@@ -171,7 +172,8 @@ class PodCache:
             (self._by_namespace, f.namespace, f.name)]
         if f.consumes and f.node:
             sets.append((self._consumers, (f.namespace, f.consumes), f.name))
-        if f.selects and f.live:
+        if f.selects and f.live and c.of_namespace(f.selects, f.namespace):
+            # A pod elsewhere cannot consume another namespace's request (issue 50, item 5).
             sets.append((self._selecting, f.selects, key))
         if f.consumes and f.live:
             sets.append((self._serving, c.booking_value(f.namespace, f.consumes), key))

@@ -179,6 +179,29 @@ def test_a_node_whose_booking_a_pod_still_selects_is_not_taken(world: World) -> 
     assert w.node(first.name)["metadata"]["labels"][c.BOOKING_LABEL] == "ml.job"
 
 
+def test_a_pod_in_another_namespace_holds_no_booking(world: World) -> None:
+    """Issue 50, finding 5: a Pending pod of another team's namespace selects this
+    team's ended booking (by mistake, or to squat its nodes): it is no consumer of a
+    request it cannot consume, so the node is reused."""
+    w = world
+    first = _done_first(w)
+    squatter = objects.pod("other-team", "squatter")
+    squatter["spec"]["nodeSelector"] = {c.BOOKING_LABEL: "ml.job"}
+    w.kube.create(squatter)
+    create(w, "job2", pod_sets={"workers": 8})
+    w.sync(3)
+    assert _details(w, "job2").get(REUSED_DETAIL) == first.provider_id
+
+
+def test_a_booking_names_its_requests_namespace() -> None:
+    assert c.of_namespace(c.booking_value("ml", "job"), "ml")
+    assert not c.of_namespace(c.booking_value("ml", "job"), "m")
+    assert not c.of_namespace(c.booking_value("ml-x", "job"), "ml")
+    long = "n" * 60  # the value is cut and hashed: the namespace's first 52 are kept
+    assert c.of_namespace(c.booking_value(long, "job"), long)
+    assert not c.of_namespace(c.booking_value(long, "job"), "other")
+
+
 CONSUME = "autoscaling.x-k8s.io/consume-provisioning-request"
 
 
