@@ -116,6 +116,9 @@ class Provider:
         # Whether a request (key, uid) still holds its committed gang: True, False, or
         # None while not known yet (the controller has not listed requests since start).
         self._standing: Callable[[str, str | None], bool | None] = lambda key, uid: False
+        # Whether a Node carries the booking label of a standing request (None: not known
+        # yet); the controller says, as it sees Nodes and requests.
+        self._labelled: Callable[[str], str | bool | None] = lambda pid: False
         # The nodes a request may book instead of launching, now (controller.idle; none
         # without a controller: only it sees Nodes and pods).
         self._idle: Callable[[], list[IdleNode]] = list
@@ -328,12 +331,19 @@ class Provider:
         """The nodes a request may book instead of launching, now."""
         return self._idle()
 
-    def protect_gangs_with(self, standing: Callable[[str, str | None], bool | None]) -> None:
+    def protect_gangs_with(self, standing: Callable[[str, str | None], bool | None],
+                           labelled: Callable[[str], str | bool | None] | None = None
+                           ) -> None:
         """Say which ProvisioningRequests stand (the controller): CA may not delete a node
         of a standing request's committed gang, booked by this process yet or not. After
         a restart or a failover bookings are empty until a pass books each gang again,
-        and a node CA deleted meanwhile would leave the gang short."""
+        and a node CA deleted meanwhile would leave the gang short. A reused node's tags
+        name the request that launched it, long ended: ``labelled`` says which standing
+        request's booking label its Node carries (False: none; None: not known yet), so
+        it is protected by its booking too (issue 50, item 6)."""
         self._standing = standing
+        if labelled is not None:
+            self._labelled = labelled
 
     def _protection(self, inst: CloudInstance) -> DomainError | None:
         """Why CA may not delete this member now, or None."""
@@ -346,17 +356,28 @@ class Provider:
         if planned is not None:
             return FailedPrecondition(f"node {pid} is idle and being booked by attempt "
                                       f"{planned}; it cannot be removed")
-        if request is None or not inst.tags.committed:
-            return None
-        stands = self._standing(request, inst.tags.request_uid)
-        if stands is None:
+        if request is not None and inst.tags.committed:
+            stands = self._standing(request, inst.tags.request_uid)
+            if stands is None:
+                return Unavailable(
+                    f"node {pid} is in the gang of ProvisioningRequest {request}, and this "
+                    f"replica has not listed ProvisioningRequests since it started; retry "
+                    f"shortly")
+            if stands:
+                return FailedPrecondition(
+                    f"node {pid} is in the gang of ProvisioningRequest {request}, which "
+                    f"stands (not provisioned yet, or booked); it cannot be removed")
+        # A reused node's tags name the request that launched it: its booking is on its
+        # Node (issue 50, item 6).
+        held = self._labelled(pid)
+        if held is None:
             return Unavailable(
-                f"node {pid} is in the gang of ProvisioningRequest {request}, and this "
-                f"replica has not listed ProvisioningRequests since it started; retry shortly")
-        if stands:
-            return FailedPrecondition(
-                f"node {pid} is in the gang of ProvisioningRequest {request}, which stands "
-                f"(not provisioned yet, or booked); it cannot be removed")
+                f"node {pid}: this replica has not listed Nodes and ProvisioningRequests "
+                f"since it started, and cannot tell whether a booking holds it; retry shortly")
+        if isinstance(held, str):
+            return FailedPrecondition(f"node {pid} carries the booking of "
+                                      f"ProvisioningRequest {held}, which stands; it cannot "
+                                      f"be removed")
         return None
 
     def bookings(self) -> dict[str, str]:

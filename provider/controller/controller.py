@@ -71,7 +71,7 @@ class Controller:
         provider.find_idle_with(idle.find)
         self.metrics = RequestMetrics(provider.metrics.registry)
         self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes,
-                                      self.pods, self.metrics)
+                                      self.pods, self.metrics, idle_note=idle.note)
         self._cache: dict[str, dict[str, Any]] = {}
         self._listed = False  # the cache holds a complete list (since this process began)
         self._lock = threading.Lock()
@@ -84,7 +84,7 @@ class Controller:
             if provider.config.schema.cloud.provider == "fake" and fake is not None and \
             fake.register_nodes else None
         self._threads: list[threading.Thread] = []
-        provider.protect_gangs_with(self.standing)
+        provider.protect_gangs_with(self.standing, self.booked_by_label)
 
     def standing(self, key: str, uid: str | None) -> bool | None:
         """Whether request ``key`` (of this uid) still holds its gang: it exists and has
@@ -98,15 +98,36 @@ class Controller:
             return False
         return _stands(obj)
 
+    def _requests_listed(self) -> list[dict[str, Any]] | None:
+        """Every request known now; None before the first complete list."""
+        with self._lock:
+            return list(self._cache.values()) if self._listed else None
+
     def standing_bookings(self) -> set[str] | None:
         """The booking values of the requests that stand (see ``standing``); None before
         the first list."""
-        with self._lock:
-            if not self._listed:
-                return None
-            objs = list(self._cache.values())
+        objs = self._requests_listed()
+        if objs is None:
+            return None
         return {c.booking_value(str(meta.get("namespace")), str(meta.get("name")))
                 for obj in objs if _stands(obj) for meta in [obj.get("metadata") or {}]}
+
+    def booked_by_label(self, pid: str) -> str | bool | None:
+        """The standing request (namespace/name) whose booking label the Node of ``pid``
+        carries; False when none does; None until Nodes and requests are listed."""
+        objs = self._requests_listed()
+        if objs is None or not self.nodes.synced.is_set():
+            return None
+        node = self.nodes.get(pid)
+        value = ((node or {}).get("metadata") or {}).get("labels", {}).get(c.BOOKING_LABEL)
+        if not value:
+            return False
+        for obj in objs:
+            meta = obj.get("metadata") or {}
+            if _stands(obj) and c.booking_value(str(meta.get("namespace")),
+                                                str(meta.get("name"))) == value:
+                return f"{meta.get('namespace')}/{meta.get('name')}"
+        return False
 
     def requests_by_booking(self) -> dict[str, dict[str, Any]]:
         """Every request known now (ended ones too), by the booking value naming it."""
@@ -340,12 +361,9 @@ class Controller:
         """The booking values whose Nodes keep their label (I12): every request that
         exists and has not failed or lost its capacity (an expired booking's workload may
         still run and replace pods). None until requests and pods are both listed."""
-        if not self.pods.synced.is_set():
+        requests = self._requests_listed()
+        if requests is None or not self.pods.synced.is_set():
             return None
-        with self._lock:
-            if not self._listed:
-                return None
-            requests = list(self._cache.values())
         kept = set()
         for obj in requests:
             conds = c.read((obj.get("status") or {}).get("conditions"))

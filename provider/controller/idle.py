@@ -11,13 +11,14 @@ item 2)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from provider.app import Provider
 from provider.controller import conditions as c
 from provider.controller.consumers import Consumers
-from provider.controller.kube import KUEUE_GROUP, KubeApi
+from provider.controller.kube import KUEUE_GROUP, Forbidden, KubeApi
 from provider.controller.nodes import (
     Node,
     NodeCache,
@@ -34,6 +35,15 @@ from provider.domain.plan import IdleNode
 # On a booked Node: the Kueue Workload its booking served, "<apiVersion>/<namespace>/<name>"
 # (its request may be deleted while the Workload runs on: Kueue's garbage collection).
 WORKLOAD_ANNOTATION = "allset.dev/workload"
+# A Workload read is used this long (seconds): idle nodes are listed on every metrics
+# scrape, `allset status` and request pass, and a GET per annotated node each time would
+# cost the API server that many reads (issue 50, item 6). Kueue writes Finished a moment
+# after the pods end; the wake looks every IDLE_LOOK_SECONDS (5 s) meanwhile.
+WORKLOAD_TTL = 5.0
+# Said in the condition of a request planned while Workloads could not be read.
+FORBIDDEN_NOTE = ("idle nodes booked for a Kueue Workload were not reused: allset may not "
+                  "read Workloads (HTTP 403), so it takes them as still in use; grant get on "
+                  "workloads.kueue.x-k8s.io")
 
 
 def workload_ref(obj: Mapping[str, Any]) -> str | None:
@@ -53,6 +63,37 @@ def runs(workload: Mapping[str, Any] | None) -> bool:
     return conds.get("Admitted") == "True" and conds.get("Finished") != "True"
 
 
+class Workloads:
+    """Whether each Kueue Workload an idle node's annotation names still runs, each read
+    at most once per WORKLOAD_TTL. One that cannot be read (403) runs, as far as reuse
+    knows (issue 50, item 6: fail safe)."""
+
+    def __init__(self, kube: KubeApi, clock: Callable[[], float],
+                 ttl: float = WORKLOAD_TTL) -> None:
+        self._kube = kube
+        self._clock = clock
+        self._ttl = ttl
+        self._lock = threading.Lock()
+        self._read: dict[str, tuple[float, bool | None]] = {}  # ref -> (when, runs)
+
+    def runs(self, ref: str) -> bool | None:
+        """Admitted and not finished; None: allset may not read it (taken as running)."""
+        now = self._clock()
+        with self._lock:
+            self._read = {k: v for k, v in self._read.items() if now - v[0] < self._ttl}
+            held = self._read.get(ref)
+        if held is not None:
+            return held[1]
+        api_version, namespace, name = ref.rsplit("/", 2)
+        try:
+            found: bool | None = runs(self._kube.read_workload(api_version, namespace, name))
+        except Forbidden:
+            found = None
+        with self._lock:
+            self._read[ref] = (now, found)
+        return found
+
+
 class IdleNodes:
     def __init__(self, provider: Provider, nodes: NodeCache, pods: PodCache, kube: KubeApi,
                  standing: Callable[[str, str | None], bool | None],
@@ -67,6 +108,8 @@ class IdleNodes:
         self._standing_bookings = standing_bookings
         self._requests = requests
         self._consumers = Consumers(pods)
+        self._workloads = Workloads(kube, provider.clock.now)
+        self.forbidden = False  # the last listing left nodes out: Workloads unreadable
 
     def find(self) -> list[IdleNode]:
         """The idle nodes now (none until requests and pods are listed: before that a
@@ -76,6 +119,7 @@ class IdleNodes:
             return []
         found = []
         requests = self._requests()
+        self.forbidden = False
         for node in self._nodes.all():
             idle = self._idle(node, values, requests)
             if idle is not None:
@@ -111,5 +155,13 @@ class IdleNodes:
     def _workload_runs(self, ref: object) -> bool:
         if not isinstance(ref, str) or ref.count("/") < 3:
             return False
-        api_version, namespace, name = ref.rsplit("/", 2)
-        return runs(self._kube.get_workload(api_version, namespace, name))
+        found = self._workloads.runs(ref)
+        if found is None:
+            self.forbidden = True
+            return True
+        return found
+
+    def note(self) -> str | None:
+        """What a request planned now should say of the idle nodes left out (None: all
+        was read)."""
+        return FORBIDDEN_NOTE if self.forbidden else None

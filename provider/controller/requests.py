@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,8 +109,12 @@ class RequestHandler:
 
     def __init__(self, provider: Provider, kube: KubeApi, backoff: Backoff,
                  nodes: NodeCache, pods: PodCache,
-                 metrics: RequestMetrics | None = None) -> None:
+                 metrics: RequestMetrics | None = None,
+                 idle_note: Callable[[], str | None] = lambda: None) -> None:
+        """``idle_note``: what to say of idle nodes the last listing left out (Kueue
+        Workloads allset may not read), in the condition of a request planned now."""
         self._p = provider
+        self._idle_note = idle_note
         self._metrics = metrics or RequestMetrics(CollectorRegistry())
         self._gangs = provider.gangs
         self._kube = kube
@@ -123,6 +127,7 @@ class RequestHandler:
         self._idle_look: tuple[float, list[IdleNode]] | None = None
         self._emptied_at = -math.inf
         self._idle_generation = 0
+        self._refused: set[tuple[str, str]] = set()  # (request, node) told once
 
     def latest(self, key: str) -> Obj | None:
         return self._w.latest(key)
@@ -290,6 +295,10 @@ class RequestHandler:
             return self._accepted(obj, accept, SUSPECTS_DELAY)
         return self._attempt(obj, t, accept, woken=woken)
 
+    def _noted(self) -> str:
+        note = self._idle_note()
+        return f"; {note}" if note else ""
+
     def _accepted(self, obj: Obj, accept: list[Change], then: float | None) -> float | None:
         """A pass that writes nothing else still says the request is accepted."""
         if accept:
@@ -353,7 +362,8 @@ class RequestHandler:
             # Its event (reason WaitingForNodes) says what launched and what was reused.
             self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_NODES,
                                   _waiting_text(len(outcome.instances), outcome.attempt,
-                                                outcome.reused, outcome.placement))],
+                                                outcome.reused, outcome.placement)
+                                  + self._noted())],
                            # With its attempt: a count never pairs with another's record.
                            details={ATTEMPT_DETAIL: outcome.attempt, PLANNED_DETAIL: str(n),
                                     REUSED_DETAIL: ",".join(outcome.reused) or None})
@@ -362,7 +372,7 @@ class RequestHandler:
             return None
         t.idle_seen = frozenset(n.provider_id for n in idle)
         code, message = _why(outcome.infeasible, outcome.last_error)
-        changes = [(c.PROVISIONED, False, code, message)]
+        changes = [(c.PROVISIONED, False, code, message + self._noted())]
         if demand.no_retry:
             t.failures += 1
             changes.append((c.FAILED, True, code, f"noRetry: {message}"))
@@ -444,8 +454,7 @@ class RequestHandler:
     def _lost_before_provisioned(self, obj: Obj, t: Tracked, found: Gang) -> float | None:
         """All or nothing: a gang short of its plan is never Provisioned. Its remaining
         nodes are terminated (no half gang bills) and the whole gang is tried again; so are
-        those it lost to a stop (a stopped VM bills for its disks and, on GCE, keeps its
-        reservation slot)."""
+        those it lost to a stop (a stopped VM bills for its disks until deleted)."""
         key = key_of(obj)
         if not self._gangs.terminate_all(t.uid):
             return RETRY_TERMINATE
@@ -528,11 +537,33 @@ class RequestHandler:
         """The request's committed gang, or None when it has none; a planned count found
         on its instances' tags (a crash before it was recorded) is recorded now."""
         attempt, count = planned(obj)
-        found = self._gangs.gang(key_of(obj), t.uid, attempt, count, t.seen, reused(obj))
+        found = self._gangs.gang(key_of(obj), t.uid, attempt, count, t.seen, self._ours(obj))
         if found is not None and not found.count_recorded:
             self._w.update(obj, [], details={ATTEMPT_DETAIL: found.attempt,
                                              PLANNED_DETAIL: str(found.planned)})
         return found
+
+    def _ours(self, obj: Obj) -> tuple[str, ...]:
+        """The idle nodes the request's record says its attempt booked that it did (issue
+        50, item 6): booked for it by this process, or whose Node carries its booking
+        label. Whoever may write a request's status cannot have allset book and protect a
+        node that was never its gang's: a node named but not ours is left out, and the
+        gang is short of it (rolled back, or its capacity revoked)."""
+        key, meta = key_of(obj), obj["metadata"]
+        value = c.booking_value(meta["namespace"], meta["name"])
+        bookings = self._p.bookings()
+        out = []
+        for pid in reused(obj):
+            node = self._nodes.get(pid) or {}
+            if bookings.get(pid) == key or \
+                    ((node.get("metadata") or {}).get("labels") or {}).get(
+                        c.BOOKING_LABEL) == value:
+                out.append(pid)
+            elif (key, pid) not in self._refused:
+                self._refused.add((key, pid))
+                log.warning("%s: its status names node %s among the idle nodes its attempt "
+                            "booked, which it did not; not taken", key, pid)
+        return tuple(out)
 
     # --- Nodes ---------------------------------------------------------------------------
 

@@ -14,10 +14,11 @@ from kubernetes import client
 
 from provider.controller import conditions as c
 from provider.controller.gang import REUSED_DETAIL
-from provider.controller.idle import WORKLOAD_ANNOTATION
+from provider.controller.idle import WORKLOAD_ANNOTATION, WORKLOAD_TTL
 from provider.controller.nodes import CA_DELETING_TAINT
 from provider.controller.requests import IDLE_LOOK_SECONDS
 from provider.domain.cloud import InsufficientCapacity
+from provider.domain.errors import FailedPrecondition, Unavailable
 from provider.service.live_plan import live_plan
 from tests.fakes.kube import objects
 from tests.kit.controller import NS, World, create, kueue_request, live, restart, running, world
@@ -263,11 +264,56 @@ def test_a_node_whose_workload_is_admitted_is_not_taken_and_is_once_it_finished(
     assert REUSED_DETAIL not in _details(w, "job2")
     assert len(live(w, "ml/job2")) == 1
     workload(w, ("Admitted", "True"), ("Finished", "True"))
+    w.h.clock.advance(WORKLOAD_TTL)  # a Workload read is used this long
     create(w, "job3", pod_sets={"workers": 16})
     w.sync(3)
     assert sorted(_details(w, "job3")[REUSED_DETAIL].split(",")) == \
         sorted(i.provider_id for i in gang)
     assert live(w, "ml/job3") == []
+
+
+def _kueue_gang_done(w: World) -> list[Any]:
+    """Kueue's request of two GPU nodes, provisioned, its booking ended, its Workload
+    finished: both nodes are idle once Workloads can be read."""
+    kueue_request(w, "job", None, bookingDurationSeconds="60")
+    w.provision()
+    gang = live(w)
+    workload(w, ("Admitted", "True"), ("Finished", "True"))
+    w.h.clock.advance(70)
+    w.sync(2)
+    assert w.condition(c.BOOKING_EXPIRED).true  # type: ignore[union-attr]
+    return gang
+
+
+def test_a_workload_allset_may_not_read_is_taken_as_running(world: World) -> None:
+    """Issue 50, item 6: RBAC without Kueue's rule answers 403. The Workload is taken as
+    still running (fail safe), its nodes are not reused, and the request planned meanwhile
+    says why in its condition; the log says it once."""
+    w = world
+    _kueue_gang_done(w)
+    w.kube.fail("get", "workloads", code=403, times=10**6)
+    create(w, "job2", pod_sets={"workers": 8})
+    w.provision()
+    assert REUSED_DETAIL not in _details(w, "job2")
+    messages = [e["message"] for e in w.kube.list("events", NS)
+                if e["involvedObject"]["name"] == "job2"]
+    assert any("allset may not read Workloads (HTTP 403)" in m for m in messages), messages
+
+
+def test_idle_nodes_read_each_workload_at_most_once_per_ttl(world: World) -> None:
+    """Issue 50, item 6: every metrics scrape and `allset status` lists idle nodes; the
+    Workload of an annotated node is read from a short cache, not once per scrape."""
+    w = world
+    gang = _kueue_gang_done(w)
+    before = w.kube.count("get", "workloads")
+    for _ in range(20):
+        w.h.provider.fleet_figures()
+        assert {n.provider_id for n in w.h.provider.idle()} == \
+            {i.provider_id for i in gang}
+    assert w.kube.count("get", "workloads") - before <= 1
+    w.h.clock.advance(WORKLOAD_TTL)
+    w.h.provider.fleet_figures()
+    assert w.kube.count("get", "workloads") - before <= 2
 
 
 def test_a_failed_launch_unbooks_the_reused_node_and_never_terminates_it(world: World
@@ -333,6 +379,55 @@ def test_a_restart_finds_the_reused_node_in_the_gang_from_the_status(world: Worl
     revoked = w.condition(c.CAPACITY_REVOKED, "job2")
     assert revoked is not None and revoked.true and first.provider_id in revoked.message
     assert [i.id for i in live(w, "ml/job2")] == [launched[0].id]
+
+
+def test_after_a_failover_a_reused_node_is_protected_by_its_booking(released: World
+                                                                    ) -> None:
+    """Issue 50, item 6: the new leader has booked nothing yet, and the reused node's
+    tags name the request that launched it, long ended. CA's DeleteNodes of it is refused
+    all the same, by the booking its Node carries (UNAVAILABLE until Nodes and requests
+    are listed, FAILED_PRECONDITION after), before the first pass books its gang."""
+    w = released
+    first = _done_first(w)
+    create(w, "job2", pod_sets={"workers": 8})
+    w.sync(3)
+    assert w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
+    w.controller.stop()
+    restart(w)
+    assert w.h.provider.bookings() == {}
+    with pytest.raises(Unavailable, match="has not listed"):
+        w.h.provider.delete_nodes("gpu", [first.provider_id])
+    w.controller.nodes.relist()
+    w.controller._relist()  # requests listed; no pass has handled them
+    assert w.h.provider.bookings() == {}
+    with pytest.raises(FailedPrecondition, match="booking of ProvisioningRequest ml/job2"):
+        w.h.provider.delete_nodes("gpu", [first.provider_id])
+    assert first.id in {i.id for i in w.h.cloud.live_instances()}
+
+
+def test_a_reused_node_the_status_names_but_the_attempt_never_booked_is_not_taken(
+        world: World) -> None:
+    """Issue 50, item 6: whoever may write a request's status names another team's node
+    among the idle nodes its attempt booked. allset does not book, label or protect it for
+    that request: the node stays its own gang's, and the forged gang is short of it."""
+    w = world
+    create(w, "job", pod_sets={"workers": 8})
+    w.provision()
+    (theirs,) = live(w)
+    create(w, "job2", pod_sets={"workers": 8})
+    w.provision()
+    assert w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
+
+    def forged(o: dict[str, Any]) -> None:
+        o["status"]["provisioningClassDetails"].update(
+            {REUSED_DETAIL: theirs.provider_id, "allset.dev/planned-nodes": "2"})
+
+    w.kube.modify("provisioningrequests", "job2", forged, NS, group="autoscaling.x-k8s.io")
+    w.sync(2)
+    assert w.node(theirs.name)["metadata"]["labels"][c.BOOKING_LABEL] == "ml.job"
+    assert w.h.provider.bookings()[theirs.provider_id] == "ml/job"
+    revoked = w.condition(c.CAPACITY_REVOKED, "job2")
+    assert revoked is not None and revoked.true, revoked
 
 
 def test_a_gang_short_before_provisioned_rolls_back_its_launch_only(world: World) -> None:
