@@ -389,10 +389,14 @@ class Provider:
         """Whether this node is to stay up while idle (config reservedNodes: keep): it is
         in a reservation that lasts (a block until its cut-off), so it bills with the
         reservation whether it runs work or not, and the next matching gang starts on it
-        at once. Only a node that runs and whose Node is ``ready`` (issue 50, item 4): one
-        the cloud stopped or whose kubelet is gone serves no gang, and kept it would keep
-        its scale-down protection while CA waits on it as an unready node."""
-        return ready and inst.state is InstanceState.RUNNING and self._warm_policy(inst)
+        at once. Only a node that runs and whose Node is ``ready``, and that nobody is
+        deleting (issue 50, item 4): one the cloud stopped or whose kubelet is gone serves
+        no gang, and kept it would keep its scale-down protection while CA waits on it as
+        an unready node."""
+        node = self.fleet.node(inst.provider_id)
+        return ready and inst.state is InstanceState.RUNNING and not inst.marked_deleting \
+            and node is not None and node.state is not NodeState.DELETING \
+            and self._warm_policy(inst)
 
     def stopped_warm(self, inst: CloudInstance) -> bool:
         """A node the keep policy would hold warm that the cloud stopped and no request

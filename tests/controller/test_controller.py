@@ -248,6 +248,18 @@ def test_a_warm_node_gone_unready_is_released_not_deleted(world: World) -> None:
     assert node.id in {i.id for i in w.h.cloud.live_instances()}
 
 
+def test_a_warm_node_being_deleted_is_no_longer_kept(world: World) -> None:
+    """A node CA deletes (its DeleteNodes accepted: the termination is owed) is not kept
+    warm from then on, though its instance still runs a while (adversary seed 1026, I16:
+    a label pass made its protection again)."""
+    w = world
+    node, _ = _kept_warm(w)
+    w.h.provider.delete_nodes("gpu", [node.provider_id])
+    w.controller.label_sources()
+    notes = w.node(node.name)["metadata"].get("annotations") or {}
+    assert KEPT_ANNOTATION not in notes and c.SCALE_DOWN_DISABLED not in notes, notes
+
+
 def test_booking_is_consumed_when_every_pod_is_scheduled(world: World) -> None:
     w = world
     create(w, pod_sets={"workers": 8})
