@@ -24,10 +24,16 @@ from provider.base.words import counted
 from provider.capacity.ledger import Ledger
 from provider.capacity.unavailable import UnavailableOfferings
 from provider.config import LoadedConfig
-from provider.domain.cloud import CapacityType, CloudAdapter, CloudError, CloudInstance
+from provider.domain.cloud import (
+    CapacityType,
+    CloudAdapter,
+    CloudError,
+    CloudInstance,
+    InstanceState,
+)
 from provider.domain.demand import Demand
 from provider.domain.errors import DomainError, FailedPrecondition, Unavailable
-from provider.domain.fleet import Fleet
+from provider.domain.fleet import Fleet, NodeState
 from provider.domain.model import NodeGroup, Resources, ScaleUpMode
 from provider.domain.plan import IdleNode, Infeasible
 from provider.leadership.elector import AlwaysLeader, Leadership, NotLeader
@@ -112,6 +118,9 @@ class Provider:
         # Whether a request (key, uid) still holds its committed gang: True, False, or
         # None while not known yet (the controller has not listed requests since start).
         self._standing: Callable[[str, str | None], bool | None] = lambda key, uid: False
+        # Whether a Node carries the booking label of a standing request (None: not known
+        # yet); the controller says, as it sees Nodes and requests.
+        self._labelled: Callable[[str], str | bool | None] = lambda pid: False
         # The nodes a request may book instead of launching, now (controller.idle; none
         # without a controller: only it sees Nodes and pods).
         self._idle: Callable[[], list[IdleNode]] = list
@@ -333,12 +342,19 @@ class Provider:
             return self.planner.refusal(demand)
         return never_fits(demand, self.matcher)
 
-    def protect_gangs_with(self, standing: Callable[[str, str | None], bool | None]) -> None:
+    def protect_gangs_with(self, standing: Callable[[str, str | None], bool | None],
+                           labelled: Callable[[str], str | bool | None] | None = None
+                           ) -> None:
         """Say which ProvisioningRequests stand (the controller): CA may not delete a node
         of a standing request's committed gang, booked by this process yet or not. After
         a restart or a failover bookings are empty until a pass books each gang again,
-        and a node CA deleted meanwhile would leave the gang short."""
+        and a node CA deleted meanwhile would leave the gang short. A reused node's tags
+        name the request that launched it, long ended: ``labelled`` says which standing
+        request's booking label its Node carries (False: none; None: not known yet), so
+        it is protected by its booking too (issue 50, item 6)."""
         self._standing = standing
+        if labelled is not None:
+            self._labelled = labelled
 
     def _protection(self, inst: CloudInstance) -> DomainError | None:
         """Why CA may not delete this member now, or None."""
@@ -351,17 +367,28 @@ class Provider:
         if planned is not None:
             return FailedPrecondition(f"node {pid} is idle and being booked by attempt "
                                       f"{planned}; it cannot be removed")
-        if request is None or not inst.tags.committed:
-            return None
-        stands = self._standing(request, inst.tags.request_uid)
-        if stands is None:
+        if request is not None and inst.tags.committed:
+            stands = self._standing(request, inst.tags.request_uid)
+            if stands is None:
+                return Unavailable(
+                    f"node {pid} is in the gang of ProvisioningRequest {request}, and this "
+                    f"replica has not listed ProvisioningRequests since it started; retry "
+                    f"shortly")
+            if stands:
+                return FailedPrecondition(
+                    f"node {pid} is in the gang of ProvisioningRequest {request}, which "
+                    f"stands (not provisioned yet, or booked); it cannot be removed")
+        # A reused node's tags name the request that launched it: its booking is on its
+        # Node (issue 50, item 6).
+        held = self._labelled(pid)
+        if held is None:
             return Unavailable(
-                f"node {pid} is in the gang of ProvisioningRequest {request}, and this "
-                f"replica has not listed ProvisioningRequests since it started; retry shortly")
-        if stands:
-            return FailedPrecondition(
-                f"node {pid} is in the gang of ProvisioningRequest {request}, which stands "
-                f"(not provisioned yet, or booked); it cannot be removed")
+                f"node {pid}: this replica has not listed Nodes and ProvisioningRequests "
+                f"since it started, and cannot tell whether a booking holds it; retry shortly")
+        if isinstance(held, str):
+            return FailedPrecondition(f"node {pid} carries the booking of "
+                                      f"ProvisioningRequest {held}, which stands; it cannot "
+                                      f"be removed")
         return None
 
     def bookings(self) -> dict[str, str]:
@@ -369,11 +396,39 @@ class Provider:
         with self._booked_lock:
             return dict(self._booker)
 
-    def keeps_warm(self, inst: CloudInstance) -> bool:
+    def keeps_warm(self, inst: CloudInstance, ready: bool) -> bool:
         """Whether this node is to stay up while idle (config reservedNodes: keep): it is
         in a reservation that lasts (a block until its cut-off), so it bills with the
         reservation whether it runs work or not, and the next matching gang starts on it
-        at once."""
+        at once. Only a node that runs and whose Node is ``ready``, and that nobody is
+        deleting (issue 50, item 4): one the cloud stopped or whose kubelet is gone serves
+        no gang, and kept it would keep its scale-down protection while CA waits on it as
+        an unready node."""
+        node = self.fleet.node(inst.provider_id)
+        return ready and inst.state is InstanceState.RUNNING and not inst.marked_deleting \
+            and node is not None and node.state is not NodeState.DELETING \
+            and self._warm_policy(inst)
+
+    def stopped_warm(self, inst: CloudInstance) -> bool:
+        """A node the keep policy would hold warm that the cloud stopped and no request
+        books: it runs nothing and bills (its disks) until deleted, so allset deletes it
+        rather than wait for CA's unready scale-down (issue 50, item 4; a GCE VM stopped
+        also gives its reservation slot back: docs/cloud-behaviour.md)."""
+        node = self.fleet.node(inst.provider_id)
+        if inst.state is not InstanceState.STOPPED or not inst.tags.committed or \
+                inst.marked_deleting or node is None or node.state is NodeState.DELETING \
+                or self.booked(inst.provider_id) or \
+                self.ledger.booker(inst.provider_id) is not None:
+            return False
+        request = inst.tags.request
+        if request is not None and \
+                self._standing(request, inst.tags.request_uid) is not False:
+            return False  # its request's gang, which deletes its stopped nodes itself
+        return self._warm_policy(inst)
+
+    def _warm_policy(self, inst: CloudInstance) -> bool:
+        """The keep policy, whatever the node's state: a reserved node of a group that
+        keeps them, in a reservation listed and not ended."""
         group = self.groups.get(inst.tags.node_group)
         rid = inst.tags.reservation
         if group is None or not group.keep_reserved_nodes or rid is None or \

@@ -140,7 +140,8 @@ class FakeCloud:
     def stop(self, instance_id: str) -> None:
         """The cloud stops an instance on its own (a GCE host event or the end of a run
         whose termination action is STOP; EC2 someone in the console): it stays, billing
-        for its disks, until deleted (InstanceState.STOPPED; docs/cloud-behaviour.md)."""
+        for its disks, until deleted, and gives its reservation slot back (_with_free;
+        InstanceState.STOPPED; docs/cloud-behaviour.md)."""
         with self._lock:
             inst = self._instances.get(instance_id)
             if inst is None or inst.state not in (InstanceState.PENDING,
@@ -339,7 +340,15 @@ class FakeCloud:
         return self._alive.values()
 
     def _with_free(self, r: Reservation) -> Reservation:
-        used = sum(1 for i in self._live() if i.tags.reservation == r.id)
+        # A stopped instance gives its slot back, as GCE documents: "When you stop,
+        # suspend, or delete a VM that consumes a reservation, the VM no longer counts
+        # toward the reservation. The reserved capacity becomes available again." (About
+        # reservations, https://cloud.google.com/compute/docs/instances/reservations-overview).
+        # EC2 says a Capacity Reservation is used by matching "running instances" (Work
+        # with Capacity Reservations) and bills its unused part, which a stopped
+        # instance's slot then is; docs/cloud-behaviour.md.
+        used = sum(1 for i in self._live() if i.tags.reservation == r.id
+                   and i.state is not InstanceState.STOPPED)
         return dataclasses.replace(r, free=max(0, r.total - used))
 
     def _quota_used(self, q: Quota) -> int:

@@ -90,3 +90,13 @@ def booking_value(namespace: str, name: str) -> str:
         digest = hashlib.sha256(text.encode()).hexdigest()[:10]
         text = f"{text[:52]}-{digest}"
     return text.strip("-._") or "request"
+
+
+def of_namespace(booking: str, namespace: str) -> bool:
+    """Whether ``booking`` (a label value) can name a request of ``namespace``: it begins
+    with the namespace and its dot (a namespace has no dot), or, for a namespace too long
+    for that to survive the value's cut, with as much of the namespace as is kept."""
+    head = f"{namespace}."
+    if len(head) <= 52:
+        return booking.startswith(head)
+    return booking.startswith(namespace[:52])

@@ -15,10 +15,11 @@ from kubernetes.client.rest import ApiException
 from provider.app import Provider
 from provider.controller import conditions as c
 from provider.controller import source_labels
+from provider.controller.consumers import Consumers
 from provider.controller.gang_bridge import GangBridge
 from provider.controller.idle import IdleNodes
 from provider.controller.kube import KubeApi, resumable
-from provider.controller.nodes import Node, NodeCache, provider_id
+from provider.controller.nodes import Node, NodeCache, is_ready, provider_id
 from provider.controller.pod_cache import PodCache
 from provider.controller.queue import WorkQueue
 from provider.controller.request_metrics import RequestMetrics
@@ -64,12 +65,13 @@ class Controller:
             gangs.act_while(provider.acting)
             gangs.fence_with(self._fence)
             provider.watch_serving(lambda acting: gangs.wake() if acting else None)
+        self.consumers = Consumers(self.pods)
         idle = IdleNodes(provider, self.nodes, self.pods, kube, self.standing,
-                         self.standing_bookings)
+                         self.standing_bookings, self.requests_by_booking)
         provider.find_idle_with(idle.find)
         self.metrics = RequestMetrics(provider.metrics.registry)
         self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes,
-                                      self.pods, self.metrics)
+                                      self.pods, self.metrics, idle_note=idle.note)
         self._cache: dict[str, dict[str, Any]] = {}
         self._listed = False  # the cache holds a complete list (since this process began)
         self._lock = threading.Lock()
@@ -82,7 +84,7 @@ class Controller:
             if provider.config.schema.cloud.provider == "fake" and fake is not None and \
             fake.register_nodes else None
         self._threads: list[threading.Thread] = []
-        provider.protect_gangs_with(self.standing)
+        provider.protect_gangs_with(self.standing, self.booked_by_label)
 
     def standing(self, key: str, uid: str | None) -> bool | None:
         """Whether request ``key`` (of this uid) still holds its gang: it exists and has
@@ -96,15 +98,43 @@ class Controller:
             return False
         return _stands(obj)
 
+    def _requests_listed(self) -> list[dict[str, Any]] | None:
+        """Every request known now; None before the first complete list."""
+        with self._lock:
+            return list(self._cache.values()) if self._listed else None
+
     def standing_bookings(self) -> set[str] | None:
         """The booking values of the requests that stand (see ``standing``); None before
         the first list."""
-        with self._lock:
-            if not self._listed:
-                return None
-            objs = list(self._cache.values())
+        objs = self._requests_listed()
+        if objs is None:
+            return None
         return {c.booking_value(str(meta.get("namespace")), str(meta.get("name")))
                 for obj in objs if _stands(obj) for meta in [obj.get("metadata") or {}]}
+
+    def booked_by_label(self, pid: str) -> str | bool | None:
+        """The standing request (namespace/name) whose booking label the Node of ``pid``
+        carries; False when none does; None until Nodes and requests are listed."""
+        objs = self._requests_listed()
+        if objs is None or not self.nodes.synced.is_set():
+            return None
+        node = self.nodes.get(pid)
+        value = ((node or {}).get("metadata") or {}).get("labels", {}).get(c.BOOKING_LABEL)
+        if not value:
+            return False
+        for obj in objs:
+            meta = obj.get("metadata") or {}
+            if _stands(obj) and c.booking_value(str(meta.get("namespace")),
+                                                str(meta.get("name"))) == value:
+                return f"{meta.get('namespace')}/{meta.get('name')}"
+        return False
+
+    def requests_by_booking(self) -> dict[str, dict[str, Any]]:
+        """Every request known now (ended ones too), by the booking value naming it."""
+        with self._lock:
+            objs = list(self._cache.values())
+        return {c.booking_value(str(meta.get("namespace")), str(meta.get("name"))): obj
+                for obj in objs for meta in [obj.get("metadata") or {}]}
 
     def _fence(self) -> None:
         if not self._p.acting():
@@ -285,7 +315,7 @@ class Controller:
             if self._p.booked(inst.provider_id):
                 return  # its request labels it, with the booking label in the same patch
         if inst is not None and (source_labels.missing(node, inst) or source_labels.kept_changes(
-                node, self._p.keeps_warm(inst))):
+                node, self._p.keeps_warm(inst, is_ready(node)))):
             self._label_wanted.set()  # labelled by its own thread, never this one
 
     def _simulated_nodes_loop(self) -> None:
@@ -316,10 +346,11 @@ class Controller:
         try:
             booked = self._p.bookings()  # their requests label them (RequestHandler._label)
             kept = self._bookings_in_use()
+            requests = self.requests_by_booking()
             for node in self.nodes.all():
                 pid = provider_id(node)
                 if kept is not None:
-                    self._unlabel_if_done(node, kept, booked=pid in booked)
+                    self._unlabel_if_done(node, kept, requests, booked=pid in booked)
                 inst = self._p.fleet.instance(pid) if pid and pid not in booked else None
                 if inst is not None:
                     self._label_source(node, inst)
@@ -330,12 +361,9 @@ class Controller:
         """The booking values whose Nodes keep their label (I12): every request that
         exists and has not failed or lost its capacity (an expired booking's workload may
         still run and replace pods). None until requests and pods are both listed."""
-        if not self.pods.synced.is_set():
+        requests = self._requests_listed()
+        if requests is None or not self.pods.synced.is_set():
             return None
-        with self._lock:
-            if not self._listed:
-                return None
-            requests = list(self._cache.values())
         kept = set()
         for obj in requests:
             conds = c.read((obj.get("status") or {}).get("conditions"))
@@ -346,17 +374,19 @@ class Controller:
             kept.add(c.booking_value(str(meta.get("namespace")), str(meta.get("name"))))
         return kept
 
-    def _unlabel_if_done(self, node: Node, kept: set[str], *, booked: bool) -> None:
+    def _unlabel_if_done(self, node: Node, kept: set[str],
+                         requests: dict[str, dict[str, Any]], *, booked: bool) -> None:
         """Take the booking label off a Node once nothing can ask for it: no request it
-        names stands and no live pod selects it. The booking's scale-down-disabled goes
-        with it unless another booking holds the Node: it is taken off when the booking
-        ends, but a request whose end was handled part way (the API down, or the replica
-        deposed mid-way) left it, and CA would never scale the Node down."""
+        names stands and no consumer of it lives (controller.consumers). The booking's
+        scale-down-disabled goes with it unless another booking holds the Node: it is
+        taken off when the booking ends, but a request whose end was handled part way
+        (the API down, or the replica deposed mid-way) left it, and CA would never scale
+        the Node down."""
         meta = node.get("metadata") or {}
         value = (meta.get("labels") or {}).get(c.BOOKING_LABEL)
         name = meta.get("name")
-        if not value or not name or value in kept or self.pods.selecting(str(value)) or \
-                not self._p.acting():
+        if not value or not name or value in kept or not self._p.acting() or \
+                self.consumers.of(str(value), requests.get(str(value))):
             return
         try:
             read = str(meta.get("resourceVersion") or "")
@@ -371,9 +401,14 @@ class Controller:
 
     def _label_source(self, node: Node, inst: CloudInstance) -> None:
         """Its capacity-source labels and, for a reserved Node kept warm, the protection
-        from scale-down (both in one patch)."""
+        from scale-down (both in one patch). A warm node the cloud stopped loses that
+        protection and is deleted (issue 50, item 4)."""
         changes = source_labels.missing(node, inst)
-        notes = source_labels.kept_changes(node, self._p.keeps_warm(inst))
+        notes = source_labels.kept_changes(node, self._p.keeps_warm(inst, is_ready(node)))
+        if self._p.stopped_warm(inst) and self._p.acting():
+            log.info("Node %s (%s) was kept warm and its instance is stopped: deleting it",
+                     (node.get("metadata") or {}).get("name"), inst.provider_id)
+            self._p.gangs.terminate([inst])
         name = (node.get("metadata") or {}).get("name")
         if not (changes or notes) or not name or not inst.tags.committed or \
                 not self._p.acting():

@@ -86,6 +86,10 @@ class Conflict(Exception):
     """The object changed since it was read (HTTP 409): read it again and retry."""
 
 
+class Forbidden(Exception):
+    """allset may not read this kind of object (HTTP 403: its RBAC lacks the rule)."""
+
+
 class Gone(Exception):
     """The object no longer exists (HTTP 404)."""
 
@@ -269,6 +273,15 @@ class KubeApi:
         """A Kueue Workload (the owner of the requests Kueue creates); None when it is gone
         or allset may not read Workloads (RBAC without Kueue's rule: the request is then
         planned without the Workload's limit and queue)."""
+        try:
+            return self.read_workload(api_version, namespace, name)
+        except Forbidden:
+            return None
+
+    def read_workload(self, api_version: str, namespace: str, name: str
+                      ) -> dict[str, Any] | None:
+        """A Kueue Workload; None when it is gone. Raises Forbidden when allset may not
+        read Workloads, said once in the log: what reads it must then fail safe."""
         group, _, version = api_version.partition("/")
         try:
             found: dict[str, Any] = call(self._custom.get_namespaced_custom_object, group,
@@ -281,10 +294,12 @@ class KubeApi:
                 raise
             if not self._workloads_forbidden:
                 self._workloads_forbidden = True
-                log.warning("may not read Kueue Workloads (%s); requests' runtimes come "
-                            "from their parameters only, and runtimes.queues values of "
-                            "waiting do not apply", err.reason)
-            return None
+                log.warning("may not read Kueue Workloads (%s): requests' runtimes come "
+                            "from their parameters only, runtimes.queues values of waiting "
+                            "do not apply, and an idle node booked for a Workload is taken "
+                            "as still in use (never reused); grant get on "
+                            "workloads.kueue.x-k8s.io", err.reason)
+            raise Forbidden(f"may not read Kueue Workload {namespace}/{name}") from err
         return found
 
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:

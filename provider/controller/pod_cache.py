@@ -20,6 +20,7 @@ from kubernetes.client.rest import ApiException
 
 from provider.controller import conditions as c
 from provider.controller.kube import KubeApi, resumable
+from provider.domain.gangs.sources import SOURCES
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,9 @@ class PodFacts:
     # A DaemonSet's pod or a static pod's mirror: on every node, so it never makes one busy
     # (as CA's scale-down judges: drain skips both).
     daemon: bool = False
+    # Every gang it names, (gang API, PodGroup name), whichever API it belongs to: a
+    # request owned by any of them counts it as a consumer (controller.consumers).
+    gangs: tuple[tuple[str, str], ...] = ()
 
 
 def facts(pod: Pod) -> PodFacts:
@@ -52,6 +56,7 @@ def facts(pod: Pod) -> PodFacts:
         live=not meta.get("deletionTimestamp") and phase in (None, "Pending", "Running"),
         selects=_selected_booking(pod),
         daemon=_daemon(pod),
+        gangs=tuple((s.name.value, g) for s in SOURCES.values() if (g := s.gang_of(pod))),
     )
 
 
@@ -107,6 +112,10 @@ class PodCache:
         self._pending: set[tuple[str, str]] = set()
         # booking value -> live pods whose nodeSelector asks for it (placed or not)
         self._selecting: dict[str, set[tuple[str, str]]] = {}
+        # booking value of the request a live pod's annotation consumes -> those pods
+        self._serving: dict[str, set[tuple[str, str]]] = {}
+        # (namespace, gang API, PodGroup name) -> live pods that name that gang
+        self._members: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
         self._on_node: dict[str, set[tuple[str, str]]] = {}  # node -> live pods, no daemons
         self.synced = threading.Event()
 
@@ -118,10 +127,23 @@ class PodCache:
             return len(self._consumers.get((namespace, request), ()))
 
     def selecting(self, booking: str) -> int:
-        """Live pods, on a node or not, whose nodeSelector asks for ``booking``: while one
-        is there, the workload booked onto those Nodes still needs their label."""
+        """Live pods of the booking's namespace, on a node or not, whose nodeSelector asks
+        for ``booking``: while one is there, the workload booked onto those Nodes still
+        needs their label. A pod of another namespace never counts."""
         with self._lock:
             return len(self._selecting.get(booking, ()))
+
+    def serving(self, booking: str) -> int:
+        """Live pods, on a node or not, whose annotation consumes the request that
+        ``booking`` names (in that request's namespace)."""
+        with self._lock:
+            return len(self._serving.get(booking, ()))
+
+    def members(self, namespace: str, api: str, gang: str) -> int:
+        """Live pods of ``namespace``, on a node or not, that name PodGroup ``gang`` of
+        gang API ``api`` (a SourceName value)."""
+        with self._lock:
+            return len(self._members.get((namespace, api, gang), ()))
 
     def occupying(self, node: str) -> int:
         """Live pods on Node ``node`` but DaemonSets' and static ones: 0 is an empty node."""
@@ -150,8 +172,13 @@ class PodCache:
             (self._by_namespace, f.namespace, f.name)]
         if f.consumes and f.node:
             sets.append((self._consumers, (f.namespace, f.consumes), f.name))
-        if f.selects and f.live:
+        if f.selects and f.live and c.of_namespace(f.selects, f.namespace):
+            # A pod elsewhere cannot consume another namespace's request (issue 50, item 5).
             sets.append((self._selecting, f.selects, key))
+        if f.consumes and f.live:
+            sets.append((self._serving, c.booking_value(f.namespace, f.consumes), key))
+        if f.live:
+            sets.extend((self._members, (f.namespace, api, gang), key) for api, gang in f.gangs)
         if f.node and f.live and not f.daemon:
             sets.append((self._on_node, f.node, key))
         for index, bucket, item in sets:
@@ -183,6 +210,7 @@ class PodCache:
             self._facts, self._pods = fresh, kept
             self._by_namespace, self._consumers, self._pending = {}, {}, set()
             self._selecting, self._on_node = {}, {}
+            self._serving, self._members = {}, {}
             for f in fresh.values():
                 self._index(f, add=True)
             emptied = sorted(occupied - set(self._on_node))

@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,7 @@ from provider.controller import source_labels
 from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, REUSED_DETAIL, planned, reused
 from provider.controller.idle import WORKLOAD_ANNOTATION, workload_ref
 from provider.controller.kube import KUEUE_GROUP, Gone, KubeApi
-from provider.controller.nodes import Node, NodeCache, is_ready
+from provider.controller.nodes import Node, NodeCache, is_ready, taints_of
 from provider.controller.pod_cache import PodCache
 from provider.controller.request_metrics import RequestMetrics
 from provider.controller.writes import Change, Writer, key_of, newer, uid_of
@@ -34,6 +34,7 @@ from provider.domain.cloud import CloudInstance
 from provider.domain.demand import CLASS_NAME, Demand
 from provider.domain.plan import IdleNode, Infeasible
 from provider.domain.provreq import MOST_RUNTIME_SECONDS, BadRequest, Parameters, demand_from
+from provider.planner.reuse import untolerated
 from provider.planner.timing import Wait
 from provider.planner.wake import wakes
 
@@ -107,8 +108,12 @@ class RequestHandler:
 
     def __init__(self, provider: Provider, kube: KubeApi, backoff: Backoff,
                  nodes: NodeCache, pods: PodCache,
-                 metrics: RequestMetrics | None = None) -> None:
+                 metrics: RequestMetrics | None = None,
+                 idle_note: Callable[[], str | None] = lambda: None) -> None:
+        """``idle_note``: what to say of idle nodes the last listing left out (Kueue
+        Workloads allset may not read), in the condition of a request planned now."""
         self._p = provider
+        self._idle_note = idle_note
         self._metrics = metrics or RequestMetrics(CollectorRegistry())
         self._gangs = provider.gangs
         self._kube = kube
@@ -121,6 +126,7 @@ class RequestHandler:
         self._idle_look: tuple[float, list[IdleNode]] | None = None
         self._emptied_at = -math.inf
         self._idle_generation = 0
+        self._refused: set[tuple[str, str]] = set()  # (request, node) told once
 
     def latest(self, key: str) -> Obj | None:
         return self._w.latest(key)
@@ -288,6 +294,10 @@ class RequestHandler:
             return self._accepted(obj, accept, SUSPECTS_DELAY)
         return self._attempt(obj, t, accept, woken=woken)
 
+    def _noted(self) -> str:
+        note = self._idle_note()
+        return f"; {note}" if note else ""
+
     def _accepted(self, obj: Obj, accept: list[Change], then: float | None) -> float | None:
         """A pass that writes nothing else still says the request is accepted."""
         if accept:
@@ -351,7 +361,8 @@ class RequestHandler:
             # Its event (reason WaitingForNodes) says what launched and what was reused.
             self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_NODES,
                                   _waiting_text(len(outcome.instances), outcome.attempt,
-                                                outcome.reused, outcome.placement))],
+                                                outcome.reused, outcome.placement)
+                                  + self._noted())],
                            # With its attempt: a count never pairs with another's record.
                            details={ATTEMPT_DETAIL: outcome.attempt, PLANNED_DETAIL: str(n),
                                     REUSED_DETAIL: ",".join(outcome.reused) or None})
@@ -360,7 +371,7 @@ class RequestHandler:
             return None
         t.idle_seen = frozenset(n.provider_id for n in idle)
         code, message = _why(outcome.infeasible, outcome.last_error)
-        changes = [(c.PROVISIONED, False, code, message)]
+        changes = [(c.PROVISIONED, False, code, message + self._noted())]
         if demand.no_retry:
             t.failures += 1
             changes.append((c.FAILED, True, code, f"noRetry: {message}"))
@@ -408,14 +419,17 @@ class RequestHandler:
         value = c.booking_value(obj["metadata"]["namespace"], obj["metadata"]["name"])
         # Protected from scale-down from commit on, and labelled as each Node registers.
         self._gangs.book(key, found.instances)
-        done = self._label(found.instances, value, workload_ref(obj), key, t.uid)
+        tainted: list[str] = []
+        done = self._label(found.instances, value, workload_ref(obj), key, t.uid,
+                           t.demand, tainted)
         n = len(found.instances)
         if done < n:
             # One message for the whole wait: a status write (and an event) per Node
             # that registers would cost more than it tells.
             again = reused(obj)
             self._w.update(obj, [(c.PROVISIONED, False, c.WAITING_FOR_NODES,
-                                  _waiting_text(n - len(again), found.attempt, again))])
+                                  _waiting_text(n - len(again), found.attempt, again)
+                                  + "".join(f"; {x}" for x in tainted))])
             return WAITING_RECHECK
         # The gang as the fleet holds it now, booked: a node taken between this pass's
         # look and its booking (CA's DeleteNodes, a loss) must not be reported Provisioned.
@@ -439,8 +453,7 @@ class RequestHandler:
     def _lost_before_provisioned(self, obj: Obj, t: Tracked, found: Gang) -> float | None:
         """All or nothing: a gang short of its plan is never Provisioned. Its remaining
         nodes are terminated (no half gang bills) and the whole gang is tried again; so are
-        those it lost to a stop (a stopped VM bills for its disks and, on GCE, keeps its
-        reservation slot)."""
+        those it lost to a stop (a stopped VM bills for its disks until deleted)."""
         key = key_of(obj)
         if not self._gangs.terminate_all(t.uid):
             return RETRY_TERMINATE
@@ -523,22 +536,47 @@ class RequestHandler:
         """The request's committed gang, or None when it has none; a planned count found
         on its instances' tags (a crash before it was recorded) is recorded now."""
         attempt, count = planned(obj)
-        found = self._gangs.gang(key_of(obj), t.uid, attempt, count, t.seen, reused(obj))
+        found = self._gangs.gang(key_of(obj), t.uid, attempt, count, t.seen, self._ours(obj))
         if found is not None and not found.count_recorded:
             self._w.update(obj, [], details={ATTEMPT_DETAIL: found.attempt,
                                              PLANNED_DETAIL: str(found.planned)})
         return found
 
+    def _ours(self, obj: Obj) -> tuple[str, ...]:
+        """The idle nodes the request's record says its attempt booked that it did (issue
+        50, item 6): booked for it by this process, or whose Node carries its booking
+        label. Whoever may write a request's status cannot have allset book and protect a
+        node that was never its gang's: a node named but not ours is left out, and the
+        gang is short of it (rolled back, or its capacity revoked)."""
+        key, meta = key_of(obj), obj["metadata"]
+        value = c.booking_value(meta["namespace"], meta["name"])
+        bookings = self._p.bookings()
+        out = []
+        for pid in reused(obj):
+            node = self._nodes.get(pid) or {}
+            if bookings.get(pid) == key or \
+                    ((node.get("metadata") or {}).get("labels") or {}).get(
+                        c.BOOKING_LABEL) == value:
+                out.append(pid)
+            elif (key, pid) not in self._refused:
+                self._refused.add((key, pid))
+                log.warning("%s: its status names node %s among the idle nodes its attempt "
+                            "booked, which it did not; not taken", key, pid)
+        return tuple(out)
+
     # --- Nodes ---------------------------------------------------------------------------
 
     def _label(self, instances: Sequence[CloudInstance], value: str,
-               workload: str | None, key: str, uid: str) -> int:
+               workload: str | None, key: str, uid: str, demand: Demand | None = None,
+               tainted: list[str] | None = None) -> int:
         """Label each registered Node of the gang for its pods and protect it from
         scale-down, with its capacity-source labels in the same patch (one write per Node,
         not two: at a thousand Nodes registering at once the API server's patch rate is
         what Provisioned waits for), naming the Workload it serves (controller.idle);
-        returns how many are registered, Ready and labelled. A Node that takes the
-        booking gets an Event saying so (Booked, or Reused for an idle node of another's)."""
+        returns how many are registered, Ready, labelled and, with ``demand``, free of a
+        taint its pods do not tolerate (design.md I14: named in ``tainted``). A Node that
+        takes the booking gets an Event saying so (Booked, or Reused for an idle node of
+        another's)."""
         done = 0
         for inst in instances:
             node = self._nodes.get(inst.provider_id)
@@ -567,7 +605,12 @@ class RequestHandler:
                     continue
                 if labels.get(c.BOOKING_LABEL) != value:
                     self._tell_node(node, inst, key, uid)
-            if is_ready(node):
+            taint = untolerated(demand, self._p.matcher, inst.tags.node_group,
+                                taints_of(node)) if demand is not None else None
+            if taint is not None and tainted is not None:
+                tainted.append(f"Node {node['metadata']['name']} carries taint {taint.key}="
+                               f"{taint.value}:{taint.effect}, which its pods do not tolerate")
+            if is_ready(node) and taint is None:
                 done += 1
         return done
 

@@ -51,7 +51,8 @@ class InstanceState(enum.StrEnum):
     RUNNING = "running"
     TERMINATING = "terminating"
     TERMINATED = "terminated"
-    # Exists and bills (its disks, addresses, a reservation's slot on GCE) but does not run:
+    # Exists and bills (its disks, addresses) but does not run, and no longer counts toward
+    # a reservation it consumed (GCE documents it; docs/cloud-behaviour.md):
     # a GCE VM STOPPED, SUSPENDED or TERMINATED (GCE's word for stopped: "the instance has
     # stopped (either by explicit action or underlying failure)", Instance.Status), an EC2
     # instance stopped. Never gone by itself: for every invariant it is a live instance,

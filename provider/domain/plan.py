@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from provider.domain.cloud import CapacityType
+from provider.domain.model import Resources, Taint
 
 
 class ReasonCode(enum.StrEnum):
@@ -55,12 +56,18 @@ class Part:
 @dataclass(frozen=True, slots=True)
 class IdleNode:
     """A Ready node of one of allset's groups that holds no pods but DaemonSets' and no
-    booking: a gang may book it instead of launching one like it."""
+    booking: a gang may book it instead of launching one like it. What its Node says of
+    it as it stands (labels, taints, allocatable) is judged against each pod set, not its
+    group's template (issue 50, item 3); None where it is not known (the simulation's
+    nodes are their template)."""
 
     provider_id: str
     group: str
     capacity_type: CapacityType
     reservation: str | None = None
+    labels: tuple[tuple[str, str], ...] | None = None
+    taints: tuple[Taint, ...] = ()
+    allocatable: Resources | None = None
 
 
 @dataclass(frozen=True, slots=True)

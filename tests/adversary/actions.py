@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import grpc
 
@@ -24,12 +23,14 @@ from provider.domain.cloud import (
     TransientError,
 )
 from provider.wire import externalgrpc_pb2 as pb
+from tests.adversary import workloads
 from tests.adversary.endpoint import TIMEOUT
 from tests.adversary.fixes import MONOTONIC_FENCE, forced
 from tests.adversary.gangs import GangMoves
 from tests.adversary.hostile import HostileMoves
 from tests.adversary.passes import controller_pass
 from tests.adversary.sched import Task
+from tests.adversary.workloads import WorkloadMoves, kept, kubelet_node, kueue_owned, not_ready
 from tests.adversary.world import (
     ALL_GROUPS,
     NAMESPACE,
@@ -46,6 +47,8 @@ RUNTIMES = (300, 600)  # expectedRuntimeSeconds: each fits in some of world.WIND
 MAX_WAITS = (600, 1200)  # maxWaitSeconds
 # bookingDurationSeconds: short ones hand their nodes back to CA (to scale down) sooner.
 BOOKINGS = (60, 180, 600)
+# capacityTypes (None: the default, reserved and on-demand).
+CAPACITY_TYPES = (None, None, "reserved", "on-demand,spot", "reserved,on-demand,spot")
 MAX_CRASHES = 3
 MAX_KILLS = 4  # replicas: kills and retirements
 MAX_ROLLOUTS = 2
@@ -82,6 +85,7 @@ class Adversary:
         self._moves.update(self.gangs.moves())
         self.hostile = HostileMoves(world)
         self._moves.update(self.hostile.moves())
+        self._moves.update(WorkloadMoves(world, world.truth).moves())
         if world.solo:
             self._moves["crash"] = (1.2, self.crash)
         else:
@@ -197,11 +201,19 @@ class Adversary:
         if timed:
             params.update(expectedRuntimeSeconds=str(w.rng.choice(RUNTIMES)),
                           maxWaitSeconds=str(w.rng.choice(MAX_WAITS)))
+        types = w.rng.choice(CAPACITY_TYPES)  # which idle nodes it may book (issue 50)
+        if types is not None:
+            params["capacityTypes"] = types
+        if w.rng.random() < 0.15:
+            params["allowInterruption"] = "true"
         # Mostly in the block's zone when timed: elsewhere free slots of r-a win outright.
         template = ZONED_TEMPLATE if w.rng.random() < (0.75 if timed else 0.25) \
             else "workers"
-        created = w.kube.create(objects.provisioning_request(NAMESPACE, name, {template: pods},
-                                                             parameters=params))
+        body = objects.provisioning_request(NAMESPACE, name, {template: pods},
+                                            parameters=params)
+        if w.rng.random() < 0.3:  # Kueue's: owned by a Workload, its nodes annotated so
+            params["workload"] = kueue_owned(w, name, body)
+        created = w.kube.create(body)
         said = ", ".join(f"{k} {v}" for k, v in params.items())
         return f"create {name} ({pods} x {template}; {said}) uid {created['metadata']['uid'][:8]}"
 
@@ -231,7 +243,7 @@ class Adversary:
                     removed.append(inst.name)
             elif inst.state is InstanceState.RUNNING and inst.name not in nodes and \
                     (everyone or w.rng.random() < 0.6):
-                w.kube.create(objects.node(inst.name, provider_id=inst.provider_id))
+                w.kube.create(kubelet_node(w, inst))
                 joined.append(inst.name)
         return f"joined {joined} removed {removed}"
 
@@ -304,13 +316,37 @@ class Adversary:
                          if i.state in (InstanceState.PENDING, InstanceState.RUNNING))
         if not running:
             return "nothing to stop"
-        iid = w.rng.choice(running)
+        warm = [i for i in running if kept(w.kube.get("nodes", i) or {})]
+        iid = w.rng.choice(warm if warm and w.rng.random() < 0.5 else running)
+        if iid in warm:
+            w.truth.stopped_kept.add(iid)  # a warm node the cloud stops (issue 50)
         w.cloud.stop(iid)
         w.stopped.add(iid)
         if w.kube.get("nodes", iid) is not None:
-            w.kube.modify("nodes", iid, _not_ready)
+            w.kube.modify("nodes", iid, not_ready)
             w.lost[iid] = w.now()
-        return f"instance {iid} stopped"
+        return f"instance {iid} stopped{' (kept warm)' if iid in warm else ''}"
+
+    def probe_prepare(self) -> str:
+        """The probe's idle node to be: CA scales a GPU group of the config up by one (its
+        node joins and idles in the next round)."""
+        groups = [g for g in ("gpu-a", "gpu-b") if g in self.w.groups]
+        if not groups:
+            return "no GPU group"
+        group = self.w.rng.choice(groups)
+        acting = self.w.acting()
+        if not acting or acting[0].servicer is None:
+            return "nobody acts yet"
+        with self.w.endpoint.direct(acting[0].servicer):  # wherever CA's route stands
+            _, code = self._call("NodeGroupIncreaseSize",
+                                 pb.NodeGroupIncreaseSizeRequest(id=group, delta=1))
+        return f"IncreaseSize({group}, 1) {code}"
+
+    def stop_warm(self) -> str:
+        return workloads.stop_warm(self.w)
+
+    def probe_reuse(self) -> str:
+        return workloads.probe_reuse(self.w)
 
     def cloud_lag(self) -> str:
         self.w.cloud.lag = self.w.rng.choice((0, 0, 1, 2, 4))
@@ -544,10 +580,3 @@ class Adversary:
         replica.clock.step_wall(seconds)
         self.coverage["wall-clock steps " + ("forward" if seconds > 0 else "back")] += 1
         return f"{replica.name}'s wall clock {seconds:+.0f}s (offset {replica.clock.offset:+.0f}s)"
-
-
-def _not_ready(node: dict[str, Any]) -> None:
-    """The node lifecycle controller's view of a stopped kubelet: Ready turns Unknown."""
-    status = node.setdefault("status", {})
-    status["conditions"] = [dict(cond, status="Unknown") if cond.get("type") == "Ready"
-                            else cond for cond in status.get("conditions") or []]

@@ -1,4 +1,4 @@
-"""The invariants of design.md (I1-I10), the gang bridge's (B1), and what the replicas
+"""The invariants of design.md (I1-I16), the gang bridge's (B1), and what the replicas
 add (G1, L1, R1), each a pure function of a State returning what broke (empty: it holds).
 ``final`` marks quiescence, where the slow ones (reconcile, terminations, bookings,
 elections, routing) must have caught up. An invariant that names a fix
@@ -17,7 +17,9 @@ from tests.adversary.hostile import PREFIX as HOSTILE
 from tests.adversary.state import (
     DELETING,
     PLACEHOLDER_PREFIX,
+    GangNodeSeen,
     NodeSeen,
+    PodSetSeen,
     RequestSeen,
     State,
 )
@@ -195,10 +197,16 @@ def i4_launch_once(s: State, final: bool) -> list[str]:
     return out
 
 
+def _in_slots(s: State) -> list[CloudInstance]:
+    """Live instances that use their reservation's slot: a stopped one gives it back
+    (GCE's "About reservations"; the simulated cloud does so: issue 50, item 7)."""
+    return [i for i in s.live() if i.state is not InstanceState.STOPPED]
+
+
 def i5_slot_once(s: State, final: bool) -> list[str]:
     out = [f"cloud refused an over-booking: {text}" for text in s.refused]
     for rid, free in sorted(s.ledger_free.items()):
-        used = sum(1 for i in s.live() if i.tags.reservation == rid)
+        used = sum(1 for i in _in_slots(s) if i.tags.reservation == rid)
         truly = s.reservation_total.get(rid, 0) - used
         if free > truly:
             out.append(f"ledger sees {free} free slots of {rid}, the cloud has {truly}")
@@ -216,7 +224,7 @@ def _promised(s: State) -> dict[str, tuple[int, str]]:
     per: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     for attempt, rid, n in s.claims:
         per[(rid, attempt)][0] += n
-    for inst in s.live():
+    for inst in _in_slots(s):
         if inst.tags.reservation:
             per[(inst.tags.reservation, inst.tags.attempt)][1] += 1
     out: dict[str, tuple[int, str]] = {}
@@ -326,6 +334,69 @@ def l1_someone_acts(s: State, final: bool) -> list[str]:
     return [f"at quiescence {len(s.acting)} processes act: {[a for a, _ in s.acting]}"]
 
 
+def _tolerates(pod_set: PodSetSeen, taint: tuple[str, str, str]) -> bool:
+    key, value, effect = taint
+    if effect == "PreferNoSchedule":
+        return True
+    for t_key, operator, t_value, t_effect in pod_set.tolerations:
+        if t_effect and t_effect != effect:
+            continue
+        if not t_key and operator == "Exists":
+            return True
+        if t_key == key and (operator == "Exists" or t_value == value):
+            return True
+    return False
+
+
+def _refused(node: GangNodeSeen, pod_set: PodSetSeen) -> str | None:
+    """Why the Node as it stood could take no pod of the set (None: it could)."""
+    for taint in node.taints:
+        if not _tolerates(pod_set, taint):
+            return f"taint {taint[0]}={taint[1]}:{taint[2]} not tolerated"
+    labels = dict(node.labels)
+    for key, want in pod_set.selector:
+        if labels.get(key) != want:
+            return f"nodeSelector {key}={want}, the Node has {labels.get(key)}"
+    if node.gpus is not None and node.gpus < pod_set.gpus:
+        return f"{pod_set.gpus} GPUs a pod, the Node has {node.gpus} allocatable"
+    return None
+
+
+def i14_usable_nodes(s: State, final: bool) -> list[str]:
+    """A request is Provisioned only on nodes its pod sets can use and its capacity types
+    allow (reuse obeys reserved-first as a launch does)."""
+    out = []
+    for n in s.gang_nodes:
+        how = "reused" if n.reused else "launched"
+        if n.source not in n.allowed:
+            out.append(f"{n.request} is Provisioned on {how} {n.source} node {n.node}; it "
+                       f"allows only {', '.join(n.allowed)}")
+        refusals = [_refused(n, p) for p in n.pod_sets]
+        if n.pod_sets and all(r is not None for r in refusals):
+            out.append(f"{n.request} is Provisioned on {how} node {n.node}, which none of "
+                       f"its pod sets can use: {refusals[0]}")
+    return out
+
+
+def i15_consumers_first(s: State, final: bool) -> list[str]:
+    """A node is booked for a new request only when no consumer of its earlier booking
+    lives (that the booking process could know of)."""
+    return [f"{b.node} booked for {b.request} while its booking {b.previous} still has "
+            f"{'; '.join(b.consumers)}" for b in s.bookings if b.consumers]
+
+
+def i16_warm_runs(s: State, final: bool) -> list[str]:
+    """A node kept warm is running and Ready; at quiescence a stopped one is deleted."""
+    out = [f"Node {k.node} is kept warm but its instance "
+           f"{'runs' if k.running else 'is stopped'} and it is "
+           f"{'Ready' if k.ready else 'not Ready'}"
+           for k in s.kept if (final or k.fresh) and not (k.running and k.ready)]
+    if final:
+        out += [f"{iid} was kept warm, the cloud stopped it, and it is not deleted"
+                for iid in s.stopped_warm]
+    return out
+
+
 def r1_route_names_the_leader(s: State, final: bool) -> list[str]:
     if not final or not s.replicas or len(s.acting) != 1:
         return []
@@ -359,6 +430,14 @@ INVARIANTS: tuple[Invariant, ...] = (
               "exist, are Ready and carry its booking", i2_provisioned_whole),
     Invariant("I13", "a node is in at most one Provisioned gang that stands (a reused node "
               "is the borrower's alone)", i13_one_gang_per_node),
+    Invariant("I14", "a request is never Provisioned on a node its pod sets cannot use "
+              "(taints, selectors, allocatable) or its capacity types do not allow",
+              i14_usable_nodes),
+    Invariant("I15", "a node is booked for a new request only when no consumer of its "
+              "earlier booking lives (pods by label, annotation or gang, Pending ones too; "
+              "an admitted Workload; only in the request's namespace)", i15_consumers_first),
+    Invariant("I16", "a node kept warm is running and Ready; a stopped one is released",
+              i16_warm_runs),
     Invariant("I3", "allset's own launches never take a group over maxSize", i3_max_size),
     Invariant("I4", "no idempotency token launches twice, nor a gang twice", i4_launch_once),
     Invariant("I5", "no reservation slot is promised twice", i5_slot_once),

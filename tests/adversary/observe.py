@@ -24,6 +24,7 @@ from provider.domain.fleet import NodeState
 from provider.domain.model import ScaleUpMode
 from provider.wire import externalgrpc_pb2 as pb
 from tests.adversary.fixes import epoch_of
+from tests.adversary.reuse_watch import ReuseWatch
 from tests.adversary.state import (
     CREATING,
     DELETING,
@@ -64,6 +65,10 @@ class Observer:
     concurrent: set[str] = field(default_factory=set)
     holds: set[tuple[str, str, str]] = field(default_factory=set)  # (process, holder, rid)
     windows: dict[str, Window] = field(default_factory=dict)
+    reuse: ReuseWatch = field(init=False)  # I14-I16 (issue 50)
+
+    def __post_init__(self) -> None:
+        self.reuse = ReuseWatch(self.world)
 
     def request_uids(self) -> dict[str, str]:
         return {r.key: r.uid for r in self._requests()}
@@ -123,6 +128,7 @@ class Observer:
         writes = w.ledger.writes[self.write_count:]
         self.write_count = len(w.ledger.writes)
         acting = w.acting()
+        gang_nodes, bookings, kept, stopped_warm = self.reuse.look(requests, fresh, final)
         return State(
             instances=instances,
             launches=tuple(launches),
@@ -163,6 +169,10 @@ class Observer:
             acting_for=(w.now() - (acting[0].acting_since or w.now())) if final and acting
             else 0.0,
             retry_period=w.timing[2],
+            gang_nodes=gang_nodes,
+            bookings=bookings,
+            kept=kept,
+            stopped_warm=stopped_warm,
         )
 
     # --- pieces ---------------------------------------------------------------------------
@@ -344,6 +354,7 @@ class Observer:
         writes (who paid the debts others owed: run.py)."""
         w = self.world
         out = self._reached_everywhere()
+        out.update(self.reuse.reached())
         if w.solo:
             return out
         out["failovers"] = sum(i.election.elector.failovers for i in w.incarnations

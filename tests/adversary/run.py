@@ -37,6 +37,7 @@ QUIET_SECONDS = (1.0, 180.0, 180.0)
 # so one round waits that out (and a wall clock stepped back by a lease duration).
 QUIET_SECONDS_REPLICAS = (1.0, 90.0, 180.0, 600.0 + 120.0, 180.0)
 CUT_ROUND_SECONDS = 120.0  # a lease and a settle, and then some
+PROBE_SECONDS = 30.0  # each of the reuse probe's two rounds
 DRAIN_LIMIT = 20_000
 
 
@@ -254,9 +255,19 @@ def _quiesce(world: World, adversary: Adversary, checked: Callable[[], bool]) ->
                 world.log(f"restart: {world.boot(replica).tag}")
     if drain(world, checked):
         return True
-    for seconds in (QUIET_SECONDS if world.solo else QUIET_SECONDS_REPLICAS):
+    for n, seconds in enumerate(QUIET_SECONDS if world.solo else QUIET_SECONDS_REPLICAS):
         if _round(world, adversary, checked, seconds):
             return True
+        if n == 1:  # warm nodes abound by now: the later rounds must release a stopped one
+            world.log(f"cloud.stop: {adversary.stop_warm()}")
+    # Issue 50's probe: an idle node made by CA, tainted by someone (most often), and a
+    # request that would book it; its rounds plan it (I14, I15).
+    world.log(f"probe: {adversary.probe_prepare()}")
+    for prepared in (True, False):
+        if _round(world, adversary, checked, PROBE_SECONDS):
+            return True
+        if prepared:
+            world.log(f"probe: {adversary.probe_reuse()}")
     world.log(f"kubelet.join: {adversary.kubelet_join(everyone=True)}")
     for inc in world.alive():
         world.log(f"controller: {adversary.controller(inc)}")

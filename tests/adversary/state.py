@@ -47,6 +47,57 @@ class NodeSeen:
     booking: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class PodSetSeen:
+    """What one pod set of a request asks of a Node (from its PodTemplate)."""
+
+    selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[tuple[str, str, str, str], ...] = ()  # (key, operator, value, effect)
+    gpus: int = 0  # per pod
+
+
+@dataclass(frozen=True, slots=True)
+class GangNodeSeen:
+    """A node of a gang as its request turned Provisioned (I14): its Node's labels,
+    taints (less those someone put on after the Provisioned write was prepared: its pass
+    could not see them) and allocatable GPUs, its capacity source, and the request's."""
+
+    request: str
+    node: str
+    source: str
+    allowed: tuple[str, ...]  # the request's capacityTypes
+    reused: bool
+    pod_sets: tuple[PodSetSeen, ...]
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
+    gpus: int | None = None  # allocatable nvidia.com/gpu (None: the Node does not say)
+
+
+@dataclass(frozen=True, slots=True)
+class BookingSeen:
+    """A node a process booked for a request since the last look (I15), the booking its
+    Node carried in that process's cache, and the consumers of that booking alive now that
+    the process could know of (its Pod cache listed them; its requests and Workloads
+    too), each described."""
+
+    node: str
+    request: str
+    previous: str
+    consumers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class KeptSeen:
+    """A Node that carries allset's kept-warm annotation (I16)."""
+
+    node: str
+    running: bool  # its instance runs
+    ready: bool
+    # Became kept since the last look, and neither stopped nor unready since the views the
+    # processes last took of their Nodes (a write made on an older view is no break yet).
+    fresh: bool = False
+
+
 @dataclass(frozen=True)
 class State:
     instances: tuple[CloudInstance, ...] = ()  # every instance ever launched (truth)
@@ -90,6 +141,11 @@ class State:
     routed: str | None = None  # at quiescence: the replica CA's EndpointSlice names
     acting_for: float = 0.0  # at quiescence: how long the acting one has acted
     retry_period: float = 0.0
+    # --- reuse and warm nodes (issue 50) ------------------------------------------------
+    gang_nodes: tuple[GangNodeSeen, ...] = ()  # nodes of gangs just Provisioned
+    bookings: tuple[BookingSeen, ...] = ()  # nodes just booked over another's booking
+    kept: tuple[KeptSeen, ...] = ()  # Nodes kept warm
+    stopped_warm: tuple[str, ...] = ()  # at quiescence: stopped nodes the keep policy holds
 
 
     def live(self) -> list[CloudInstance]:

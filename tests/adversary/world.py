@@ -68,6 +68,7 @@ from tests.adversary.sched import (
     current,
     yield_point,
 )
+from tests.adversary.truth import Truth
 from tests.fakes.kube import FakeKube, objects
 
 NAMESPACE = "ml"
@@ -88,7 +89,10 @@ _GROUPS = {
     memory: 1000Gi
     fabric: fab-a
     maxSize: 5
-    price: {onDemand: 98}
+    # Spot too (cheaper than on-demand, after the reservation): idle nodes of every
+    # capacity type, which a request may book only if it allows that type (issue 50).
+    capacityTypes: [reserved, spot, on-demand]
+    price: {onDemand: 98, spot: 40}
     taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
 """,
     "gpu-b": """\
@@ -307,6 +311,7 @@ class World:
     # key (its every creation under that name), and the pods named by two gang APIs.
     counted: dict[str, set[str]] = field(default_factory=dict)
     overlapping: set[str] = field(default_factory=set)
+    truth: Truth = field(default_factory=Truth)  # taints, stops, Workloads (issue 50)
     # Called after each switch a clock move makes (the invariants are checked after every
     # switch, as in a drain); True: one broke, stop.
     after_switch: Callable[[], bool] = lambda: False
@@ -751,6 +756,7 @@ def make_world(seed: int, solo: bool | None = None) -> World:
 
     kube = _shared_kube()
     kube.reset(now)
+    kube.unfail("get", "workloads")  # an RBAC an earlier seed took away is whole again
     sched = Scheduler(rng, lambda: clock.advance(SWITCH_SECONDS), clock.now)
     world = World(seed, rng, sched, clock, fake, cloud, kube, Endpoint.shared(), workdir,
                   solo, window=window)

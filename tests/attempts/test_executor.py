@@ -283,7 +283,9 @@ def build_reusing(provider: Provider, workers: int, idle: Sequence[IdleNode]) ->
     return build
 
 
-IDLE = [IdleNode(f"fake://z1/idle-{i}", "g", CapacityType.ON_DEMAND) for i in range(2)]
+# Reserved idle nodes of r-a: free to book, so taken before any free slot (an idle
+# on-demand node would lose to the free slots: issue 50).
+IDLE = [IdleNode(f"fake://z1/idle-{i}", "g", CapacityType.RESERVED, "r-a") for i in range(2)]
 
 
 def test_idle_nodes_alone_serve_a_gang_with_no_launch() -> None:
@@ -298,7 +300,7 @@ def test_idle_nodes_alone_serve_a_gang_with_no_launch() -> None:
 
 def test_a_failed_launch_beside_reused_nodes_unbooks_them_and_terminates_only_its_own() -> None:
     h, ex = setup()
-    # 5 pods: 2 on the idle nodes, 3 launched (2 + 1 in r-a / r-b first); every launch
+    # 5 pods: 2 on the idle nodes, 3 launched (into the reservations); every launch
     # fails, so the attempt fails whole and the idle nodes are free to book again.
     h.cloud.inject("launch", InsufficientCapacity("stockout"), times=50)
     out = ex.execute(AttemptSpec("a1", "x", request="ns/r"), build_reusing(h.provider, 5, IDLE))

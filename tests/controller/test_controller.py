@@ -197,6 +197,69 @@ def test_idle_reserved_nodes_are_kept_warm_while_their_reservation_lasts(world: 
         assert c.SCALE_DOWN_DISABLED not in notes and KEPT_ANNOTATION not in notes, notes
 
 
+def _kept_warm(w: World) -> list[Any]:
+    """A request's reserved gang, its booking ended: its nodes are kept warm."""
+    create(w, pod_sets={"workers": 16}, bookingDurationSeconds="120")
+    w.provision()
+    w.h.clock.advance(130)
+    w.sync(2)
+    gang = live(w)
+    assert len(gang) == 2 and all(i.tags.reservation for i in gang)
+    for inst in gang:
+        assert (w.node(inst.name)["metadata"].get("annotations") or {}).get(
+            KEPT_ANNOTATION) == "true"
+    return gang
+
+
+def _not_ready(node: dict[str, Any]) -> None:
+    node["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+
+
+def test_a_warm_node_the_cloud_stops_is_released_and_deleted(world: World) -> None:
+    """Issue 50, finding 4: the cloud stops a kept-warm reserved node (a GCE host error,
+    an EC2 stop): it runs nothing and bills until deleted, so it loses its scale-down
+    protection and allset deletes it. Its partner, running and Ready, stays warm."""
+    w = world
+    stopped, other = _kept_warm(w)
+    w.h.cloud.stop(stopped.id)
+    w.kube.modify("nodes", stopped.name, _not_ready)
+    w.h.provider.refresh_now()
+    w.sync(2)
+    notes = w.node(stopped.name)["metadata"].get("annotations") or {}
+    assert KEPT_ANNOTATION not in notes and c.SCALE_DOWN_DISABLED not in notes, notes
+    w.h.run_workers()
+    states = {i.id: i.state for i in w.h.cloud.all_instances()}
+    assert states[stopped.id] is InstanceState.TERMINATED
+    assert states[other.id] is InstanceState.RUNNING
+    assert (w.node(other.name)["metadata"].get("annotations") or {}).get(
+        KEPT_ANNOTATION) == "true"
+
+
+def test_a_warm_node_gone_unready_is_released_not_deleted(world: World) -> None:
+    """Its kubelet is gone but the instance runs: no longer kept warm (CA scales an
+    unready node down as it judges), and not allset's to delete."""
+    w = world
+    node, _ = _kept_warm(w)
+    w.kube.modify("nodes", node.name, _not_ready)
+    w.sync(2)
+    notes = w.node(node.name)["metadata"].get("annotations") or {}
+    assert KEPT_ANNOTATION not in notes and c.SCALE_DOWN_DISABLED not in notes, notes
+    w.h.run_workers()
+    assert node.id in {i.id for i in w.h.cloud.live_instances()}
+
+
+def test_a_warm_node_being_deleted_is_no_longer_kept(world: World) -> None:
+    """A node CA deletes (its DeleteNodes accepted: the termination is owed) is not kept
+    warm from then on, though its instance still runs a while (adversary seed 1026, I16:
+    a label pass made its protection again)."""
+    w = world
+    node, _ = _kept_warm(w)
+    w.h.provider.delete_nodes("gpu", [node.provider_id])
+    w.controller.label_sources()
+    notes = w.node(node.name)["metadata"].get("annotations") or {}
+    assert KEPT_ANNOTATION not in notes and c.SCALE_DOWN_DISABLED not in notes, notes
+
+
 def test_booking_is_consumed_when_every_pod_is_scheduled(world: World) -> None:
     w = world
     create(w, pod_sets={"workers": 8})

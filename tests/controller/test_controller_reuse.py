@@ -14,10 +14,11 @@ from kubernetes import client
 
 from provider.controller import conditions as c
 from provider.controller.gang import REUSED_DETAIL
-from provider.controller.idle import WORKLOAD_ANNOTATION
+from provider.controller.idle import WORKLOAD_ANNOTATION, WORKLOAD_TTL
 from provider.controller.nodes import CA_DELETING_TAINT
 from provider.controller.requests import IDLE_LOOK_SECONDS
 from provider.domain.cloud import InsufficientCapacity
+from provider.domain.errors import FailedPrecondition, Unavailable
 from provider.service.live_plan import live_plan
 from tests.fakes.kube import objects
 from tests.kit.controller import NS, World, create, kueue_request, live, restart, running, world
@@ -93,6 +94,80 @@ def test_a_node_ca_is_deleting_is_not_taken(world: World) -> None:
     assert len(live(w, "ml/job2")) == 1
 
 
+def _launched_not_reused(w: World, name: str = "job2") -> None:
+    """``name`` (one GPU node) is Provisioned on a node of its own: the idle-looking node
+    was not taken."""
+    create(w, name, pod_sets={"workers": 8})
+    w.provision()
+    assert w.condition(c.PROVISIONED, name).true  # type: ignore[union-attr]
+    assert REUSED_DETAIL not in _details(w, name)
+
+
+MAINTENANCE = {"key": "maintenance", "value": "drain", "effect": "NoSchedule"}
+
+
+def _taint(w: World, name: str, *taints: dict[str, str]) -> None:
+    w.kube.modify("nodes", name, lambda n: n["spec"].update(taints=[
+        *(t for t in n["spec"].get("taints") or [] if t["key"] != MAINTENANCE["key"]),
+        *taints]))
+
+
+def test_a_tainted_idle_node_is_not_taken_until_the_taint_goes(world: World) -> None:
+    """Issue 50, finding 3: someone (a maintenance drain, a GPU health checker) tainted
+    the idle node NoSchedule; the gang's pods do not tolerate it, so it is not booked, and
+    a Node of the gang's own is launched. Untainted, the node is idle again."""
+    w = world
+    first = _done_first(w)
+    _taint(w, first.name, MAINTENANCE)
+    _launched_not_reused(w)
+    _taint(w, first.name)
+    create(w, "job3", pod_sets={"workers": 8})
+    w.sync(3)
+    assert _details(w, "job3").get(REUSED_DETAIL) == first.provider_id
+
+
+def test_an_idle_node_judged_as_it_stands_not_as_its_template(world: World) -> None:
+    """Issue 50, finding 3: the template says what a fresh node would be; the Node says
+    what this one is. Its GPU device plugin gone (allocatable nvidia.com/gpu 0), it hosts
+    no GPU worker; relabelled off the pods' nodeSelector, neither."""
+    w = world
+    first = _done_first(w)
+    w.kube.modify("nodes", first.name, lambda n: n["status"]["allocatable"].update(
+        {"nvidia.com/gpu": "0"}))
+    _launched_not_reused(w)
+
+    def relabelled(n: dict[str, Any]) -> None:
+        n["status"]["allocatable"].update({"nvidia.com/gpu": "8"})
+        n["metadata"]["labels"].update({"example.com/gpu": "nvidia-a100-80gb"})
+
+    w.kube.modify("nodes", first.name, relabelled)
+    _launched_not_reused(w, "job3")
+    w.kube.modify("nodes", first.name, lambda n: n["metadata"]["labels"].update(
+        {"example.com/gpu": "nvidia-h100-80gb"}))
+    create(w, "job4", pod_sets={"workers": 8})
+    w.sync(3)
+    assert _details(w, "job4").get(REUSED_DETAIL) == first.provider_id
+
+
+def test_a_gang_is_not_provisioned_on_a_node_tainted_against_its_pods(world: World) -> None:
+    """Design.md I14 for launched nodes too: a Node of the gang tainted by someone else
+    before the gang is Provisioned holds Provisioned back (its pods could not land), and
+    the wait says why; once the taint goes, it is Provisioned."""
+    w = world
+    create(w, "job", pod_sets={"workers": 8})
+    w.sync()
+    (inst,) = live(w)
+    w.register_nodes()
+    _taint(w, inst.name, MAINTENANCE)
+    w.sync(3)
+    waiting = w.condition(c.PROVISIONED)
+    assert waiting is not None and not waiting.true, waiting
+    assert "carries taint maintenance=drain:NoSchedule" in waiting.message, waiting.message
+    _taint(w, inst.name)
+    w.sync(3)
+    assert w.condition(c.PROVISIONED).true  # type: ignore[union-attr]
+
+
 def test_a_node_whose_booking_a_pod_still_selects_is_not_taken(world: World) -> None:
     """A pod of the first workload failed, and the one its Job made in its place is
     pending with the booking's nodeSelector: the empty node is still its."""
@@ -101,11 +176,69 @@ def test_a_node_whose_booking_a_pod_still_selects_is_not_taken(world: World) -> 
     pod = objects.pod(NS, "replacement")
     pod["spec"]["nodeSelector"] = {c.BOOKING_LABEL: "ml.job"}
     w.kube.create(pod)
-    create(w, "job2", pod_sets={"workers": 8})
-    w.provision()
-    assert w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
-    assert REUSED_DETAIL not in _details(w, "job2")
+    _launched_not_reused(w)
     assert w.node(first.name)["metadata"]["labels"][c.BOOKING_LABEL] == "ml.job"
+
+
+def test_a_pod_in_another_namespace_holds_no_booking(world: World) -> None:
+    """Issue 50, finding 5: a Pending pod of another team's namespace selects this
+    team's ended booking (by mistake, or to squat its nodes): it is no consumer of a
+    request it cannot consume, so the node is reused."""
+    w = world
+    first = _done_first(w)
+    squatter = objects.pod("other-team", "squatter")
+    squatter["spec"]["nodeSelector"] = {c.BOOKING_LABEL: "ml.job"}
+    w.kube.create(squatter)
+    create(w, "job2", pod_sets={"workers": 8})
+    w.sync(3)
+    assert _details(w, "job2").get(REUSED_DETAIL) == first.provider_id
+
+
+def test_a_booking_names_its_requests_namespace() -> None:
+    assert c.of_namespace(c.booking_value("ml", "job"), "ml")
+    assert not c.of_namespace(c.booking_value("ml", "job"), "m")
+    assert not c.of_namespace(c.booking_value("ml-x", "job"), "ml")
+    long = "n" * 60  # the value is cut and hashed: the namespace's first 52 are kept
+    assert c.of_namespace(c.booking_value(long, "job"), long)
+    assert not c.of_namespace(c.booking_value(long, "job"), "other")
+
+
+CONSUME = "autoscaling.x-k8s.io/consume-provisioning-request"
+
+
+def test_a_node_whose_request_a_pending_pod_consumes_by_annotation_is_not_taken(
+        world: World) -> None:
+    """Issue 50, finding 2: a pod of the first booking failed, and the one made in its
+    place consumes the request by annotation (the gang bridge's pods, CA's own users), with
+    no nodeSelector on the booking label: the empty node is still its workload's, and
+    keeps its label. Once that pod is done, the node is idle."""
+    w = world
+    first = _done_first(w)
+    w.kube.create(objects.pod(NS, "replacement", {CONSUME: "job"}))
+    _launched_not_reused(w)
+    assert w.node(first.name)["metadata"]["labels"][c.BOOKING_LABEL] == "ml.job"
+    w.kube.set_pod_phase(NS, "replacement", "Succeeded")
+    create(w, "job3", pod_sets={"workers": 8})
+    w.sync(3)
+    assert _details(w, "job3").get(REUSED_DETAIL) == first.provider_id
+
+
+def test_a_node_whose_requests_gang_has_a_pending_pod_is_not_taken(world: World) -> None:
+    """Issue 50, finding 2: the request belongs to a Volcano PodGroup (the gang bridge
+    made it); a pod of that gang is Pending and not yet annotated (the bridge annotates it
+    on its next pass): the gang's membership is what says whose the node is."""
+    w = world
+    first = _done_first(w)
+    w.kube.modify("provisioningrequests", "job", lambda o: o["metadata"].update(
+        ownerReferences=[{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                          "name": "train", "uid": "pg-1", "controller": True}]), NS,
+        group="autoscaling.x-k8s.io")
+    w.kube.create(objects.pod(NS, "train-1", {"scheduling.k8s.io/group-name": "train"}))
+    _launched_not_reused(w)
+    w.kube.delete("pods", "train-1", NS)
+    create(w, "job3", pod_sets={"workers": 8})
+    w.sync(3)
+    assert _details(w, "job3").get(REUSED_DETAIL) == first.provider_id
 
 
 def test_a_node_whose_workload_is_admitted_is_not_taken_and_is_once_it_finished(
@@ -131,11 +264,56 @@ def test_a_node_whose_workload_is_admitted_is_not_taken_and_is_once_it_finished(
     assert REUSED_DETAIL not in _details(w, "job2")
     assert len(live(w, "ml/job2")) == 1
     workload(w, ("Admitted", "True"), ("Finished", "True"))
+    w.h.clock.advance(WORKLOAD_TTL)  # a Workload read is used this long
     create(w, "job3", pod_sets={"workers": 16})
     w.sync(3)
     assert sorted(_details(w, "job3")[REUSED_DETAIL].split(",")) == \
         sorted(i.provider_id for i in gang)
     assert live(w, "ml/job3") == []
+
+
+def _kueue_gang_done(w: World) -> list[Any]:
+    """Kueue's request of two GPU nodes, provisioned, its booking ended, its Workload
+    finished: both nodes are idle once Workloads can be read."""
+    kueue_request(w, "job", None, bookingDurationSeconds="60")
+    w.provision()
+    gang = live(w)
+    workload(w, ("Admitted", "True"), ("Finished", "True"))
+    w.h.clock.advance(70)
+    w.sync(2)
+    assert w.condition(c.BOOKING_EXPIRED).true  # type: ignore[union-attr]
+    return gang
+
+
+def test_a_workload_allset_may_not_read_is_taken_as_running(world: World) -> None:
+    """Issue 50, item 6: RBAC without Kueue's rule answers 403. The Workload is taken as
+    still running (fail safe), its nodes are not reused, and the request planned meanwhile
+    says why in its condition; the log says it once."""
+    w = world
+    _kueue_gang_done(w)
+    w.kube.fail("get", "workloads", code=403, times=10**6)
+    create(w, "job2", pod_sets={"workers": 8})
+    w.provision()
+    assert REUSED_DETAIL not in _details(w, "job2")
+    messages = [e["message"] for e in w.kube.list("events", NS)
+                if e["involvedObject"]["name"] == "job2"]
+    assert any("allset may not read Workloads (HTTP 403)" in m for m in messages), messages
+
+
+def test_idle_nodes_read_each_workload_at_most_once_per_ttl(world: World) -> None:
+    """Issue 50, item 6: every metrics scrape and `allset status` lists idle nodes; the
+    Workload of an annotated node is read from a short cache, not once per scrape."""
+    w = world
+    gang = _kueue_gang_done(w)
+    before = w.kube.count("get", "workloads")
+    for _ in range(20):
+        w.h.provider.fleet_figures()
+        assert {n.provider_id for n in w.h.provider.idle()} == \
+            {i.provider_id for i in gang}
+    assert w.kube.count("get", "workloads") - before <= 1
+    w.h.clock.advance(WORKLOAD_TTL)
+    w.h.provider.fleet_figures()
+    assert w.kube.count("get", "workloads") - before <= 2
 
 
 def test_a_failed_launch_unbooks_the_reused_node_and_never_terminates_it(world: World
@@ -201,6 +379,55 @@ def test_a_restart_finds_the_reused_node_in_the_gang_from_the_status(world: Worl
     revoked = w.condition(c.CAPACITY_REVOKED, "job2")
     assert revoked is not None and revoked.true and first.provider_id in revoked.message
     assert [i.id for i in live(w, "ml/job2")] == [launched[0].id]
+
+
+def test_after_a_failover_a_reused_node_is_protected_by_its_booking(released: World
+                                                                    ) -> None:
+    """Issue 50, item 6: the new leader has booked nothing yet, and the reused node's
+    tags name the request that launched it, long ended. CA's DeleteNodes of it is refused
+    all the same, by the booking its Node carries (UNAVAILABLE until Nodes and requests
+    are listed, FAILED_PRECONDITION after), before the first pass books its gang."""
+    w = released
+    first = _done_first(w)
+    create(w, "job2", pod_sets={"workers": 8})
+    w.sync(3)
+    assert w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
+    w.controller.stop()
+    restart(w)
+    assert w.h.provider.bookings() == {}
+    with pytest.raises(Unavailable, match="has not listed"):
+        w.h.provider.delete_nodes("gpu", [first.provider_id])
+    w.controller.nodes.relist()
+    w.controller._relist()  # requests listed; no pass has handled them
+    assert w.h.provider.bookings() == {}
+    with pytest.raises(FailedPrecondition, match="booking of ProvisioningRequest ml/job2"):
+        w.h.provider.delete_nodes("gpu", [first.provider_id])
+    assert first.id in {i.id for i in w.h.cloud.live_instances()}
+
+
+def test_a_reused_node_the_status_names_but_the_attempt_never_booked_is_not_taken(
+        world: World) -> None:
+    """Issue 50, item 6: whoever may write a request's status names another team's node
+    among the idle nodes its attempt booked. allset does not book, label or protect it for
+    that request: the node stays its own gang's, and the forged gang is short of it."""
+    w = world
+    create(w, "job", pod_sets={"workers": 8})
+    w.provision()
+    (theirs,) = live(w)
+    create(w, "job2", pod_sets={"workers": 8})
+    w.provision()
+    assert w.condition(c.PROVISIONED, "job2").true  # type: ignore[union-attr]
+
+    def forged(o: dict[str, Any]) -> None:
+        o["status"]["provisioningClassDetails"].update(
+            {REUSED_DETAIL: theirs.provider_id, "allset.dev/planned-nodes": "2"})
+
+    w.kube.modify("provisioningrequests", "job2", forged, NS, group="autoscaling.x-k8s.io")
+    w.sync(2)
+    assert w.node(theirs.name)["metadata"]["labels"][c.BOOKING_LABEL] == "ml.job"
+    assert w.h.provider.bookings()[theirs.provider_id] == "ml/job"
+    revoked = w.condition(c.CAPACITY_REVOKED, "job2")
+    assert revoked is not None and revoked.true, revoked
 
 
 def test_a_gang_short_before_provisioned_rolls_back_its_launch_only(world: World) -> None:

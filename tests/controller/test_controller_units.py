@@ -97,14 +97,21 @@ def test_node_cache_wakes_requests_only_for_what_they_read() -> None:
     node: dict[str, Any] = objects.node("n1", provider_id="fake://a/n1", ready=False)
     cache.apply("ADDED", node)
     assert cache.get("fake://a/n1") == slim(node) and woken == ["n1"]
-    heartbeat = {**node, "status": {**node["status"], "allocatable": {"cpu": "8"}}}
+    heartbeat = {**node, "status": {**node["status"], "images": [{"names": ["busybox"]}]}}
     cache.apply("MODIFIED", heartbeat)
     assert woken == ["n1"]  # a kubelet heartbeat: nothing a request reads changed
+    # What an idle node is judged by (issue 50) does wake: a taint, the allocatable.
+    tainted = {**heartbeat, "spec": {**heartbeat["spec"], "taints": [
+        {"key": "maintenance", "value": "true", "effect": "NoSchedule"}]}}
+    cache.apply("MODIFIED", tainted)
+    assert woken == ["n1"] * 2
+    assert cache.get("fake://a/n1")["spec"]["taints"] == tainted["spec"]["taints"]  # type: ignore[index]
+    cache.apply("MODIFIED", node)
     cache.apply("MODIFIED", objects.node("n1", provider_id="fake://a/n1"))  # Ready now
     labelled = objects.node("n1", {"allset.dev/booking": "ml.job"}, provider_id="fake://a/n1")
     cache.apply("MODIFIED", labelled)
     cache.apply("DELETED", labelled)
-    assert woken == ["n1"] * 4 and cache.get("fake://a/n1") is None
+    assert woken == ["n1"] * 6 and cache.get("fake://a/n1") is None
 
 
 def test_node_cache_takes_our_own_write_without_waking_anyone() -> None:

@@ -208,12 +208,8 @@ def test_native_workload_gang_gets_all_its_nodes_and_runs(world: World) -> None:
         _delete_native(rest, "native", pods)
 
 
-@pytest.fixture
-def coscheduling_crd(world: World) -> Iterator[None]:
-    """The CRD, installed after allset started: allset believes "not served" for a few
-    minutes (provider/controller/gang_api.py), so it is restarted to look again, as an
-    operator who installs a gang scheduler after allset would wait or restart it."""
-    rest = world.cluster.rest
+def install_podgroup_crd(rest: Rest) -> None:
+    """Apply podgroup_crd() and wait until the API server serves it."""
     rest.apply(podgroup_crd())
     wait_for("the PodGroup CRD to be established", lambda: any(
         c.get("type") == "Established" and c.get("status") == "True"
@@ -221,6 +217,14 @@ def coscheduling_crd(world: World) -> Iterator[None]:
                            "podgroups.scheduling.x-k8s.io").get("status") or {})
         .get("conditions") or []), 60)
     rest.forget_discovery()
+
+
+@pytest.fixture
+def coscheduling_crd(world: World) -> Iterator[None]:
+    """The CRD, installed after allset started: allset believes "not served" for a few
+    minutes (provider/controller/gang_api.py), so it is restarted to look again, as an
+    operator who installs a gang scheduler after allset would wait or restart it."""
+    install_podgroup_crd(world.cluster.rest)
     world.allset.stop()
     world.allset.start()
     yield

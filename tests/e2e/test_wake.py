@@ -40,11 +40,12 @@ WORKER: dict[str, Any] = {"nodeSelector": SELECTOR,
               "limits": {"nvidia.com/gpu": "8"}}}]}
 
 
-def _config(kind: dict[str, Any], directory: Path) -> Path:
-    """The kind overlay's config, its cloud emptied to one group of one node and no
-    reservation, with a backoff long enough to tell a wake from a retry."""
+def _config(kind: dict[str, Any], directory: Path,
+            group: dict[str, Any] | None = None) -> Path:
+    """The kind overlay's config, its cloud emptied to one group (of one node: ``GROUP``)
+    and no reservation, with a backoff long enough to tell a wake from a retry."""
     fake = kind["cloud"]["fake"]
-    config = {**kind, "nodeGroups": [GROUP],
+    config = {**kind, "nodeGroups": [group or GROUP],
               "cloud": {"provider": "fake", "fake": {
                   "statePath": str(directory / "cloud.db"), "registerNodes": True,
                   "launchLatencySeconds": fake["launchLatencySeconds"],
@@ -56,15 +57,32 @@ def _config(kind: dict[str, Any], directory: Path) -> Path:
     return path
 
 
-def _request(name: str) -> list[dict[str, Any]]:
+def kind_overlay(directory: Path, group: dict[str, Any] | None = None
+                 ) -> tuple[list[dict[str, Any]], dict[str, Any], Path]:
+    """The kind overlay's documents, its allset Deployment, and its config as _config
+    rewrites it (in ``directory``)."""
+    require_kustomize()
+    docs = render(DEPLOY / "overlays" / "kind")
+    deployment = one(docs, "Deployment", "allset")
+    configmap = next(d for d in docs if d["kind"] == "ConfigMap"
+                     and d["metadata"]["name"].startswith("allset-config"))
+    return docs, deployment, _config(yaml.safe_load(configmap["data"]["config.yaml"]),
+                                     directory, group)
+
+
+def _request(name: str, booking: int | None = None) -> list[dict[str, Any]]:
+    """A request of one worker and its PodTemplate (``booking``: bookingDurationSeconds)."""
+    spec: dict[str, Any] = {
+        "provisioningClassName": "atomic-reserved.allset.dev",
+        "podSets": [{"podTemplateRef": {"name": f"{name}-workers"}, "count": 1}]}
+    if booking is not None:
+        spec["parameters"] = {"bookingDurationSeconds": str(booking)}
     return [
         {"apiVersion": "v1", "kind": "PodTemplate",
          "metadata": {"name": f"{name}-workers", "namespace": NS},
          "template": {"spec": WORKER}},
         {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
-         "metadata": {"name": name, "namespace": NS},
-         "spec": {"provisioningClassName": "atomic-reserved.allset.dev",
-                  "podSets": [{"podTemplateRef": {"name": f"{name}-workers"}, "count": 1}]}},
+         "metadata": {"name": name, "namespace": NS}, "spec": spec},
     ]
 
 
@@ -74,13 +92,8 @@ def _get(rest: Rest, name: str) -> dict[str, Any]:
 
 def test_a_request_in_backoff_is_provisioned_on_a_node_that_empties(world: World,
                                                                      tmp_path: Path) -> None:
-    require_kustomize()
     rest = world.cluster.rest
-    docs = render(DEPLOY / "overlays" / "kind")
-    deployment = one(docs, "Deployment", "allset")
-    configmap = next(d for d in docs if d["kind"] == "ConfigMap"
-                     and d["metadata"]["name"].startswith("allset-config"))
-    config = _config(yaml.safe_load(configmap["data"]["config.yaml"]), tmp_path)
+    docs, deployment, config = kind_overlay(tmp_path)
     made: list[dict[str, Any]] = []
     with overlay_allset(world, docs, deployment, config, tmp_path, "allset-wake") as (
             proc, _socket):

@@ -218,6 +218,18 @@ class Ec2Layer:
         """The next calls time out: before EC2 saw them, or after it carried them out."""
         self._faults.setdefault(operation, deque()).append(_Fault(None, 0, after, times))
 
+    def stop(self, instance_id: str) -> None:
+        """The instance is stopped (someone in the console, a scheduled retirement): it
+        stays (moto's StopInstances) and gives its Capacity Reservation slot back. STOP
+        SLOT: EC2's guide says a reservation is used by matching "new instances and
+        running instances" and bills its unused part "whether you run instances in
+        reserved capacity or not" (Work with Capacity Reservations; Capacity Reservation
+        pricing and billing); it does not say in so many words what a stop does to the
+        slot: a stopped instance is not running, so the layer frees it, as GCE documents
+        for a stopped VM (docs/cloud-behaviour.md)."""
+        self.ec2.stop_instances(InstanceIds=[instance_id])
+        self._release(instance_id)
+
     def hide_next_launch(self, calls: int) -> None:
         """EC2's eventual consistency: the next launch's instances stay invisible to the
         following ``calls`` calls that name or list them."""

@@ -19,6 +19,8 @@ from provider.controller import conditions as c
 from provider.controller.controller import Controller
 from provider.controller.kube import KubeApi
 from provider.controller.requests import Backoff
+from provider.controller.sim_nodes import node_for
+from provider.domain.cloud import CloudInstance
 from tests.fakes.kube import FakeKube, objects
 from tests.kit.helpers import Harness, harness
 
@@ -56,8 +58,7 @@ class World:
         """What kubelets do once the instances boot: a Node per instance."""
         for inst in self.h.cloud.live_instances():
             if self.kube.get("nodes", inst.name) is None:
-                self.kube.create(objects.node(inst.name, provider_id=inst.provider_id,
-                                              ready=ready))
+                self.kube.create(kubelet_node(self.h.provider, inst, ready))
 
     def provision(self) -> None:
         """Launch, let the Nodes register, and let the controller label them."""
@@ -77,6 +78,19 @@ class World:
     def events(self, name: str = "job") -> list[tuple[str, str]]:
         return [(e["reason"], e["type"]) for e in self.kube.list("events", NS)
                 if e["involvedObject"]["name"] == name]
+
+
+def kubelet_node(provider: Provider, inst: CloudInstance, ready: bool = True
+                 ) -> dict[str, Any]:
+    """The Node a kubelet registers for ``inst``: its group's labels, taints and
+    allocatable (what the launch template gives it), Ready or not."""
+    group = provider.groups.get(inst.tags.node_group)
+    if group is None:
+        return objects.node(inst.name, provider_id=inst.provider_id, ready=ready)
+    node = node_for(inst, group, provider.config.schema.gpu_label)
+    node["metadata"]["annotations"] = {}
+    node["status"]["conditions"] = objects.node(inst.name, ready=ready)["status"]["conditions"]
+    return node
 
 
 @pytest.fixture

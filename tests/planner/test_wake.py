@@ -37,3 +37,22 @@ def test_an_idle_node_no_pod_of_the_gang_fits_does_not() -> None:
     assert usable_groups(gang, WORLD.matcher) == {"h100"}
     assert not wakes(gang, WORLD.matcher, [node("a100"), node("cpu")], seen=())
     assert not wakes(gang, WORLD.matcher, [], seen=())
+
+
+def test_an_idle_node_of_a_capacity_type_the_request_refuses_does_not() -> None:
+    """Issue 50: a reserved-only request is never planned on an idle on-demand node, so
+    one emptying is no reason to plan it again."""
+    gang = demand(workers(16), capacity=(CapacityType.RESERVED,))
+    assert not wakes(gang, WORLD.matcher, [node("h100")], seen=())
+    reserved = IdleNode("fake://h100/r", "h100", CapacityType.RESERVED, "r")
+    assert wakes(gang, WORLD.matcher, [reserved], seen=())
+
+
+def test_an_idle_node_whose_node_refuses_the_pods_does_not() -> None:
+    """Issue 50: a tainted idle node cannot be booked, so it wakes no one."""
+    from provider.domain.model import Taint
+
+    gang = demand(workers(16))
+    tainted = IdleNode("fake://h100/t", "h100", CapacityType.ON_DEMAND, labels=(),
+                       taints=(Taint("maintenance", "drain", "NoSchedule"),))
+    assert not wakes(gang, WORLD.matcher, [tainted], seen=())

@@ -175,6 +175,23 @@ def test_snapshot_selects_active_reservations_by_id_and_tags(world: World) -> No
     assert all(r.price == 0.0 for r in snap.reservations)
 
 
+def test_a_stopped_instance_frees_its_capacity_reservation_slot(world: World) -> None:
+    """Issue 50, finding 7: the layer frees a stopped instance's slot (EC2's guide: a
+    reservation is used by "new instances and running instances"; what a stop does is
+    not said in so many words: docs/cloud-behaviour.md)."""
+    layer = world.layer
+    layer.add_reservation("us-east-1a", "p5.48xlarge", 2, id=R_OPEN, tags={"team": "ml"})
+    adapter = world.adapter(world.config(CONFIG))
+    launched = adapter.launch(request("gpu", 2, source=CapacityType.RESERVED,
+                                      reservation=R_OPEN))
+    assert layer.used(R_OPEN) == 2
+    layer.stop(launched[0].id)
+    got = {r.id: r for r in adapter.snapshot("test").reservations}
+    assert got[R_OPEN].free == 1
+    assert {i.id: i.state for i in adapter.snapshot("test").instances}[launched[0].id] is \
+        InstanceState.STOPPED
+
+
 def test_snapshot_with_nothing_selected_lists_no_reservations(world: World) -> None:
     world.layer.add_reservation("us-east-1a", "m7i.large", 4, tags={"team": "ml"})
     text = CONFIG.replace(f"reservationSelector: {{ids: [{R_ID}], tags: {{team: ml}}}}",

@@ -68,6 +68,18 @@ def test_reserved_launch_consumes_free_slots_all_or_nothing(clock: ManualClock) 
     assert r1.free == 1
 
 
+def test_a_stopped_instance_gives_its_reservation_slot_back(clock: ManualClock) -> None:
+    """Issue 50, finding 7: as GCE documents ("About reservations"), a stopped VM no
+    longer counts toward the reservation; it stays (and bills) until deleted."""
+    cloud = FakeCloud(settings(), clock)
+    got = cloud.launch(req("a/1", 4, CapacityType.RESERVED, "r1"))
+    cloud.stop(got[0].id)
+    (r1,) = [r for r in cloud.snapshot("c").reservations if r.id == "r1"]
+    assert r1.free == 1
+    assert len(cloud.live_instances()) == 4
+    assert len(cloud.launch(req("a/2", 1, CapacityType.RESERVED, "r1"))) == 1
+
+
 def test_on_demand_launch_consumes_no_reservation(clock: ManualClock) -> None:
     cloud = FakeCloud(settings(), clock)
     cloud.launch(req("a/1", 2))

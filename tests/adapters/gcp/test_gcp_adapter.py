@@ -228,6 +228,25 @@ def test_reserved_part_consumes_only_its_reservation(h: GcpHarness) -> None:
     assert labels_of(h, inst)["allset-source"] == "reserved"
 
 
+def test_a_stopped_or_suspended_vm_no_longer_counts_toward_its_reservation(h: GcpHarness
+                                                                          ) -> None:
+    """Issue 50, finding 7: "When you stop, suspend, or delete a VM that consumes a
+    reservation, the VM no longer counts toward the reservation" (About reservations):
+    inUseCount drops, the snapshot shows the slots free, and a part may launch into them."""
+    h.compute.add_reservation(ZONE_A, "res-a3", A3, 3, resource_policies=("fabric-a",),
+                              specific_required=True)
+    launched = h.adapter.launch(part(h, "h100-a", 3, CapacityType.RESERVED, "res-a3"))
+    first, second = (i.id.split("/")[1] for i in launched[:2])
+    h.compute.stop(ZONE_A, first)
+    h.compute.stop(ZONE_A, second, suspend=True)
+    assert in_use(h, "res-a3") == 1
+    (res,) = [r for r in h.adapter.snapshot("test").reservations if r.id.endswith("res-a3")]
+    assert res.free == 2
+    again = h.adapter.launch(part(h, "h100-a", 2, CapacityType.RESERVED, "res-a3",
+                                  attempt="a-2"))
+    assert len(again) == 2 and in_use(h, "res-a3") == 3
+
+
 def test_a_reservation_that_requires_naming_takes_a_part_that_names_it(h: GcpHarness) -> None:
     h.compute.add_reservation("us-central1-b", "res-pinned", A3, 2, specific_required=True)
     launched = h.adapter.launch(part(h, "h100-b", 2, CapacityType.RESERVED, "res-pinned"))

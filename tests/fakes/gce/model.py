@@ -21,6 +21,8 @@ LABEL = re.compile(r"^[a-z0-9_-]{0,63}$")
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
+# Statuses of a VM that no longer counts toward its reservation (Compute.in_use).
+NOT_CONSUMING = frozenset({"TERMINATED", "SUSPENDED"})
 
 
 class ApiError(Exception):
@@ -243,8 +245,14 @@ class Compute:
     # --- derived state -------------------------------------------------------------------
 
     def in_use(self, r: ReservationRec) -> int:
+        """VMs consuming the reservation now: a stopped (TERMINATED) or suspended VM does
+        not. "When you stop, suspend, or delete a VM that consumes a reservation, the VM
+        no longer counts toward the reservation. The reserved capacity becomes available
+        again." (About reservations,
+        https://cloud.google.com/compute/docs/instances/reservations-overview)."""
         return sum(1 for i in self.instances.values()
-                   if i.zone == r.zone and i.reservation == r.ref)
+                   if i.zone == r.zone and i.reservation == r.ref
+                   and i.status not in NOT_CONSUMING)
 
     def reservation(self, zone: str, value: str) -> ReservationRec | None:
         """The reservation ``value`` (an affinity value) names in ``zone``: a bare name is

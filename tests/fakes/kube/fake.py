@@ -202,9 +202,17 @@ class FakeKube:
              times: int = 1) -> None:
         """The next ``times`` API requests of ``verb`` on ``counted`` (``"update"``,
         ``"endpointslices"``; ``name``: only for that object) answer ``code`` (500, 503,
-        504, 429) with the API server's Status, and change nothing."""
+        504, 429; 403: RBAC without the rule) with the API server's Status, and change
+        nothing."""
         with self._ctx.lock:
             self._ctx.faults.append(Fault(verb, counted, name, code, times))
+
+    def unfail(self, verb: str, counted: str) -> None:
+        """Faults injected by ``fail`` for ``verb`` on ``counted`` and not yet answered go
+        (an RBAC rule given back)."""
+        with self._ctx.lock:
+            self._ctx.faults = [f for f in self._ctx.faults
+                                if (f.verb, f.counted) != (verb, counted)]
 
     def bookmark(self) -> None:
         """Every open watch that allows bookmarks receives one at the current version."""

@@ -144,8 +144,8 @@ class Hold:
 
 
 # The reasons the API server gives with these codes (apimachinery's StatusReason).
-_REASONS = {429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
-            504: "Timeout"}
+_REASONS = {403: "Forbidden", 429: "TooManyRequests", 500: "InternalError",
+            503: "ServiceUnavailable", 504: "Timeout"}
 
 
 @dataclass
