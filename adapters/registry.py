@@ -11,7 +11,14 @@ from pathlib import Path
 from provider.base.clock import Clock
 from provider.base.sqlite import check_database
 from provider.config import ConfigError, LoadedConfig
-from provider.domain.cloud import CapacityType, CloudAdapter, Quota, Reservation, Shape
+from provider.domain.cloud import (
+    CapacityType,
+    CloudAdapter,
+    Quota,
+    Reservation,
+    ReservationKind,
+    Shape,
+)
 from provider.domain.model import MILLI
 
 Factory = Callable[[LoadedConfig, Clock], CloudAdapter]
@@ -46,6 +53,8 @@ def _fake(config: LoadedConfig, clock: Clock) -> CloudAdapter:
                 fabric=r.fabric,
                 starts_at=_epoch(r.starts_at),
                 ends_at=_epoch(r.ends_at),
+                ends_instances=r.ends_instances if r.ends_instances is not None
+                else r.kind is ReservationKind.CAPACITY_BLOCK,
                 price=r.price,
             )
             for r in cfg.reservations

@@ -172,9 +172,7 @@ class AwsAdapter:
         if not items:
             raise InvalidRequest(f"reservation {rid} does not exist",
                                  cloud_code="InvalidCapacityReservationId.NotFound")
-        return discovery.reservation_from(items[0], self._settings.fabric_of_placement_group,
-                                          self._settings.fabric_of_reservation,
-                                          self._settings.capacity_block_cutoff)
+        return discovery.reservation_from(items[0], self._settings)
 
     # --- terminate, commit and the deletion mark ------------------------------------------
 

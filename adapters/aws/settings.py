@@ -48,8 +48,10 @@ class AwsSettings:
     # fabric (its instances are placed together, with no placement group): the group that
     # lists it names that fabric.
     fabric_of_reservation: Mapping[str, str] = field(default_factory=_frozen)
-    # Capacity Blocks end this much earlier for the planner than EndDate says.
+    # Capacity Blocks end this much earlier for the planner than EndDate says; UltraServer
+    # Capacity Blocks, whose instances EC2 ends from earlier, by their own.
     capacity_block_cutoff: float = 2400.0
+    ultra_server_block_cutoff: float = 4200.0
 
 
 def settings_from(config: LoadedConfig) -> AwsSettings:
@@ -96,4 +98,5 @@ def settings_from(config: LoadedConfig) -> AwsSettings:
         fabric_of_placement_group=_frozen(fabrics),
         fabric_of_reservation=_frozen(listed_by),
         capacity_block_cutoff=duration_seconds(cloud.capacity_block_cutoff),
+        ultra_server_block_cutoff=duration_seconds(cloud.ultra_server_block_cutoff),
     )

@@ -24,6 +24,7 @@ class Offering:
     ends_at: float | None = None
     reservation_size: int = 0  # free slots of the reservation before any plan
     interruptible: bool = False  # its owner may reclaim it (Reservation.interruptible)
+    ends_instances: bool = True  # its end ends what runs in it (Reservation.ends_instances)
 
     @property
     def sort_key(self) -> tuple[float, int, float, int, str]:
@@ -150,6 +151,7 @@ def group_offerings(
                 ends_at=r.ends_at,
                 reservation_size=r.free,
                 interruptible=r.interruptible,
+                ends_instances=r.ends_instances,
             ))
     for ctype in (CapacityType.SPOT, CapacityType.ON_DEMAND):
         if not group.allows(ctype):

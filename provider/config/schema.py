@@ -298,6 +298,10 @@ class FakeReservation(Model):
                            "`reservations` may use it")
     starts_at: dt.datetime | None = Field(None, description="start of its window")
     ends_at: dt.datetime | None = Field(None, description="end of its window")
+    ends_instances: bool | None = Field(
+        None, description="whether its end ends the instances in it (a capacity block's "
+        "does; an ODCR's ends only launches into it, and they run on); default: true for "
+        "a capacity-block, false otherwise")
     price: float = Field(0.0, ge=0, description="marginal USD per node-hour of using a slot")
 
     @model_validator(mode="after")

@@ -122,7 +122,17 @@ class Reservation:
     targeted: bool = False
     fabric: str | None = None
     starts_at: float | None = None
+    # When launches into it end (for capacity whose end ends its instances, the adapter
+    # gives the cloud's cut-off: when it begins to end them).
     ends_at: float | None = None
+    # What its end does to the instances running in it. True: they end with it (an AWS
+    # Capacity Block: "all instances in the Capacity Block are terminated"; a GCE
+    # reservation whose VMs are reservation-bound); a gang that would outlive it is kept
+    # off it. False: only launches into it end, and its instances run on, billed as
+    # on-demand from then (an ODCR: "Instances running in the reserved capacity continue
+    # to run uninterrupted"; a GCE reservation in default mode). True unless the adapter
+    # knows better: a gang cut short costs more than a reservation left idle.
+    ends_instances: bool = True
     # Marginal price per node-hour of using a slot; the reservation itself is already paid.
     price: float = 0.0
     # Its owner may reclaim it, terminating what runs in it at short notice (AWS

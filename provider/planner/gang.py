@@ -123,10 +123,12 @@ class Inputs:
     def _usable(self, offerings: GroupOfferings, boot: float) -> Usable:
         allowed = self.demand.capacity_types
         runtime = self.demand.runtime_to_outlast
-        # Capacity must outlast the nodes' boot time at the least, runtime or none and
-        # interruption allowed or not: capacity that ends before its nodes are Ready (an
-        # adapter gives a block's end as the cloud's cut-off, AWS 30 min before it) serves
-        # nothing. A runtime counts from the nodes being Ready.
+        # Capacity whose end ends its instances must outlast the nodes' boot time at the
+        # least, runtime or none and interruption allowed or not: capacity that ends them
+        # before they are Ready (an adapter gives a block's end as the cloud's cut-off)
+        # serves nothing. A runtime counts from the nodes being Ready. Capacity whose end
+        # only ends launches into it (an ODCR, a GCE reservation in default mode) serves
+        # any gang while it is open: what runs in it runs on after its end.
         must_last = self.view.now + boot + (runtime or 0.0)
         sources: list[SourceFields] = []
         free: list[tuple[str, int]] = []
@@ -141,7 +143,7 @@ class Inputs:
                 assert o.reservation is not None
                 reclaimable.append(o.reservation)
                 continue
-            if o.ends_at is not None and o.ends_at < must_last:
+            if o.ends_instances and o.ends_at is not None and o.ends_at < must_last:
                 # Capacity that ends under the gang interrupts it: never planned.
                 assert o.reservation is not None
                 early.append((o.reservation, o.ends_at, boot))
@@ -465,9 +467,10 @@ def ends_early_reasons(inputs: Inputs) -> list[Reason]:
     if runtime is None:
         return [Reason(ReasonCode.RESERVATION_MISMATCH,
                        f"reservation {rid} ends in {(ends - inputs.view.now) / 3600:.1f} h, "
-                       f"before its nodes' boot time of {boot / 60:.0f} min would end (a "
-                       f"capacity block ends at the cloud's cut-off: on AWS 30 min before "
-                       f"its end)")
+                       f"before its nodes' boot time of {boot / 60:.0f} min would end (its "
+                       f"end ends its instances; a capacity block's is taken at the cloud's "
+                       f"cut-off: EC2 begins terminating a block's instances 30 min before "
+                       f"its end, an UltraServer block's 60)")
                 for rid, (ends, boot) in sorted(inputs.ends_early.items())]
     if d.expected_runtime_seconds is None:
         what = "the runtime assumed for a gang that states none (runtimes.undeclared)"

@@ -7,9 +7,17 @@ Sources of the EC2 behaviours modelled here (facts only; the code is ours):
 * BLOCK END: EC2 begins terminating a Capacity Block's instances 30 minutes before the
   block ends (EC2 user guide, "Monitor Capacity Blocks using EventBridge": the warning
   comes 40 minutes before the end, termination 10 minutes later,
-  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-monitor.html). The
+  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-monitor.html), an
+  UltraServer Capacity Block's 60 minutes before (EC2 user guide, "Capacity Blocks for
+  ML", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-capacity-blocks.html). The
   layer terminates them then, and refuses launches into a block from then on (the code of
   that refusal is not documented; ReservationCapacityExceeded here).
+* ODCR END: an On-Demand Capacity Reservation's end ends only launches into it: "After a
+  reservation ends, you can no longer target instances to the Capacity Reservation.
+  Instances running in the reserved capacity continue to run uninterrupted" (EC2 user
+  guide, "Work with Capacity Reservations",
+  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-reservations-using.html).
+  The layer shows it expired and leaves its instances running.
 * BLOCK STATES: a block bought for later is ``scheduled`` (``payment-pending`` while paid)
   until its StartDate and shows no available instances; a launch into it then fails with
   InvalidCapacityReservationState.PendingActivation (the code named in issue 20; the
@@ -57,6 +65,11 @@ ACCOUNT = "123456789012"
 ON_DEMAND, SPOT, CAPACITY_BLOCK = "on-demand", "spot", "capacity-block"
 INTERRUPTIBLE = "interruptible-capacity-reservation"
 BLOCK_CUTOFF = 30 * 60.0  # EC2 terminates a block's instances this long before its end
+ULTRASERVER_BLOCK_CUTOFF = 60 * 60.0  # ... and an UltraServer block's (BLOCK END)
+# Instance types sold only as UltraServer nodes (botocore's InstanceType enum; EC2 user
+# guide, Amazon EC2 UltraServers). EC2 reports LaunchStatus for their reservations only
+# (CapacityReservation.LaunchStatus: "Only supported for UltraServers").
+ULTRASERVER_TYPES = frozenset({"p6e-gb200.36xlarge", "trn2u.48xlarge"})
 _URL = "https://ec2.amazonaws.com/"
 Response = tuple[AWSResponse, dict[str, Any]]
 
@@ -92,6 +105,12 @@ class ModelReservation:
     @property
     def free(self) -> int:
         return max(0, self.total - len(self.instances))
+
+    @property
+    def cutoff(self) -> float:
+        """How long before its end EC2 begins terminating a block's instances."""
+        return ULTRASERVER_BLOCK_CUTOFF if self.instance_type in ULTRASERVER_TYPES \
+            else BLOCK_CUTOFF
 
     def state_at(self, now: float) -> str:
         """A block is scheduled before its start and expired after its end."""
@@ -131,8 +150,8 @@ class ModelReservation:
         if self.interruptible:
             item["Interruptible"] = True
             item["InstanceMatchCriteria"] = "targeted"
-        if self.launch_status is not None:
-            item["LaunchStatus"] = self.launch_status
+        if self.launch_status is not None or self.instance_type in ULTRASERVER_TYPES:
+            item["LaunchStatus"] = self.launch_status or "launchable"
         if self.placement_group is not None:
             item["PlacementGroupArn"] = (
                 f"arn:aws:ec2:{region}:{ACCOUNT}:placement-group/{self.placement_group}")
@@ -342,10 +361,11 @@ class Ec2Layer:
         return fault
 
     def _end_blocks(self) -> None:
-        """EC2 terminates a block's instances from 30 minutes before its end."""
+        """EC2 terminates a block's instances from 30 minutes before its end (60 for an
+        UltraServer block); an ODCR's end leaves its instances running (ODCR END)."""
         now = self._now()
         for r in self.reservations.values():
-            if r.capacity_block and r.ends is not None and now >= r.ends - BLOCK_CUTOFF \
+            if r.capacity_block and r.ends is not None and now >= r.ends - r.cutoff \
                     and r.instances:
                 self.ec2.terminate_instances(InstanceIds=sorted(r.instances))
                 r.instances.clear()
@@ -406,8 +426,9 @@ class Ec2Layer:
         preference = spec.get("CapacityReservationPreference", "open")
         if market == ON_DEMAND and preference in ("open", "capacity-reservations-only"):
             # EC2's default: matching open reservations are consumed silently.
+            now = self._now()
             for r in self.reservations.values():
-                if (r.state == "active" and not r.targeted and r.free and remaining
+                if (r.state_at(now) == "active" and not r.targeted and r.free and remaining
                         and (r.zone, r.instance_type) == (zone, itype)):
                     n = min(r.free, remaining)
                     takes.append((r.id, n))
@@ -459,7 +480,7 @@ class Ec2Layer:
             return error("InvalidCapacityReservationState.PendingActivation", 400)
         if state != "active":
             return error("ReservationCapacityExceeded", 400)
-        if r.capacity_block and r.ends is not None and now >= r.ends - BLOCK_CUTOFF:
+        if r.capacity_block and r.ends is not None and now >= r.ends - r.cutoff:
             return error("ReservationCapacityExceeded", 400)
         n = min(high, r.free)
         if n < low:

@@ -95,6 +95,23 @@ class ReservationRec:
 
 
 @dataclass(slots=True)
+class FutureReservationRec:
+    """A future reservation that has delivered its reservations. reservationMode CALENDAR:
+    "The delivered reservations will delivered at specified start time and terminated at
+    specified end time along with terminating the VMs running on it"; DEFAULT: "The
+    delivered reservations do not terminate VMs at the end of reservations. This is
+    default mode." (FutureReservation.ReservationMode); status.autoCreatedReservations:
+    "Fully qualified urls of the automatically created reservations at start_time"
+    (FutureReservationStatus, Compute v1 reference)."""
+
+    zone: str
+    name: str
+    mode: str  # CALENDAR | DEFAULT
+    reservations: tuple[str, ...]  # names of the reservations it auto-created (our project)
+    end_time: str | None = None  # timeWindow.endTime, RFC 3339
+
+
+@dataclass(slots=True)
 class InstanceRec:
     zone: str
     name: str
@@ -208,6 +225,7 @@ class Compute:
     def __post_init__(self) -> None:
         self.lock = threading.RLock()
         self.reservations: dict[tuple[str, str], ReservationRec] = {}
+        self.future_reservations: dict[tuple[str, str], FutureReservationRec] = {}
         self.instances: dict[tuple[str, str], InstanceRec] = {}
         self.operations: dict[tuple[str, str], OperationRec] = {}
         self.request_ids: dict[str, tuple[str, str]] = {}
@@ -227,6 +245,17 @@ class Compute:
         with self.lock:
             r = ReservationRec(zone, name, machine_type, count, **kwargs)  # type: ignore[arg-type]
             self.reservations[(zone, r.ref)] = r
+
+    def add_future_reservation(self, zone: str, name: str, mode: str,
+                               reservations: tuple[str, ...], **kwargs: object) -> None:
+        with self.lock:
+            rec = FutureReservationRec(zone, name, mode, reservations, **kwargs)  # type: ignore[arg-type]
+            self.future_reservations[(zone, name)] = rec
+
+    def calendar(self, r: ReservationRec) -> bool:
+        """Whether a future reservation in calendar mode delivered ``r``."""
+        return any(f.mode == "CALENDAR" and f.zone == r.zone and r.name in f.reservations
+                   for f in self.future_reservations.values())
 
     def inject(self, fault: Fault) -> None:
         with self.lock:
@@ -361,18 +390,20 @@ class Compute:
                                       request_id)
 
     def end_reservation(self, zone: str, name: str) -> None:
-        """A reservation period ends (a calendar-mode reservation at its end time): "based
-        on the termination action that you specify when creating VMs, Compute Engine stops
-        or deletes the VM at the end of the reservation period"
+        """A reservation period ends (its deleteAtTime, or a calendar-mode reservation at
+        its end time): "based on the termination action that you specify when creating
+        VMs, Compute Engine stops or deletes the VM at the end of the reservation period"
         (https://cloud.google.com/compute/docs/instances/about-reservation-bound-vms), for
-        the reservation-bound VMs consuming it; the reservation goes ("terminated at
-        specified end time along with terminating the VMs running on it",
-        FutureReservation.ReservationMode CALENDAR)."""
+        the reservation-bound VMs consuming it, and a calendar-mode reservation is
+        "terminated at specified end time along with terminating the VMs running on it"
+        (FutureReservation.ReservationMode CALENDAR). Other VMs run on: "The delivered
+        reservations do not terminate VMs at the end of reservations" (DEFAULT)."""
         with self.lock:
             r = self.reservations.pop((zone, name))
+            calendar = self.calendar(r)
             for key, inst in list(self.instances.items()):
-                if inst.zone != zone or inst.reservation != r.ref or \
-                        inst.provisioning_model != "RESERVATION_BOUND":
+                if inst.zone != zone or inst.reservation != r.ref or not (
+                        calendar or inst.provisioning_model == "RESERVATION_BOUND"):
                     continue
                 if inst.termination_action == "DELETE":
                     del self.instances[key]
