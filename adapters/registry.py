@@ -76,6 +76,7 @@ def _fake(config: LoadedConfig, clock: Clock) -> CloudAdapter:
         launch_latency_seconds=cfg.launch_latency_seconds,
         boot_seconds=cfg.boot_seconds,
         terminate_seconds=cfg.terminate_seconds,
+        max_launches_in_flight=cfg.max_launches_in_flight,
         state_path=beside_config(config.source, cfg.state_path),
         shared=cfg.shared,
     )
@@ -152,10 +153,16 @@ _FACTORIES: dict[str, Factory] = {"fake": _fake, "aws": _aws, "gcp": _gcp}
 
 def connect(config: LoadedConfig, clock: Clock) -> tuple[CloudAdapter, LoadedConfig]:
     """The configured cloud's adapter, and the config completed with the shapes of the
-    instance types it left to the cloud (DescribeInstanceTypes, machine types)."""
+    instance types it left to the cloud (DescribeInstanceTypes, machine types) and what
+    the cloud says the groups' launches are."""
     adapter = create_adapter(config, clock)
     if config.unresolved:
         config = config.with_shapes(adapter.describe_shapes(list(config.unresolved)))
+    # What each group's launches are, where the cloud matches reservations on it (an
+    # optional capability: EC2 reservations take one platform and tenancy).
+    launches = getattr(adapter, "describe_launches", None)
+    if launches is not None:
+        config = config.with_launches(launches([g.id for g in config.groups]))
     return adapter, config
 
 

@@ -200,6 +200,9 @@ def reservation_from(item: Item, settings: AwsSettings) -> Reservation:
         interruptible=interruptible,
         # UltraServer reservations say whether they can take a launch now (LaunchStatus).
         launchable=item.get("LaunchStatus", "launchable") != "unlaunchable",
+        # It takes launches of one platform and tenancy (adapters/aws/templates.py).
+        accepts=tuple((k, str(item[f])) for k, f in (("platform", "InstancePlatform"),
+                                                      ("tenancy", "Tenancy")) if item.get(f)),
     )
 
 

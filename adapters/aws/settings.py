@@ -31,6 +31,9 @@ class GroupLaunch:
     efa_secondary_type: str = "efa-only"
     fabric: str | None = None
     tags: Mapping[str, str] = field(default_factory=_frozen)
+    # What the config says its launches are (None: read from the launch template).
+    platform: str | None = None
+    tenancy: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,8 @@ def settings_from(config: LoadedConfig) -> AwsSettings:
             efa_secondary_type=g.aws.efa_secondary_type,
             fabric=g.fabric,
             tags=_frozen(g.aws.tags),
+            platform=g.aws.platform,
+            tenancy=g.aws.tenancy,
         )
     return AwsSettings(
         cluster=config.cluster,

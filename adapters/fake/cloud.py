@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from adapters.fake.store import FakeStore
 from provider.base.clock import Clock
 from provider.domain.cloud import (
+    Busy,
     CapacityType,
     CloudError,
     CloudInstance,
@@ -54,6 +55,11 @@ class FakeSettings:
     terminate_seconds: float = 0.0
     state_path: str | None = None
     shared: bool = False  # other processes use state_path too: read it on every call
+    # At most this many launches in flight (None: no bound): one more is refused, nothing
+    # happening (Busy), as GCE refuses "more than 10 bulk operations running at the same
+    # time" with 403 rateLimitExceeded ("Troubleshooting bulk creation of VMs"). Counted
+    # in this process.
+    max_launches_in_flight: int | None = None
 
 
 @dataclass(slots=True)
@@ -83,6 +89,8 @@ class FakeCloud:
         self._alive: dict[str, CloudInstance] = {}
         self._tokens: dict[str, tuple[str, ...]] = {}
         self._shutting_down: dict[str, float] = {}  # instance id -> when terminate was called
+        self._in_flight = 0  # launches between their call and their answer
+        self.refused_for_room = 0  # launches refused: max_launches_in_flight were in flight
         self._faults: dict[str, deque[_Fault]] = {}
         self.calls: Counter[str] = Counter()
         # Called at the start of every launch call (tests: pause a launch mid-attempt).
@@ -199,22 +207,38 @@ class FakeCloud:
         fault = self._take_fault("launch", request)
         if fault is not None and not fault.after:
             raise fault.error
-        self._clock.sleep(self._settings.launch_latency_seconds)
-        with self._lock:
-            seen = self._tokens.get(request.token)
-            if seen is not None:  # a concurrent call with the same token won the race
-                return [self._current(self._instances[i]) for i in seen]
-            self._check_launch(request)
-            now = self._clock.now()
-            instances = [self._new_instance(request, index, now) for index in range(request.count)]
-            if self._store is not None:
-                self._store.save_launch(request.token, instances)
-            for inst in instances:
-                self._put(inst)
-            self._tokens[request.token] = tuple(i.id for i in instances)
+        self._take_room(request)
+        try:
+            self._clock.sleep(self._settings.launch_latency_seconds)
+            with self._lock:
+                seen = self._tokens.get(request.token)
+                if seen is not None:  # a concurrent call with the same token won the race
+                    return [self._current(self._instances[i]) for i in seen]
+                self._check_launch(request)
+                now = self._clock.now()
+                instances = [self._new_instance(request, index, now)
+                             for index in range(request.count)]
+                if self._store is not None:
+                    self._store.save_launch(request.token, instances)
+                for inst in instances:
+                    self._put(inst)
+                self._tokens[request.token] = tuple(i.id for i in instances)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
         if fault is not None:
             raise fault.error
         return [self._current(i) for i in instances]  # running at once when boot is 0
+
+    def _take_room(self, request: LaunchRequest) -> None:
+        """One more launch in flight, or Busy when the bound is reached (nothing done)."""
+        bound = self._settings.max_launches_in_flight
+        with self._lock:
+            if bound is not None and self._in_flight >= bound:
+                self.refused_for_room += 1
+                raise Busy(f"launch {request.token}: {bound} launches in flight",
+                           cloud_code="rateLimitExceeded")
+            self._in_flight += 1
 
     def terminate(self, instance_ids: Sequence[str]) -> None:
         self._count("terminate")

@@ -390,6 +390,26 @@ def timestamp(text: str) -> float:
 # --- quotas ------------------------------------------------------------------------------
 
 
+# Machine families whose vCPUs count against the regional CPUS metric; every other family
+# has a metric of its own, <FAMILY>_CPUS (N2_CPUS, C3_CPUS, ...): "Allocation quotas",
+# https://cloud.google.com/compute/resource-usage.
+SHARED_CPU_FAMILIES = frozenset({"N1", "E2", "F1", "G1"})
+
+
+def quota_buckets(machine_type: str, gpu_type: str | None) -> tuple[str, ...]:
+    """The quota metrics a VM of ``machine_type`` (with ``gpu_type`` GPUs) counts against,
+    as a QUOTA_EXCEEDED names them (ErrorDetails.quota_info.metric_name): a failure on one
+    blocks the groups counted in it, not every on-demand group of the region (Scope.FAMILY).
+    A metric no group is known to count in blocks the failing type alone."""
+    family = machine_type.split("-", 1)[0].upper()
+    cpus = "CPUS" if family in SHARED_CPU_FAMILIES else f"{family}_CPUS"
+    out = [cpus, "CPUS_ALL_REGIONS", "INSTANCES"]
+    gpu = next((m for m, g in GPU_QUOTAS.items() if g == gpu_type), None)
+    if gpu is not None:
+        out += [gpu, SPOT_PREFIX + gpu, "GPUS_ALL_REGIONS"]
+    return tuple(out)
+
+
 def quotas_of(region: compute_v1.Region, gpu_of: Mapping[str, str | None]) -> list[Quota]:
     """The region's GPU and instance quotas that cover a configured machine type.
     ``gpu_of``: machine type -> its GPU type (None for CPU-only types). Spot VMs count

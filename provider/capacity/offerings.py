@@ -41,7 +41,8 @@ class Rejection:
     message says "the group": groups of one kind share their offerings."""
 
     reservation: str
-    rule: str  # instance-type | zone | fabric | targeted | window | full | unavailable | policy
+    # instance-type | zone | fabric | launch | targeted | window | full | unavailable | policy
+    rule: str
     message: str
 
 
@@ -76,6 +77,15 @@ def _fabric(g: NodeGroup, r: Reservation, now: float) -> str | None:
     return None
 
 
+def _launch(g: NodeGroup, r: Reservation, now: float) -> str | None:
+    launches = dict(g.launch)
+    for key, value in r.accepts:
+        if launches.get(key, value) != value:
+            return (f"reservation {r.id} takes {key} {value} launches, the group launches "
+                    f"{key} {launches[key]}")
+    return None
+
+
 def _targeting(g: NodeGroup, r: Reservation, now: float) -> str | None:
     if r.targeted and r.id not in g.targeted_reservations:
         return (f"reservation {r.id} only accepts targeted launches and the group "
@@ -100,6 +110,7 @@ RESERVATION_RULES: tuple[tuple[str, Rule], ...] = (
     ("instance-type", _instance_type),
     ("zone", _zone),
     ("fabric", _fabric),
+    ("launch", _launch),
     ("targeted", _targeting),
 )
 

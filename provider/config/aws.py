@@ -114,6 +114,20 @@ class AwsCloud(Model):
         "terminates its instances from 60 minutes before the end)")
 
 
+# CapacityReservation.InstancePlatform and Tenancy (botocore's EC2 model, enums
+# CapacityReservationInstancePlatform and CapacityReservationTenancy): EC2 launches into a
+# reservation only instances of its platform and tenancy.
+PLATFORMS = (
+    "Linux/UNIX", "Red Hat Enterprise Linux", "SUSE Linux", "Windows", "Windows with SQL Server",
+    "Windows with SQL Server Enterprise", "Windows with SQL Server Standard",
+    "Windows with SQL Server Web", "Linux with SQL Server Standard",
+    "Linux with SQL Server Web", "Linux with SQL Server Enterprise",
+    "RHEL with SQL Server Standard", "RHEL with SQL Server Enterprise",
+    "RHEL with SQL Server Web", "RHEL with HA", "RHEL with HA and SQL Server Standard",
+    "RHEL with HA and SQL Server Enterprise", "Ubuntu Pro",
+)
+
+
 class AwsGroup(Model):
     """How a group's instances are launched on EC2."""
 
@@ -135,11 +149,27 @@ class AwsGroup(Model):
         "one each")
     tags: dict[str, str] = Field(default_factory=dict, description="extra tags on every "
                                  "instance and volume (not allset.dev/ or aws:)")
+    platform: str | None = Field(
+        None, description="the platform its instances run, as a capacity reservation names "
+        "it (e.g. Linux/UNIX, Red Hat Enterprise Linux); default: read from the launch "
+        "template's image. Set it where that cannot be read (an image resolved through SSM)")
+    tenancy: Literal["default", "dedicated"] | None = Field(
+        None, description="default or dedicated; default: the launch template's "
+        "Placement.Tenancy, else default. Set it for a VPC whose instance tenancy is "
+        "dedicated")
 
     @field_validator("tags")
     @classmethod
     def _user_tags(cls, value: dict[str, str]) -> dict[str, str]:
         return _tags(value)
+
+    @field_validator("platform")
+    @classmethod
+    def _platform(cls, value: str | None) -> str | None:
+        if value is not None and value not in PLATFORMS:
+            raise ValueError(f"{value!r} is not a platform a capacity reservation names: "
+                             + ", ".join(PLATFORMS))
+        return value
 
     @model_validator(mode="after")
     def _efa(self) -> AwsGroup:

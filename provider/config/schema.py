@@ -350,6 +350,9 @@ class FakeCloud(Model):
     boot_seconds: float = Field(0.0, ge=0, description="pending -> running after launch")
     terminate_seconds: float = Field(0.0, ge=0, description="shutting-down -> terminated; "
                                      "until then the instance holds its reservation slot")
+    max_launches_in_flight: int | None = Field(
+        None, ge=1, description="launches the cloud runs at once; one more is refused and "
+        "sent again later, as GCE does beyond 10 bulk operations (default: no bound)")
     reservations: list[FakeReservation] = Field(default_factory=list,
                                                 description="capacity reservations")
     stockouts: list[FakeStockout] = Field(default_factory=list, description="pools that "

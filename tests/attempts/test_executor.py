@@ -10,6 +10,7 @@ from provider.app import Provider
 from provider.attempts.executor import AttemptSpec, Build, Executor, Result, StillUnknown
 from provider.capacity.ledger import CapacityView
 from provider.domain.cloud import (
+    Busy,
     CapacityType,
     CloudSnapshot,
     InsufficientCapacity,
@@ -108,6 +109,29 @@ def test_transient_errors_are_retried_with_the_same_token() -> None:
     out = ex.execute(AttemptSpec("a1", "x"), build_for(h.provider, 2))
     assert out.result is Result.SUCCEEDED and out.plans_tried == 1
     assert h.cloud.calls["launch"] == 3 and len(h.live()) == 2
+
+
+def test_a_launch_the_cloud_has_no_room_for_is_waited_out_not_failed() -> None:
+    """Issue 52, item 2: a cloud that runs a bounded number of launches at once refuses one
+    more (Busy: nothing happened). The executor waits and sends it again, more times than
+    it would retry an error, and the part is neither a failed try nor a failed part."""
+    h, ex = setup()
+    h.cloud.inject("launch", Busy("10 bulk operations in flight"), times=12)
+    start = h.clock.monotonic()
+    out = ex.execute(AttemptSpec("a1", "x"), build_for(h.provider, 2))
+    assert out.result is Result.SUCCEEDED and out.failures == () and out.plans_tried == 1
+    assert h.cloud.calls["launch"] == 13 and len(h.live()) == 2
+    assert h.clock.monotonic() > start  # it waited, on the injected clock
+
+
+def test_a_launch_that_finds_no_room_before_the_deadline_fails_having_launched_nothing(
+        ) -> None:
+    h, ex = setup()
+    h.cloud.inject("launch", Busy("10 bulk operations in flight"), times=10_000)
+    out = ex.execute(AttemptSpec("a1", "x"), build_for(h.provider, 2))
+    assert out.result is Result.FAILED and h.live() == []
+    assert all(f.error.code == "TransientError" and "no room" in str(f.error)
+               for f in out.failures)
 
 
 def test_capacity_and_quota_errors_are_not_retried() -> None:

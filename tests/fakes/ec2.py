@@ -26,6 +26,24 @@ Sources of the EC2 behaviours modelled here (facts only; the code is ours):
 * TOKEN SPENT: repeating a ClientToken whose instances were all terminated fails with
   IdempotentInstanceTerminated ("Error codes for the Amazon EC2 API",
   https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html).
+* TOKEN REUSED: a ClientToken repeated with other parameters fails with
+  IdempotentParameterMismatch: "The request uses the same client token as a previous,
+  but non-identical request" (same page; "Ensuring idempotency in Amazon EC2 API
+  requests", https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-idempotency.html),
+  and launches nothing.
+* TOKEN LENGTH: a ClientToken is at most 64 ASCII characters (botocore's
+  RunInstancesRequest.ClientToken: "Constraints: Maximum 64 ASCII characters"); the
+  layer refuses a longer one with InvalidParameterValue (the code is not documented for
+  this case).
+* PLATFORM AND TENANCY: a reservation takes instances "that have matching attributes
+  (instance type, platform, Availability Zone, and tenancy)" (EC2 user guide, "Work with
+  Capacity Reservations"); CapacityReservation.InstancePlatform and Tenancy say them
+  (botocore's EC2 model). The layer consumes an open reservation only for a launch that
+  matches, and refuses a targeted one that does not with InvalidParameterCombination (the
+  code of that refusal is not documented). A launch's platform is its image's
+  PlatformDetails, "The platform details associated with the billing code of the AMI"
+  (EC2 API reference, Image), which moto does not fill: the layer gives "Windows" to a
+  Windows image and "Linux/UNIX" to others, unless ``image_platforms`` says more.
 * EFA-ONLY: an EFA-only interface takes no IP address and cannot be the primary interface
   (card 0, device 0) (EC2 user guide, "Maximize network bandwidth on Amazon EC2 instances
   with multiple network cards",
@@ -64,6 +82,7 @@ from botocore.exceptions import ReadTimeoutError
 ACCOUNT = "123456789012"
 ON_DEMAND, SPOT, CAPACITY_BLOCK = "on-demand", "spot", "capacity-block"
 INTERRUPTIBLE = "interruptible-capacity-reservation"
+CLIENT_TOKEN_MAX = 64  # ASCII characters (TOKEN LENGTH)
 BLOCK_CUTOFF = 30 * 60.0  # EC2 terminates a block's instances this long before its end
 ULTRASERVER_BLOCK_CUTOFF = 60 * 60.0  # ... and an UltraServer block's (BLOCK END)
 # Instance types sold only as UltraServer nodes (botocore's InstanceType enum; EC2 user
@@ -101,6 +120,9 @@ class ModelReservation:
     # UltraServer reservations only (CapacityReservation.LaunchStatus): "unlaunchable - You
     # can't launch instances into the Capacity Reservation". None: not reported.
     launch_status: str | None = None
+    # What launches it takes (PLATFORM AND TENANCY).
+    platform: str = "Linux/UNIX"
+    tenancy: str = "default"
 
     @property
     def free(self) -> int:
@@ -132,9 +154,9 @@ class ModelReservation:
             "CapacityReservationArn":
                 f"arn:aws:ec2:{region}:{ACCOUNT}:capacity-reservation/{self.id}",
             "InstanceType": self.instance_type,
-            "InstancePlatform": "Linux/UNIX",
+            "InstancePlatform": self.platform,
             "AvailabilityZone": self.zone,
-            "Tenancy": "default",
+            "Tenancy": self.tenancy,
             "TotalInstanceCount": self.total,
             "AvailableInstanceCount": self.free if self.state_at(now) == "active" else 0,
             "State": self.state_at(now),
@@ -206,9 +228,12 @@ class Ec2Layer:
         # it fails with VcpuLimitExceeded (400); the other quotas are untouched. Absent:
         # no limit. Only on-demand launches are counted here.
         self.vcpu_limits: dict[str, int] = {}
+        # Image id -> its PlatformDetails, where moto's "Windows or not" is not enough.
+        self.image_platforms: dict[str, str] = {}
         self.calls: Counter[str] = Counter()
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.tokens: dict[str, list[str]] = {}
+        self._token_params: dict[str, dict[str, Any]] = {}  # what each token first asked
         self._faults: dict[str, deque[_Fault]] = {}
         self._hidden: dict[str, int] = {}  # instance id -> calls it stays invisible for
         self._hide_next_launch = 0
@@ -293,8 +318,16 @@ class Ec2Layer:
         if fault is not None and not fault.after:
             return
         if op == "RunInstances":
-            repeated = self.tokens.get(params.get("ClientToken", ""))
+            token = params.get("ClientToken", "")
+            context["layer.asked"] = copy.deepcopy(params)
+            if len(token) > CLIENT_TOKEN_MAX or not token.isascii():  # TOKEN LENGTH
+                context["layer.launch"] = error("InvalidParameterValue", 400)
+                return
+            repeated = self.tokens.get(token)
             if repeated is not None:
+                if self._token_params.get(token) != params:  # TOKEN REUSED
+                    context["layer.launch"] = error("IdempotentParameterMismatch", 400)
+                    return
                 context["layer.repeat"] = repeated
                 return
             decided = self._decide_launch(params)
@@ -336,10 +369,14 @@ class Ec2Layer:
         ok = parsed.get("ResponseMetadata", {}).get("HTTPStatusCode", 200) < 300
         decided = context.get("layer.launch")
         if op == "RunInstances" and ok and isinstance(decided, _Launch):
-            self._record_launch(context["layer.params"], decided, parsed)
+            self._record_launch(context["layer.params"], decided, parsed,
+                                context["layer.asked"])
         if op == "TerminateInstances" and ok:
             for item in parsed.get("TerminatingInstances", []):
                 self._release(item["InstanceId"])
+        if op == "DescribeImages" and ok:
+            for image in parsed.get("Images", []):
+                image.setdefault("PlatformDetails", self._platform_of(image))
         if op == "DescribeInstances" and ok:
             for r in parsed.get("Reservations", []):
                 r["Instances"] = [i for i in r["Instances"]
@@ -429,7 +466,8 @@ class Ec2Layer:
             now = self._now()
             for r in self.reservations.values():
                 if (r.state_at(now) == "active" and not r.targeted and r.free and remaining
-                        and (r.zone, r.instance_type) == (zone, itype)):
+                        and (r.zone, r.instance_type) == (zone, itype)
+                        and (r.platform, r.tenancy) == self._launches(params)):
                     n = min(r.free, remaining)
                     takes.append((r.id, n))
                     remaining -= n
@@ -442,6 +480,30 @@ class Ec2Layer:
         if got < low:
             return error("InsufficientInstanceCapacity", 500)
         return _Launch(got, takes, pool)
+
+    def _launches(self, params: dict[str, Any]) -> tuple[str, str]:
+        """(platform, tenancy) of a RunInstances: its own image and placement, else its
+        launch template's (PLATFORM AND TENANCY)."""
+        data: dict[str, Any] = {}
+        template = params.get("LaunchTemplate")
+        if template:
+            named = {k: v for k, v in template.items() if k in ("LaunchTemplateId",
+                                                                "LaunchTemplateName")}
+            found = self.ec2.describe_launch_template_versions(
+                **named, Versions=[template.get("Version", "$Default")])
+            data = found["LaunchTemplateVersions"][0]["LaunchTemplateData"]
+        image = params.get("ImageId") or data.get("ImageId", "")
+        tenancy = params.get("Placement", {}).get("Tenancy") or \
+            data.get("Placement", {}).get("Tenancy") or "default"
+        found = self.ec2.describe_images(Filters=[{"Name": "image-id", "Values": [image]}])
+        images = found["Images"]
+        return (self._platform_of(images[0]) if images else "Linux/UNIX"), tenancy
+
+    def _platform_of(self, image: dict[str, Any]) -> str:
+        known = self.image_platforms.get(image["ImageId"])
+        if known is not None:
+            return known
+        return "Windows" if image.get("Platform") == "windows" else "Linux/UNIX"
 
     def _over_vcpu_limit(self, itype: str, count: int) -> bool:
         quota = _on_demand_quota(itype)
@@ -468,6 +530,8 @@ class Ec2Layer:
             return error("InvalidParameterCombination", 400)
         if r.interruptible != (market == INTERRUPTIBLE):
             return error("InvalidParameterCombination", 400)
+        if (r.platform, r.tenancy) != self._launches(params):  # PLATFORM AND TENANCY
+            return error("InvalidParameterCombination", 400)
         if r.launch_status == "unlaunchable":
             # The code EC2 answers is not documented; a capacity refusal stands for it.
             return error("InsufficientInstanceCapacity", 500)
@@ -488,7 +552,7 @@ class Ec2Layer:
         return _Launch(n, [(r.id, n)], pool)
 
     def _record_launch(self, params: dict[str, Any], launch: _Launch,
-                       parsed: dict[str, Any]) -> None:
+                       parsed: dict[str, Any], asked: dict[str, Any]) -> None:
         ids = [i["InstanceId"] for i in parsed.get("Instances", [])]
         nics = params.get("NetworkInterfaces") or [{}]
         self.addresses_taken += len(ids) * sum(
@@ -496,6 +560,7 @@ class Ec2Layer:
         token = params.get("ClientToken")
         if token:
             self.tokens[token] = ids
+            self._token_params[token] = asked
         rest = iter(ids)
         for rid, n in launch.takes:
             taken = list(itertools.islice(rest, n))

@@ -362,6 +362,11 @@ def poll_operation(req: Request) -> Json:
     return render_operation(req.compute, req.compute.poll(req.zone, req.params["op"]))
 
 
+def wait_operation(req: Request) -> Json:
+    return render_operation(req.compute, req.compute.poll(req.zone, req.params["op"],
+                                                          wait=True))
+
+
 def get_region(req: Request) -> Json:
     c = req.compute
     if req.params["region"] != c.region:
@@ -395,7 +400,7 @@ ROUTES: list[tuple[str, str, re.Pattern[str], Handler]] = [
         ("GET", "machineTypes.list", _Z + "/machineTypes", list_machine_types),
         ("GET", "machineTypes.get", _Z + "/machineTypes/(?P<name>[^/]+)", get_machine_type),
         ("GET", "zoneOperations.get", _Z + "/operations/(?P<op>[^/]+)", poll_operation),
-        ("POST", "zoneOperations.wait", _Z + "/operations/(?P<op>[^/]+)/wait", poll_operation),
+        ("POST", "zoneOperations.wait", _Z + "/operations/(?P<op>[^/]+)/wait", wait_operation),
         ("GET", "regions.get", _P + "/regions/(?P<region>[^/]+)", get_region),
         ("GET", "instanceTemplates.get", _P + "/global/instanceTemplates/(?P<name>[^/]+)",
          get_template),

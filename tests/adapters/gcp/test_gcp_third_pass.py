@@ -1,12 +1,13 @@
-"""Issue 52, item 1 on GCE: whether a reservation's end ends the VMs in it. A DENSE
+"""Issue 52 on GCE. Item 1: whether a reservation's end ends the VMs in it (a DENSE
 reservation's VMs are reservation-bound, and a calendar-mode future reservation's
-reservations end with their VMs; a reservation in default mode ends, and its VMs run on.
-tests/fakes/gce/model.py (FutureReservationRec, Compute.end_reservation) cites each."""
+reservations end with their VMs; a reservation in default mode ends, and its VMs run on).
+Item 3: a QUOTA_EXCEEDED blocks the metric it names, not the region. The fake Compute API
+(tests/fakes/gce/) cites each behaviour it models."""
 
 from __future__ import annotations
 
 from provider.base.clock import rfc3339
-from provider.domain.cloud import Reservation
+from provider.domain.cloud import Reservation, Scope
 from tests.fakes.gce import Compute, Fault
 from tests.kit.gcp import GcpHarness, gcp, provider_on
 
@@ -74,3 +75,31 @@ def test_unread_future_reservations_leave_an_ending_reservation_ending_its_vms()
         got = listed(h)
         assert (got["ending"].ends_instances, got["lasting"].ends_instances) == (True, False)
         assert not listed(h)["ending"].ends_instances  # read the next time
+
+
+# Item 3: GCE quotas are per metric and region, and a failed operation names its metric
+# (ErrorDetails.quota_info.metric_name). An H100 GPU quota error blocks the groups counted
+# in NVIDIA_H100_GPUS, not a T4 group of the same region.
+
+def test_a_gpu_quota_error_blocks_its_metric_not_the_region() -> None:
+    compute = Compute()
+    compute.quotas = {"NVIDIA_H100_GPUS": 16}
+    # Regional quotas are read into plans (regions.get); unread, a launch finds the limit.
+    compute.inject(Fault("regions.get", times=100))
+    with gcp(compute) as h:
+        served = provider_on(h)
+        try:
+            served.provider.scaleups.increase("h100-b", 3)  # 24 GPUs: over the quota
+            served.run_workers()
+            assert compute.live() == []
+            marks = served.provider.unavailable.active()
+            assert [(m.key.instance_type, m.scope) for m in marks] == \
+                [("family NVIDIA_H100_GPUS", Scope.FAMILY)]
+            served.provider.scaleups.increase("t4", 2)  # n1 with T4s: another metric
+            served.run_workers()
+            assert [i.machine_type for i in compute.live()] == ["n1-standard-8"] * 2
+            served.provider.scaleups.increase("h100-a", 1)  # counted in the same metric
+            served.run_workers()
+            assert len(compute.live()) == 2
+        finally:
+            served.provider.stop()
