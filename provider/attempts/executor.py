@@ -198,7 +198,14 @@ class StillUnknown(TransientError):
 
 # Failures after which the cloud certainly holds nothing of the part: its claims can go.
 NOTHING_LAUNCHED = ("InsufficientCapacity", "QuotaExceeded", "InvalidRequest",
-                    "TransientError")
+                    "TransientError", "StartPassed")
+
+
+class StartPassed(CloudError):
+    """A part of capacity whose end ends its instances was not sent: waiting (for room in
+    the cloud) took it past the last start that leaves the gang its boot and runtime."""
+
+    code = "StartPassed"
 
 
 class Observer(Protocol):
@@ -770,7 +777,7 @@ class Executor:
         unknown_seen: list[OutcomeUnknown] = []
         try:
             with self._room(request, deadline):
-                instances = self._tries(request, unknown_seen, deadline)
+                instances = self._tries(request, unknown_seen, deadline, part.start_by)
             self.journal.launched(spec.id, label, [i.id for i in instances])
             if len(instances) != part.count:
                 self._rollback(spec, [instances])  # never keep a part that is not whole
@@ -793,11 +800,11 @@ class Executor:
         return nullcontext() if slot is None else slot(request, deadline)
 
     def _tries(self, request: LaunchRequest, unknown_seen: list[OutcomeUnknown],
-               deadline: float | None) -> list[CloudInstance]:
+               deadline: float | None, start_by: float | None) -> list[CloudInstance]:
         for attempt in self.retrying():
             with attempt:
                 try:
-                    return self._send(request, deadline)
+                    return self._send(request, deadline, start_by)
                 except OutcomeUnknown as unknown:
                     unknown_seen.append(unknown)
                     try:
@@ -812,14 +819,22 @@ class Executor:
                                            token=request.token) from err
         raise AssertionError("Retrying with reraise returns or raises")
 
-    def _send(self, request: LaunchRequest, deadline: float | None) -> list[CloudInstance]:
+    def _send(self, request: LaunchRequest, deadline: float | None,
+              start_by: float | None = None) -> list[CloudInstance]:
         """One try of a launch. The cloud refusing it for want of room (Busy: nothing
         happened) is waited out, the fence checked again before each send, until the
         attempt's deadline: a part waiting for room is neither a failed try nor a failed
-        part."""
+        part. A part of capacity whose end ends its instances is not sent past its
+        ``start_by`` (waiting has used the time the gang needed): it fails, and the next
+        plan goes elsewhere."""
         waits = 0
         while True:
             self._fence()  # not the leader any more: stop before the call, not after
+            if start_by is not None and self._clock.now() > start_by:
+                raise StartPassed(f"launch {request.token}: reservation {request.reservation} "
+                                 "would end under the gang if launched now (its last start "
+                                 f"for the gang's boot and runtime was {start_by:.0f}); "
+                                 "nothing was launched")
             try:
                 return list(self._adapter.launch(request))
             except Busy as busy:

@@ -93,6 +93,7 @@ class Inputs:
     ends_early: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
     # Interruptible reservations left out: the gang does not allow interruption.
     reclaimable: set[str] = field(default_factory=set, init=False)
+    _ending: frozenset[str] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.candidates = {p.name: list(cs) for p, cs in
@@ -155,6 +156,13 @@ class Inputs:
                 free.append((o.reservation, o.available or 0))
         return Usable(tuple(sources), tuple((t, price, r) for t, price, r, _, _ in sources),
                       tuple(free), tuple(early), tuple(reclaimable))
+
+    def ending_instances(self) -> frozenset[str]:
+        """Reservations of the view whose end ends the instances in them."""
+        if self._ending is None:
+            self._ending = frozenset(r.id for r in self.view.reservations
+                                     if r.ends_instances and r.ends_at is not None)
+        return self._ending
 
     def sources_of(self, gid: str) -> list[Source]:
         """The group's usable capacity sources (built on demand: a plan needs those of one
@@ -417,8 +425,21 @@ def to_plan(inputs: Inputs, found: Found) -> Plan:
             reservation=source.reservation,
             pod_sets=MappingProxyType(hosted),
             why=_why(source),
+            start_by=_start_by(inputs, gid, source),
         ))
     return Plan(tuple(parts), notes=_idle_reservations(inputs, allocation))
+
+
+def _start_by(inputs: Inputs, gid: str, source: Source) -> float | None:
+    """The latest launch of a part of capacity whose end ends its instances that still
+    leaves the nodes' boot and the gang's runtime before that end (Inputs._usable)."""
+    if source.reservation is None or source.ends_at is None:
+        return None
+    ending = inputs.ending_instances()
+    if source.reservation not in ending:
+        return None
+    runtime = inputs.demand.runtime_to_outlast or 0.0
+    return source.ends_at - inputs.groups[gid].boot_seconds - runtime
 
 
 def _why(source: Source) -> str:

@@ -199,6 +199,7 @@ class Adversary:
             else "workers"
         created = w.kube.create(objects.provisioning_request(NAMESPACE, name, {template: pods},
                                                              parameters=params))
+        w.request_params[created["metadata"]["uid"]] = dict(params)
         said = ", ".join(f"{k} {v}" for k, v in params.items())
         return f"create {name} ({pods} x {template}; {said}) uid {created['metadata']['uid'][:8]}"
 

@@ -196,6 +196,12 @@ def _reached(world: World, observer: Observer, adversary: Adversary) -> Counter[
         "terminations paid by a later process than owed them": sum(
             1 for iid, by in world.cloud.ended_by.items()
             if world.cloud.marked_by.get(iid, by) != by),
+        # Issue 52: the block's end ended what ran in it; launches the cloud refused for
+        # want of room (each sent again: N1).
+        "instances ended by their capacity's end": sum(
+            1 for i in instances if i.id in world.cloud.cloud_ended
+            and i.id not in world.cloud.reclaimed),
+        "launches refused for room": world.cloud.refused_for_room,
     })
     out.update(adversary.coverage)
     out.update(observer.reached())

@@ -134,6 +134,31 @@ def test_a_launch_that_finds_no_room_before_the_deadline_fails_having_launched_n
                for f in out.failures)
 
 
+BLOCK = """\
+cluster: x
+cloud:
+  fake:
+    reservations:
+      - {id: cb, zone: z1, instanceType: p5, count: 2, kind: capacity-block,
+         startsAt: "2027-01-15T07:00:00Z", endsAt: "2027-01-15T08:15:00Z"}
+nodeGroups:
+  - {id: g, zone: z1, instanceType: p5, cpu: 96, memory: 1Ti, maxSize: 20,
+     gpu: {type: h100, count: 8}, price: {onDemand: 50}}
+"""
+
+
+def test_a_wait_for_room_past_the_last_start_of_ending_capacity_goes_elsewhere() -> None:
+    """A block ends its instances in 15 minutes; nodes take 10 to boot, so a part in it
+    must be sent within 5. One that waits longer for room in the cloud is not sent there
+    (the nodes would end before they were Ready): the next plan buys on demand."""
+    h, ex = setup(BLOCK)
+    h.cloud.inject("launch", Busy("10 bulk operations in flight"), times=60)
+    out = ex.execute(AttemptSpec("a1", "x"), build_for(h.provider, 2))
+    assert out.result is Result.SUCCEEDED and out.plans_tried == 2
+    assert [f.error.code for f in out.failures] == ["StartPassed"]
+    assert [i.tags.reservation for i in h.live()] == [None, None]
+
+
 def test_capacity_and_quota_errors_are_not_retried() -> None:
     h, ex = setup()
     h.cloud.inject("launch", QuotaExceeded("vCPU limit", scope=Scope.CLOUD))
