@@ -46,8 +46,8 @@ class LaunchRecord:
     request: str | None
     request_uid: str | None = None  # when the tags carry it
     reservation: str | None = None
-    # When its call returned, by the launching process's own wall clock (a launch takes the
-    # cloud's latency; a replica's clock may have been stepped).
+    # When its call was sent, by the launching process's own wall clock (a replica's clock
+    # may have been stepped).
     at: float = 0.0
 
 
@@ -137,10 +137,12 @@ class LaggingCloud:
         if task is not None:  # a part's own task is a child of the attempt's
             self.launched_by.setdefault(request.tags.attempt, task.name.split(".part")[0])
         before = {i.id for i in self.fake.all_instances()}
+        # When it was sent, by the launching process's own wall clock.
+        sent = self.clock() + (self.skew(task.name) if task is not None else 0.0)
         try:
             result = self.fake.launch(request)
         except Exception as err:
-            self._record(request, before)
+            self._record(request, before, sent)
             if isinstance(err, Busy):
                 self.refused_for_room += 1
             code = getattr(err, "cloud_code", "")
@@ -150,7 +152,7 @@ class LaggingCloud:
             elif code == "ReservationCapacityExceeded" and "injected" not in str(err):
                 self.refused.append(f"{request.token}: {err}")
             raise
-        self._record(request, before)
+        self._record(request, before, sent)
         return result
 
     def terminate(self, instance_ids: Sequence[str]) -> None:
@@ -234,7 +236,7 @@ class LaggingCloud:
         within the time bound."""
         return now[0] - change[0] < lag and now[1] - change[1] < self.bound_seconds
 
-    def _record(self, request: LaunchRequest, before: set[str]) -> None:
+    def _record(self, request: LaunchRequest, before: set[str], sent: float) -> None:
         # Its own: another call may have launched meanwhile (a launch takes time).
         created = [i for i in self.fake.all_instances() if i.id not in before
                    and (i.tags.attempt, i.tags.part) == (request.tags.attempt,
@@ -245,15 +247,13 @@ class LaggingCloud:
         for inst in created:
             self._seen[inst.id] = _Seen(now)
         ids = tuple(i.id for i in created)
-        task = current()
-        sent_at = now[1] + (self.skew(task.name) if task is not None else 0.0)
         old = self.launches.get(request.token)
         if old is not None:  # a token that launches twice: I4 reads this
             ids = old.instance_ids + ids
         self.launches[request.token] = LaunchRecord(
             request.token, request.count, ids, request.node_group, request.tags.attempt,
             request.tags.part, request.tags.request, getattr(request.tags, "request_uid", None),
-            request.reservation, sent_at)
+            request.reservation, sent)
 
     @staticmethod
     def _jitter(instance_id: str) -> int:

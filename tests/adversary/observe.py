@@ -276,7 +276,6 @@ class Observer:
         room = tuple(f"{o.attempt} ({tag}): {f.error}" for tag, o in w.outcomes
                      for f in o.failures if f.error.code == "Busy")
         return {"ending": ending, "boot": {g.id: g.boot_seconds for g in inc.config.groups},
-                "launch_latency": fake_cfg.launch_latency_seconds if fake_cfg else 0.0,
                 "runtimes": runtimes, "room_failures": room}
 
     def _notes(self) -> dict[str, str]:

@@ -84,7 +84,6 @@ class State:
     # Reservations whose end ends the instances in it -> that end (the cloud's config).
     ending: dict[str, float] = field(default_factory=dict)
     boot: dict[str, float] = field(default_factory=dict)  # group -> its bootTime
-    launch_latency: float = 0.0  # how long the cloud takes to answer a launch
     # Request uid -> the runtime its nodes must have after they are Ready (declared).
     runtimes: dict[str, float] = field(default_factory=dict)
     # Part failures that were refusals for room (Busy): "attempt (process): error".
