@@ -11,7 +11,14 @@ from pathlib import Path
 from provider.base.clock import Clock
 from provider.base.sqlite import check_database
 from provider.config import ConfigError, LoadedConfig
-from provider.domain.cloud import CapacityType, CloudAdapter, Quota, Reservation, Shape
+from provider.domain.cloud import (
+    CapacityType,
+    CloudAdapter,
+    Quota,
+    Reservation,
+    ReservationKind,
+    Shape,
+)
 from provider.domain.model import MILLI
 
 Factory = Callable[[LoadedConfig, Clock], CloudAdapter]
@@ -46,6 +53,8 @@ def _fake(config: LoadedConfig, clock: Clock) -> CloudAdapter:
                 fabric=r.fabric,
                 starts_at=_epoch(r.starts_at),
                 ends_at=_epoch(r.ends_at),
+                ends_instances=r.ends_instances if r.ends_instances is not None
+                else r.kind is ReservationKind.CAPACITY_BLOCK,
                 price=r.price,
             )
             for r in cfg.reservations
@@ -67,6 +76,7 @@ def _fake(config: LoadedConfig, clock: Clock) -> CloudAdapter:
         launch_latency_seconds=cfg.launch_latency_seconds,
         boot_seconds=cfg.boot_seconds,
         terminate_seconds=cfg.terminate_seconds,
+        max_launches_in_flight=cfg.max_launches_in_flight,
         state_path=beside_config(config.source, cfg.state_path),
         shared=cfg.shared,
     )
@@ -143,10 +153,16 @@ _FACTORIES: dict[str, Factory] = {"fake": _fake, "aws": _aws, "gcp": _gcp}
 
 def connect(config: LoadedConfig, clock: Clock) -> tuple[CloudAdapter, LoadedConfig]:
     """The configured cloud's adapter, and the config completed with the shapes of the
-    instance types it left to the cloud (DescribeInstanceTypes, machine types)."""
+    instance types it left to the cloud (DescribeInstanceTypes, machine types) and what
+    the cloud says the groups' launches are."""
     adapter = create_adapter(config, clock)
     if config.unresolved:
         config = config.with_shapes(adapter.describe_shapes(list(config.unresolved)))
+    # What each group's launches are, where the cloud matches reservations on it (an
+    # optional capability: EC2 reservations take one platform and tenancy).
+    launches = getattr(adapter, "describe_launches", None)
+    if launches is not None:
+        config = config.with_launches(launches([g.id for g in config.groups]))
     return adapter, config
 
 

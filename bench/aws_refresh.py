@@ -161,7 +161,7 @@ def rows(args: argparse.Namespace) -> Iterator[str]:
     clock = ManualClock()
     layer = Ec2Layer(REGION, clock.now, instance_pages=True)
     layer.ec2.create_launch_template(LaunchTemplateName="bench", LaunchTemplateData={
-        "ImageId": "ami-12c6146b"})
+        "ImageId": "ami-760aaa0f"})
     targeted = add_reservations(layer, args.reservations, clock.now())
     counts = [int(g) for g in args.groups.split(",")]
     started = time.perf_counter()

@@ -158,7 +158,8 @@ def main() -> None:
             if n == 0:  # what the partial response saves
                 measure(endpoint, live, calls, groups, 1, field_masks=False)
     print("api calls: per snapshot, reported by the adapter; served: counted by the fake "
-          "API. Pages of 500: reservations 1, instances 20, region quotas 1.")
+          "API. Pages of 500: reservations 1, future reservations 1, instances 20, "
+          "region quotas 1.")
 
 
 if __name__ == "__main__":

@@ -573,11 +573,13 @@ def _within(call: Callable[[], object], seconds: float) -> bool:
     return not thread.is_alive()
 
 
-def _quota_families(adapter: CloudAdapter, groups: Sequence[NodeGroup]) -> dict[str, str]:
-    """Each group's instance type -> the quota bucket the cloud counts it in, for a limit
-    scoped to one (Scope.FAMILY), from an adapter that names them (``quota_family``, an
-    optional capability: EC2's vCPU limits are per family bucket)."""
-    family = getattr(adapter, "quota_family", None)
-    if family is None:
+def _quota_families(adapter: CloudAdapter, groups: Sequence[NodeGroup]
+                    ) -> dict[str, tuple[str, ...]]:
+    """Each group's instance type -> the quota buckets the cloud counts it in, for a limit
+    scoped to one (Scope.FAMILY), from an adapter that names them (``quota_buckets``, an
+    optional capability: EC2's vCPU limits are per family bucket, GCE's quotas per
+    metric)."""
+    buckets = getattr(adapter, "quota_buckets", None)
+    if buckets is None:
         return {}
-    return {g.instance_type: str(family(g.instance_type)) for g in groups}
+    return {g.instance_type: tuple(buckets(g.instance_type)) for g in groups}

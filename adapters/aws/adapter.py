@@ -15,6 +15,7 @@ from adapters.aws.errors import NOT_FOUND, classify, code_of
 from adapters.aws.launch import instance_from_launch, run_instances_params
 from adapters.aws.limits import vcpu_bucket
 from adapters.aws.settings import AwsSettings
+from adapters.aws.templates import Launch, read_launches
 from provider.base.clock import Clock
 from provider.domain.cloud import (
     CapacityType,
@@ -22,8 +23,10 @@ from provider.domain.cloud import (
     CloudSnapshot,
     InvalidRequest,
     LaunchRequest,
+    NotOffered,
     Reservation,
     ReservationKind,
+    Scope,
     Shape,
     TransientError,
 )
@@ -49,9 +52,9 @@ class AwsAdapter:
     name = "aws"
 
     @staticmethod
-    def quota_family(instance_type: str) -> str:
+    def quota_buckets(instance_type: str) -> tuple[str, ...]:
         """The vCPU quota bucket ``instance_type`` counts against (Scope.FAMILY)."""
-        return vcpu_bucket(instance_type)
+        return (vcpu_bucket(instance_type),)
 
     def __init__(
         self,
@@ -71,6 +74,7 @@ class AwsAdapter:
         self._reservations: dict[str, Reservation] = {}  # as of the last snapshot
         self._launched: dict[str, float] = {}  # instance id -> when we launched it
         self._missing_reported: frozenset[str] = frozenset()
+        self._launches: dict[str, Launch] = {}  # group -> its platform and tenancy, as read
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -111,12 +115,15 @@ class AwsAdapter:
         kind = reservation.kind if reservation is not None else None
         if kind is not ReservationKind.CAPACITY_BLOCK and group.fabric is not None:
             self._refuse_outside_block(request, group.fabric)
+        if reservation is not None:
+            self._refuse_other_launches(request, reservation)
         params = run_instances_params(request, group, kind, interruptible=(
             reservation is not None and reservation.interruptible))
         try:
             response = self._ec2.launches.run_instances(**params)
         except _AWS_ERRORS as err:
-            raise classify(err, "RunInstances", launch=True) from err
+            raise classify(err, "RunInstances", launch=True,
+                           reservation=request.reservation) from err
         now = self._clock.now()
         instances = [instance_from_launch(i, request, now) for i in response.get("Instances", [])]
         with self._lock:
@@ -147,6 +154,28 @@ class AwsAdapter:
             )
         return known
 
+    def describe_launches(self, group_ids: Sequence[str]) -> dict[str, Launch]:
+        """What each group's launches are where a reservation asks (platform, tenancy):
+        the config's, else its launch template's (read once; templates.py)."""
+        groups = [self._settings.groups[g] for g in group_ids if g in self._settings.groups]
+        found = read_launches(self._ec2.reads, groups)
+        with self._lock:
+            self._launches.update(found)
+        return found
+
+    def _refuse_other_launches(self, request: LaunchRequest, reservation: Reservation
+                               ) -> None:
+        """A reservation takes launches of its platform and tenancy only: a part of a group
+        whose launches are others is refused here, as EC2 would, without a call."""
+        with self._lock:
+            launches = dict(self._launches.get(request.node_group, ()))
+        for key, value in reservation.accepts:
+            if launches.get(key, value) != value:
+                raise NotOffered(
+                    f"reservation {reservation.id} takes {key} {value} launches; group "
+                    f"{request.node_group} launches {key} {launches[key]}",
+                    scope=Scope.OFFERING, cloud_code="InvalidParameterCombination")
+
     def _refuse_outside_block(self, request: LaunchRequest, fabric: str) -> None:
         """A group whose fabric is a Capacity Block gets nodes from that block only: an
         on-demand node (or one from another reservation) would carry the fabric's label
@@ -172,9 +201,7 @@ class AwsAdapter:
         if not items:
             raise InvalidRequest(f"reservation {rid} does not exist",
                                  cloud_code="InvalidCapacityReservationId.NotFound")
-        return discovery.reservation_from(items[0], self._settings.fabric_of_placement_group,
-                                          self._settings.fabric_of_reservation,
-                                          self._settings.capacity_block_cutoff)
+        return discovery.reservation_from(items[0], self._settings)
 
     # --- terminate, commit and the deletion mark ------------------------------------------
 

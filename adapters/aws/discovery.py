@@ -130,13 +130,30 @@ def placement_group_name(arn: str) -> str:
 NOT_YET_ACTIVE = ("scheduled", "payment-pending")
 
 
-def reservation_from(item: Item, fabric_of_pg: Mapping[str, str],
-                     fabric_of_reservation: Mapping[str, str] | None = None,
-                     block_cutoff: float = 0.0) -> Reservation:
-    """``fabric_of_reservation``: the fabric of the group listing a reservation, which a
-    Capacity Block takes as its own; ``block_cutoff``: seconds before a block's EndDate
-    from which it is no longer offered (EC2 terminates its instances from 30 minutes
-    before the end)."""
+# Instance types sold only as nodes of an UltraServer (botocore's InstanceType enum names
+# them; EC2 user guide, Amazon EC2 UltraServers): a block of them is an UltraServer block.
+ULTRASERVER_TYPES = frozenset({"p6e-gb200.36xlarge", "trn2u.48xlarge"})
+
+
+def ultra_server_block(item: Item) -> bool:
+    """Whether a Capacity Block reserves UltraServers: its instance type is an UltraServer
+    node, or it reports LaunchStatus, which EC2 gives UltraServer reservations only
+    (botocore's CapacityReservation.LaunchStatus: "Only supported for UltraServers")."""
+    return item.get("InstanceType") in ULTRASERVER_TYPES or "LaunchStatus" in item
+
+
+def block_cutoff(item: Item, settings: AwsSettings) -> float:
+    """Seconds before a block's EndDate from which allset no longer offers it. EC2 begins
+    terminating a Capacity Block's instances 30 minutes before its end, an UltraServer
+    Capacity Block's 60 (provider/config/aws.py), and each has a cut-off of its own."""
+    if ultra_server_block(item):
+        return settings.ultra_server_block_cutoff
+    return settings.capacity_block_cutoff
+
+
+def reservation_from(item: Item, settings: AwsSettings) -> Reservation:
+    """A reservation as the planner sees it. A Capacity Block takes the fabric of the group
+    that lists it as its own, and its end is its cut-off (``block_cutoff``)."""
     rid = item["CapacityReservationId"]
     kind = (ReservationKind.CAPACITY_BLOCK if item.get("ReservationType") == "capacity-block"
             else ReservationKind.DEFAULT)
@@ -146,18 +163,19 @@ def reservation_from(item: Item, fabric_of_pg: Mapping[str, str],
         pg = placement_group_name(arn)
         # A reservation in a placement group no group launches into fits no group: give it
         # a fabric no group has, which the planner's fabric filter names when it rejects it.
-        fabric = fabric_of_pg.get(pg, f"placement-group/{pg}")
+        fabric = settings.fabric_of_placement_group.get(pg, f"placement-group/{pg}")
     elif kind is ReservationKind.CAPACITY_BLOCK:
         # A block's instances are placed together already: the block is a fabric of its
         # own, named by the group that lists it (none: it serves groups without a fabric).
-        fabric = (fabric_of_reservation or {}).get(rid)
+        fabric = settings.fabric_of_reservation.get(rid)
     ends = epoch(item.get("EndDate")) if item.get("EndDateType") != "unlimited" else None
     if ends is not None and kind is ReservationKind.CAPACITY_BLOCK:
-        ends -= block_cutoff
+        ends -= block_cutoff(item, settings)
     active = item.get("State", "active") == "active"
     starts = epoch(item.get("StartDate")) if kind is ReservationKind.CAPACITY_BLOCK \
         or not active else None
     total = int(item.get("TotalInstanceCount", 0))
+    interruptible = bool(item.get("Interruptible"))
     return Reservation(
         id=rid,
         zone=item["AvailabilityZone"],
@@ -170,11 +188,21 @@ def reservation_from(item: Item, fabric_of_pg: Mapping[str, str],
         fabric=fabric,
         starts_at=starts,
         ends_at=ends,
+        # A block's end ends its instances ("When a Capacity Block expires, all instances in
+        # the Capacity Block are terminated", botocore's CapacityBlock.EndDate), as does an
+        # interruptible reservation's reclaim; an ODCR's ends only launches into it ("After
+        # a reservation ends, you can no longer target instances to the Capacity
+        # Reservation. Instances running in the reserved capacity continue to run
+        # uninterrupted", EC2 user guide, Work with Capacity Reservations).
+        ends_instances=kind is ReservationKind.CAPACITY_BLOCK or interruptible,
         price=0.0,  # already paid for, used or not
         # Its owner may reclaim it at two minutes' notice (CapacityReservation.Interruptible)
-        interruptible=bool(item.get("Interruptible")),
+        interruptible=interruptible,
         # UltraServer reservations say whether they can take a launch now (LaunchStatus).
         launchable=item.get("LaunchStatus", "launchable") != "unlaunchable",
+        # It takes launches of one platform and tenancy (adapters/aws/templates.py).
+        accepts=tuple((k, str(item[f])) for k, f in (("platform", "InstancePlatform"),
+                                                      ("tenancy", "Tenancy")) if item.get(f)),
     )
 
 
@@ -206,9 +234,7 @@ def list_reservations(client: Client, settings: AwsSettings) -> Listing[Reservat
     for items in pages(client.describe_capacity_reservations, "CapacityReservations",
                        Filters=filters, MaxResults=PAGE_SIZE):
         calls += 1
-        found.extend(reservation_from(i, settings.fabric_of_placement_group,
-                                      settings.fabric_of_reservation,
-                                      settings.capacity_block_cutoff)
+        found.extend(reservation_from(i, settings)
                      for i in items if selected(i, settings) and _windowed(i))
     return Listing(tuple(found), calls)
 

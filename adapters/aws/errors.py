@@ -143,10 +143,24 @@ def _status(err: ClientError) -> int:
     return status if isinstance(status, int) else 0
 
 
-def classify(err: Exception, operation: str, *, launch: bool = False) -> CloudError:
+# A launch into a reservation that EC2 refuses as a bad request: the reservation does not
+# take this group's launches (another platform or tenancy, a placement it is not in), a
+# reason no retry fixes. The offering is marked unavailable for a long while, with the
+# reason (NotOffered), rather than planned again at once.
+RESERVATION_REFUSED = frozenset({"InvalidParameterCombination", "InvalidParameterValue"})
+
+
+def classify(err: Exception, operation: str, *, launch: bool = False,
+             reservation: str | None = None) -> CloudError:
     """The typed error for ``err`` raised by ``operation``. With ``launch``, a failure after
-    which the launch may or may not have happened is OutcomeUnknown (settle by listing)."""
+    which the launch may or may not have happened is OutcomeUnknown (settle by listing);
+    ``reservation``: the one a launch targeted."""
     if isinstance(err, ClientError):
+        if reservation is not None and code_of(err) in RESERVATION_REFUSED:
+            detail = err.response.get("Error", {}).get("Message", "")
+            return NotOffered(f"{operation}: reservation {reservation} refuses this "
+                              f"group's launches ({code_of(err)}: {detail})",
+                              scope=Scope.OFFERING, cloud_code=code_of(err))
         return _classify_client_error(err, operation, launch)
     message = f"{operation}: {err}"
     if isinstance(err, NoCredentialsError | PartialCredentialsError):

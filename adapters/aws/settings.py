@@ -31,6 +31,9 @@ class GroupLaunch:
     efa_secondary_type: str = "efa-only"
     fabric: str | None = None
     tags: Mapping[str, str] = field(default_factory=_frozen)
+    # What the config says its launches are (None: read from the launch template).
+    platform: str | None = None
+    tenancy: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +51,10 @@ class AwsSettings:
     # fabric (its instances are placed together, with no placement group): the group that
     # lists it names that fabric.
     fabric_of_reservation: Mapping[str, str] = field(default_factory=_frozen)
-    # Capacity Blocks end this much earlier for the planner than EndDate says.
+    # Capacity Blocks end this much earlier for the planner than EndDate says; UltraServer
+    # Capacity Blocks, whose instances EC2 ends from earlier, by their own.
     capacity_block_cutoff: float = 2400.0
+    ultra_server_block_cutoff: float = 4200.0
 
 
 def settings_from(config: LoadedConfig) -> AwsSettings:
@@ -85,6 +90,8 @@ def settings_from(config: LoadedConfig) -> AwsSettings:
             efa_secondary_type=g.aws.efa_secondary_type,
             fabric=g.fabric,
             tags=_frozen(g.aws.tags),
+            platform=g.aws.platform,
+            tenancy=g.aws.tenancy,
         )
     return AwsSettings(
         cluster=config.cluster,
@@ -96,4 +103,5 @@ def settings_from(config: LoadedConfig) -> AwsSettings:
         fabric_of_placement_group=_frozen(fabrics),
         fabric_of_reservation=_frozen(listed_by),
         capacity_block_cutoff=duration_seconds(cloud.capacity_block_cutoff),
+        ultra_server_block_cutoff=duration_seconds(cloud.ultra_server_block_cutoff),
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from adapters.fake.store import FakeStore
 from provider.base.clock import Clock
 from provider.domain.cloud import (
+    Busy,
     CapacityType,
     CloudError,
     CloudInstance,
@@ -54,6 +55,11 @@ class FakeSettings:
     terminate_seconds: float = 0.0
     state_path: str | None = None
     shared: bool = False  # other processes use state_path too: read it on every call
+    # At most this many launches in flight (None: no bound): one more is refused, nothing
+    # happening (Busy), as GCE refuses "more than 10 bulk operations running at the same
+    # time" with 403 rateLimitExceeded ("Troubleshooting bulk creation of VMs"). Counted
+    # in this process.
+    max_launches_in_flight: int | None = None
 
 
 @dataclass(slots=True)
@@ -83,11 +89,16 @@ class FakeCloud:
         self._alive: dict[str, CloudInstance] = {}
         self._tokens: dict[str, tuple[str, ...]] = {}
         self._shutting_down: dict[str, float] = {}  # instance id -> when terminate was called
+        self._in_flight = 0  # launches between their call and their answer
+        self.refused_for_room = 0  # launches refused: max_launches_in_flight were in flight
         self._faults: dict[str, deque[_Fault]] = {}
         self.calls: Counter[str] = Counter()
         # Called at the start of every launch call (tests: pause a launch mid-attempt).
         self.before_launch: Callable[[LaunchRequest], None] | None = None
+        # The soonest end of a reservation whose end ends its instances (not yet swept).
+        self._next_end = float("inf")
         self._store = FakeStore(settings.state_path) if settings.state_path else None
+        self._plan_ends()
         if self._store is not None:
             self._reload()
             if settings.shared:
@@ -105,6 +116,7 @@ class FakeCloud:
     def add_reservation(self, reservation: Reservation) -> None:
         with self._lock:
             self._reservations[reservation.id] = reservation
+            self._plan_ends()
 
     def remove_reservation(self, reservation_id: str) -> None:
         with self._lock:
@@ -196,22 +208,38 @@ class FakeCloud:
         fault = self._take_fault("launch", request)
         if fault is not None and not fault.after:
             raise fault.error
-        self._clock.sleep(self._settings.launch_latency_seconds)
-        with self._lock:
-            seen = self._tokens.get(request.token)
-            if seen is not None:  # a concurrent call with the same token won the race
-                return [self._current(self._instances[i]) for i in seen]
-            self._check_launch(request)
-            now = self._clock.now()
-            instances = [self._new_instance(request, index, now) for index in range(request.count)]
-            if self._store is not None:
-                self._store.save_launch(request.token, instances)
-            for inst in instances:
-                self._put(inst)
-            self._tokens[request.token] = tuple(i.id for i in instances)
+        self._take_room(request)
+        try:
+            self._clock.sleep(self._settings.launch_latency_seconds)
+            with self._lock:
+                seen = self._tokens.get(request.token)
+                if seen is not None:  # a concurrent call with the same token won the race
+                    return [self._current(self._instances[i]) for i in seen]
+                self._check_launch(request)
+                now = self._clock.now()
+                instances = [self._new_instance(request, index, now)
+                             for index in range(request.count)]
+                if self._store is not None:
+                    self._store.save_launch(request.token, instances)
+                for inst in instances:
+                    self._put(inst)
+                self._tokens[request.token] = tuple(i.id for i in instances)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
         if fault is not None:
             raise fault.error
         return [self._current(i) for i in instances]  # running at once when boot is 0
+
+    def _take_room(self, request: LaunchRequest) -> None:
+        """One more launch in flight, or Busy when the bound is reached (nothing done)."""
+        bound = self._settings.max_launches_in_flight
+        with self._lock:
+            if bound is not None and self._in_flight >= bound:
+                self.refused_for_room += 1
+                raise Busy(f"launch {request.token}: {bound} launches in flight",
+                           cloud_code="rateLimitExceeded")
+            self._in_flight += 1
 
     def terminate(self, instance_ids: Sequence[str]) -> None:
         self._count("terminate")
@@ -300,7 +328,11 @@ class FakeCloud:
 
     def _current(self, inst: CloudInstance) -> CloudInstance:
         """Pending instances become running once they have booted; shutting-down ones
-        terminated once they have shut down."""
+        terminated once they have shut down; those in capacity whose end ends them,
+        terminated at that end."""
+        if self._clock.now() >= self._next_end:
+            self._end_reservations()
+            inst = self._instances.get(inst.id, inst)
         if inst.state is InstanceState.TERMINATING:
             since = self._shutting_down.get(inst.id)
             if since is None or self._clock.now() >= since + self._settings.terminate_seconds:
@@ -318,6 +350,37 @@ class FakeCloud:
             return running
         return inst
 
+    def _plan_ends(self) -> None:
+        """When the next reservation whose end ends its instances ends."""
+        self._next_end = min((r.ends_at for r in self._reservations.values()
+                              if r.ends_instances and r.ends_at is not None),
+                             default=float("inf"))
+
+    def _end_reservations(self) -> None:
+        """The cloud ends what runs in capacity whose end ends its instances, at that end
+        (an AWS Capacity Block: "When a Capacity Block expires, all instances in the
+        Capacity Block are terminated", botocore's CapacityBlock.EndDate; a GCE calendar
+        reservation "terminated at specified end time along with terminating the VMs
+        running on it", FutureReservation.ReservationMode). Capacity whose end ends only
+        launches into it (an ODCR: "Instances running in the reserved capacity continue
+        to run uninterrupted", EC2 user guide, Work with Capacity Reservations) leaves
+        them running. A stopped instance stays stopped (and billing) until deleted. The
+        end here is the one the reservation gives (an adapter's cut-off is the cloud's)."""
+        now = self._clock.now()
+        ended = {r.id for r in self._reservations.values()
+                 if r.ends_instances and r.ends_at is not None and now >= r.ends_at}
+        gone = [dataclasses.replace(i, state=InstanceState.TERMINATED)
+                for i in list(self._alive.values())
+                if i.tags.reservation in ended
+                and i.state in (InstanceState.PENDING, InstanceState.RUNNING)]
+        if self._store is not None and gone:
+            self._store.save(gone)
+        for inst in gone:
+            self._put(inst)
+        self._next_end = min((r.ends_at for r in self._reservations.values()
+                              if r.ends_instances and r.ends_at is not None
+                              and r.ends_at > now), default=float("inf"))
+
     def _reload(self) -> None:
         """Take the store's instances and tokens as the truth (at start, and with a shared
         store on every call, under the file lock)."""
@@ -326,6 +389,7 @@ class FakeCloud:
         self._instances, self._alive = {}, {}
         for inst in instances:
             self._put(inst)
+        self._plan_ends()  # another process may not have swept what ended
 
     def _put(self, inst: CloudInstance) -> None:
         self._instances[inst.id] = inst
@@ -335,6 +399,8 @@ class FakeCloud:
             self._alive[inst.id] = inst
 
     def _live(self) -> Iterable[CloudInstance]:
+        if self._clock.now() >= self._next_end:
+            self._end_reservations()
         for iid in list(self._shutting_down):  # those done shutting down leave the count
             self._current(self._instances[iid])
         return self._alive.values()

@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
@@ -18,6 +19,7 @@ from adapters.gcp.discovery import Accelerators, ReservationContext, Reservation
 from adapters.gcp.errors import (
     CONDITION,
     GONE,
+    RATE_LIMITED,
     TRANSPORT_ERRORS,
     from_api_error,
     from_transport,
@@ -26,8 +28,10 @@ from adapters.gcp.launch import bulk_insert_resource, needs_template, request_id
 from adapters.gcp.listing import raw_instances, walk
 from adapters.gcp.reserving import Reservations
 from adapters.gcp.settings import GcpSettings
+from adapters.gcp.slots import BulkSlots
 from provider.base.clock import Clock
 from provider.domain.cloud import (
+    Busy,
     CloudError,
     CloudInstance,
     CloudSnapshot,
@@ -38,6 +42,7 @@ from provider.domain.cloud import (
     Reservation,
     Scope,
     Shape,
+    TransientError,
 )
 
 log = logging.getLogger(__name__)
@@ -75,6 +80,8 @@ class GcpAdapter:
                                 request_timeout=settings.request_timeout,
                                 workers=settings.workers)
         self._reserved = Reservations(settings, clients)
+        # At most 10 bulk operations of the project at once, shared by every launch.
+        self.bulk = BulkSlots(clock)
         # Instance templates cannot be changed once created: each is read once.
         self._templates: dict[str, compute_v1.InstanceProperties] = {}
 
@@ -198,7 +205,19 @@ class GcpAdapter:
                                        or (shape.gpu_type if shape else None))
         return out
 
+    def quota_buckets(self, machine_type: str) -> tuple[str, ...]:
+        """The quota metrics a VM of ``machine_type`` counts against (Scope.FAMILY): its
+        vCPU metric, and its GPU type's metrics (the union over groups of that type)."""
+        gpus = self._gpu_of()
+        return discovery.quota_buckets(machine_type, gpus.get(machine_type))
+
     # --- launch --------------------------------------------------------------------------
+
+    def launch_slot(self, request: LaunchRequest, until: float | None = None
+                    ) -> AbstractContextManager[None]:
+        """Room for the part's bulkInsert among the project's 10 in flight, held until its
+        operation is DONE (provider/domain/cloud.py, "Room for a launch")."""
+        return self.bulk.slot(f"bulkInsert {request.token}", until)
 
     def launch(self, request: LaunchRequest) -> Sequence[CloudInstance]:
         spec = self._s.groups.get(request.node_group)
@@ -229,9 +248,7 @@ class GcpAdapter:
                f"{spec.zone}, {request.source})"
         specific = facts is not None and facts.specific
         try:
-            op = call(lambda: self._c.instances.bulk_insert_unary(
-                request=insert, retry=None, timeout=self._s.request_timeout),
-                what=what, mutating=True, reserved=specific)
+            op = self._insert(insert, what, specific)
             done = self._ops.wait(spec.zone, op, what)
             try:
                 Operations.raise_for(done, reserved=specific)
@@ -251,6 +268,20 @@ class GcpAdapter:
         if facts is not None and not facts.specific:
             return self._check_consumed(request, facts, found)
         return [i for i, _ in found]
+
+    def _insert(self, insert: compute_v1.BulkInsertInstanceRequest, what: str,
+                specific: bool) -> compute_v1.Operation:
+        """The bulkInsert call. Refused for the project's bulk operations in flight (403
+        rateLimitExceeded: "wait until some requests complete and try your request
+        again"), nothing was created: Busy, which the executor waits out."""
+        try:
+            return call(lambda: self._c.instances.bulk_insert_unary(
+                request=insert, retry=None, timeout=self._s.request_timeout),
+                what=what, mutating=True, reserved=specific)
+        except TransientError as err:
+            if err.cloud_code not in RATE_LIMITED:
+                raise
+            raise Busy(f"{what}: {err}", cloud_code=err.cloud_code) from err.__cause__
 
     def _launched_before(self, request: LaunchRequest, zone: str) -> bool:
         """Whether the part's instances exist already (a repeated launch, answered with

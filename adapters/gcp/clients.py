@@ -29,10 +29,12 @@ class Clients:
     regions: compute_v1.RegionsClient
     zone_operations: compute_v1.ZoneOperationsClient
     instance_templates: compute_v1.InstanceTemplatesClient
+    future_reservations: compute_v1.FutureReservationsClient
 
     def close(self) -> None:
         for client in (self.instances, self.reservations, self.machine_types, self.regions,
-                       self.zone_operations, self.instance_templates):
+                       self.zone_operations, self.instance_templates,
+                       self.future_reservations):
             client.transport.close()  # type: ignore[no-untyped-call]
 
 
@@ -75,5 +77,7 @@ def build(settings: GcpSettings) -> Clients:
         zone_operations=_pooled(compute_v1.ZoneOperationsClient(
             client_options=options, credentials=credentials, transport="rest")),
         instance_templates=compute_v1.InstanceTemplatesClient(
+            client_options=options, credentials=credentials, transport="rest"),
+        future_reservations=compute_v1.FutureReservationsClient(
             client_options=options, credentials=credentials, transport="rest"),
     )

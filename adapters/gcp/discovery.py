@@ -199,14 +199,49 @@ def shared_with(r: compute_v1.Reservation, project: str) -> bool:
         v.project_id == project for v in settings.project_map.values())
 
 
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What the future reservation that auto-created a reservation says of it."""
+
+    # FutureReservation.reservationMode: CALENDAR ("terminated at specified end time along
+    # with terminating the VMs running on it") or DEFAULT ("do not terminate VMs at the
+    # end of reservations"), Compute v1 reference.
+    mode: str
+    ends_at: float | None  # its timeWindow.endTime
+
+
+# Reservations auto-created by a future reservation, by "projects/P/zones/Z/reservations/N"
+# (FutureReservation.status.autoCreatedReservations: "Fully qualified urls of the
+# automatically created reservations at start_time").
+_RESERVATION_PATH = re.compile(r"projects/[^/]+/zones/[^/]+/reservations/[^/]+$")
+
+
+def reservation_path(owner: str, zone: str, name: str) -> str:
+    return f"projects/{owner}/zones/{zone}/reservations/{name}"
+
+
+def deliveries_of(future: Sequence[compute_v1.FutureReservation]) -> dict[str, Delivery]:
+    out: dict[str, Delivery] = {}
+    for fr in future:
+        end = fr.time_window.end_time if "time_window" in fr else ""
+        delivery = Delivery(fr.reservation_mode or "DEFAULT", timestamp(end) if end else None)
+        for url in fr.status.auto_created_reservations:
+            match = _RESERVATION_PATH.search(url)
+            if match is not None:
+                out[match.group(0)] = delivery
+    return out
+
+
 def reservation_of(r: compute_v1.Reservation, ctx: ReservationContext, rid: str,
-                   template: compute_v1.InstanceProperties | None = None
+                   template: compute_v1.InstanceProperties | None = None,
+                   delivery: Delivery | None = None, delivered_known: bool = True,
                    ) -> Reservation | None:
     """A READY specific reservation as the planner sees it; None for anything else.
     ``template``: the properties of its sourceInstanceTemplate, for one made from a
     template (the API takes that field instead of instanceProperties on create, and does
     not document that a listing fills instanceProperties in: without them it would match
-    no group and idle)."""
+    no group and idle). ``delivery``: the future reservation that auto-created it, if one
+    did; ``delivered_known``: whether its owner's future reservations could be read."""
     if r.status != "READY" or "specific_reservation" not in r:
         return None
     sku = r.specific_reservation
@@ -234,8 +269,28 @@ def reservation_of(r: compute_v1.Reservation, ctx: ReservationContext, rid: str,
         free=free_slots(sku),
         targeted=r.specific_reservation_required,
         fabric=fabric,
-        ends_at=ends_of(r),
+        ends_at=ends_of(r) or (delivery.ends_at if delivery is not None else None),
+        ends_instances=ends_its_vms(r, delivery, delivered_known),
     )
+
+
+def ends_its_vms(r: compute_v1.Reservation, delivery: Delivery | None,
+                 delivered_known: bool) -> bool:
+    """Whether the reservation's end ends the VMs allset runs in it. A DENSE one's VMs are
+    reservation-bound (adapters/gcp/launch.py): "Compute Engine stops or deletes the VM at
+    the end of the reservation period" ("About reservation-bound VMs"); so are those of
+    one a future reservation in calendar mode delivered ("terminated at specified end time
+    along with terminating the VMs running on it", FutureReservation.ReservationMode).
+    Other VMs run on: "The delivered reservations do not terminate VMs at the end of
+    reservations. This is default mode." Of a specifically targeted reservation the docs
+    say only that it can be deleted by hand once no VM consumes it ("Delete
+    reservations"). When the future reservations could not be read, one with an end is
+    taken to end its VMs: a gang cut short costs more than a slot left idle."""
+    if r.deployment_type == "DENSE":
+        return True
+    if delivery is not None:
+        return delivery.mode == "CALENDAR"
+    return not delivered_known and ends_of(r) is not None
 
 
 def ends_of(r: compute_v1.Reservation) -> float | None:
@@ -333,6 +388,26 @@ def timestamp(text: str) -> float:
 
 
 # --- quotas ------------------------------------------------------------------------------
+
+
+# Machine families whose vCPUs count against the regional CPUS metric; every other family
+# has a metric of its own, <FAMILY>_CPUS (N2_CPUS, C3_CPUS, ...): "Allocation quotas",
+# https://cloud.google.com/compute/resource-usage.
+SHARED_CPU_FAMILIES = frozenset({"N1", "E2", "F1", "G1"})
+
+
+def quota_buckets(machine_type: str, gpu_type: str | None) -> tuple[str, ...]:
+    """The quota metrics a VM of ``machine_type`` (with ``gpu_type`` GPUs) counts against,
+    as a QUOTA_EXCEEDED names them (ErrorDetails.quota_info.metric_name): a failure on one
+    blocks the groups counted in it, not every on-demand group of the region (Scope.FAMILY).
+    A metric no group is known to count in blocks the failing type alone."""
+    family = machine_type.split("-", 1)[0].upper()
+    cpus = "CPUS" if family in SHARED_CPU_FAMILIES else f"{family}_CPUS"
+    out = [cpus, "CPUS_ALL_REGIONS", "INSTANCES"]
+    gpu = next((m for m, g in GPU_QUOTAS.items() if g == gpu_type), None)
+    if gpu is not None:
+        out += [gpu, SPOT_PREFIX + gpu, "GPUS_ALL_REGIONS"]
+    return tuple(out)
 
 
 def quotas_of(region: compute_v1.Region, gpu_of: Mapping[str, str | None]) -> list[Quota]:

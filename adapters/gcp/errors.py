@@ -34,7 +34,10 @@ STOCKOUT = frozenset({
     "RESOURCE_POOL_EXHAUSTED",
     "insufficientCapacity",
 })
-# Project quotas are regional or global: on-demand is blocked across our region.
+# Project quotas are per metric, regional or global. A failed operation names its metric
+# (ErrorDetails.quota_info.metric_name): that metric is blocked (Scope.FAMILY, bucket the
+# metric), i.e. the groups counted in it (discovery.quota_buckets); without a metric every
+# on-demand group of the region is.
 QUOTA = frozenset({"QUOTA_EXCEEDED", "quotaExceeded"})
 # The subnetwork has no address left: nothing launches there until someone widens it.
 ADDRESSES = frozenset({"IP_SPACE_EXHAUSTED"})
@@ -52,6 +55,10 @@ INVALID = frozenset({
 })
 # A delete whose instance is already gone has nothing left to do.
 GONE = frozenset({"RESOURCE_NOT_FOUND", "notFound"})
+# The project's rate limits: "the 20 request per second request limit or ... more than 10
+# bulk operations running at the same time" ("Troubleshooting bulk creation of VMs", Rate
+# limit exceeded): nothing happened; wait for some to complete and send it again.
+RATE_LIMITED = frozenset({"rateLimitExceeded", "RATE_LIMIT_EXCEEDED"})
 TRANSIENT = frozenset({
     "rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED", "backendError",
     "internalError", "INTERNAL_ERROR", "RESOURCE_NOT_READY", "resourceNotReady",
@@ -82,8 +89,11 @@ def classify(failure: Failure, *, reserved: bool = False) -> CloudError:
         return InsufficientCapacity(failure.detail, scope=Scope.OFFERING,
                                     cloud_code=first(STOCKOUT))
     if codes & QUOTA:
-        what = f" ({failure.quota_metric})" if failure.quota_metric else ""
-        return QuotaExceeded(failure.detail + what, scope=Scope.CLOUD, cloud_code=first(QUOTA))
+        metric = failure.quota_metric
+        if metric:
+            return QuotaExceeded(f"{failure.detail} ({metric})", scope=Scope.FAMILY,
+                                 cloud_code=first(QUOTA), bucket=metric)
+        return QuotaExceeded(failure.detail, scope=Scope.CLOUD, cloud_code=first(QUOTA))
     if codes & ADDRESSES:
         return InsufficientCapacity(failure.detail, scope=Scope.ZONE,
                                     cloud_code=first(ADDRESSES))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from google.cloud import compute_v1
 
@@ -43,6 +44,7 @@ class Reservations:
         self._listed: dict[str, Reservation] = {}  # as of the last listing, by id
         # sourceInstanceTemplate URL -> its properties (templates cannot change)
         self._templates: dict[str, compute_v1.InstanceProperties] = {}
+        self._unread: set[str] = set()  # owners whose future reservations could not be read
 
     def listed(self, ctx: ReservationContext) -> tuple[list[Reservation], int]:
         """READY reservations of the region the selector picks: one aggregated listing of
@@ -65,6 +67,8 @@ class Reservations:
                       if project == self._s.project or discovery.shared_with(r, self._s.project)]
         mine = [(r, owner) for r, owner in found
                 if self._s.in_region(discovery.last(r.zone)) and self._s.selects(r.name)]
+        delivered, known, n = self._deliveries({owner for _, owner in mine})
+        calls += n
         names = [(discovery.last(r.zone), self._name(r.name, owner)) for r, owner in mine]
         ids = discovery.reservation_ids(names)
         out: list[Reservation] = []
@@ -72,13 +76,42 @@ class Reservations:
         for (r, owner), key in zip(mine, names, strict=True):
             rid = ids[key]
             facts[rid] = discovery.facts_of(r, rid, owner)
-            converted = discovery.reservation_of(r, ctx, rid, self._source_template(r))
+            path = discovery.reservation_path(owner, discovery.last(r.zone), r.name)
+            converted = discovery.reservation_of(r, ctx, rid, self._source_template(r),
+                                                 delivered.get(path), owner in known)
             if converted is not None:
                 out.append(converted)
         with self._lock:
             self._facts = facts
             self._listed = {r.id: r for r in out}
         return out, calls
+
+    def _deliveries(self, owners: set[str]
+                    ) -> tuple[dict[str, discovery.Delivery], set[str], int]:
+        """Which listed reservations future reservations delivered, and in which mode (a
+        calendar-mode one ends its VMs at its end): one aggregated listing per owner
+        project. Best effort: an owner whose listing fails (no permission to list future
+        reservations, say) is not known, and its reservations that end are taken to end
+        their VMs (discovery.ends_its_vms)."""
+        delivered: dict[str, discovery.Delivery] = {}
+        known: set[str] = set()
+        calls = 0
+        for project in sorted(owners):
+            try:
+                raw, pages = self._future(project)
+            except CloudError as err:
+                calls += 1
+                if project not in self._unread:
+                    log.warning("future reservations of project %s not read (%s): its "
+                                "reservations that end are taken to end their VMs", project,
+                                err)
+                self._unread.add(project)
+                continue
+            self._unread.discard(project)
+            calls += pages
+            known.add(project)
+            delivered.update(discovery.deliveries_of(raw))
+        return delivered, known, calls
 
     def _source_template(self, r: compute_v1.Reservation
                          ) -> compute_v1.InstanceProperties | None:
@@ -110,14 +143,26 @@ class Reservations:
         return name if owner == self._s.project else discovery.shared_name(owner, name)
 
     def _aggregated(self, project: str) -> tuple[list[compute_v1.Reservation], int]:
-        request = compute_v1.AggregatedListReservationsRequest(
-            project=project, max_results=self._s.page_size)
-        what = f"reservations.aggregatedList {project}"
-        pager = call(lambda: self._c.reservations.aggregated_list(
-            request=request, retry=None, timeout=self._s.request_timeout),
-            what=what, mutating=False)
-        raw, pages = walk(pager.pages, "reservations", self._s.in_region, what)
+        raw, pages = self._walk(
+            project, "reservations", compute_v1.AggregatedListReservationsRequest,
+            lambda request, **kw: self._c.reservations.aggregated_list(request=request, **kw))
         return [compute_v1.Reservation.wrap(r) for r in raw], pages
+
+    def _future(self, project: str) -> tuple[list[compute_v1.FutureReservation], int]:
+        raw, pages = self._walk(
+            project, "future_reservations", compute_v1.AggregatedListFutureReservationsRequest,
+            lambda request, **kw: self._c.future_reservations.aggregated_list(
+                request=request, **kw))
+        return [compute_v1.FutureReservation.wrap(f) for f in raw], pages
+
+    def _walk(self, project: str, field: str, request_type: Any,
+              listing: Callable[..., Any]) -> tuple[list[Any], int]:
+        """Every ``field`` item of one project's aggregated listing, and its pages."""
+        request = request_type(project=project, max_results=self._s.page_size)
+        what = f"{field}.aggregatedList {project}"
+        pager = call(lambda: listing(request, retry=None, timeout=self._s.request_timeout),
+                     what=what, mutating=False)
+        return walk(pager.pages, field, self._s.in_region, what)
 
     # --- launching into one ----------------------------------------------------------------
 

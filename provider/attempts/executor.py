@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
@@ -35,6 +35,7 @@ from provider.base.clock import Clock
 from provider.capacity.ledger import CapacityView, Ledger
 from provider.capacity.unavailable import PoolKey
 from provider.domain.cloud import (
+    Busy,
     CloudAdapter,
     CloudError,
     CloudInstance,
@@ -197,7 +198,14 @@ class StillUnknown(TransientError):
 
 # Failures after which the cloud certainly holds nothing of the part: its claims can go.
 NOTHING_LAUNCHED = ("InsufficientCapacity", "QuotaExceeded", "InvalidRequest",
-                    "TransientError")
+                    "TransientError", "StartPassed")
+
+
+class StartPassed(CloudError):
+    """A part of capacity whose end ends its instances was not sent: waiting (for room in
+    the cloud) took it past the last start that leaves the gang its boot and runtime."""
+
+    code = "StartPassed"
 
 
 class Observer(Protocol):
@@ -636,7 +644,7 @@ class Executor:
 
             def launch(item: tuple[int, Part], n: int = index, total: int = nodes
                        ) -> LaunchResult:
-                return self._launch_part(spec, n, item[0], item[1], total)
+                return self._launch_part(spec, n, item[0], item[1], total, deadline)
 
             # Reused idle nodes run already: only the rest is launched (labels count the
             # launches alone, as the journal records them).
@@ -760,11 +768,91 @@ class Executor:
 
     def _launch_part(
         self, spec: AttemptSpec, plan_index: int, part_index: int, part: Part,
-        plan_nodes: int,
+        plan_nodes: int, deadline: float | None = None,
     ) -> LaunchResult:
-        group = self._groups[part.group]
+        """Launch one part: wait for room for it where the cloud keeps a queue (before the
+        fence and the tries: waiting is not a failed try), then try it."""
         label = f"{plan_index}.{part_index}"
-        request = LaunchRequest(
+        request = self._request(spec, label, part, plan_nodes)
+        unknown_seen: list[OutcomeUnknown] = []
+        try:
+            with self._room(request, deadline):
+                instances = self._tries(request, unknown_seen, deadline, part.start_by)
+            self.journal.launched(spec.id, label, [i.id for i in instances])
+            if len(instances) != part.count:
+                self._rollback(spec, [instances])  # never keep a part that is not whole
+                raise CloudError(
+                    f"launch of part {label} returned {len(instances)} of {part.count} instances"
+                )
+            failpoints.hit("executor.part-launched")
+            return part, instances, None
+        except CloudError as err:
+            if unknown_seen and err.retryable and not isinstance(err, StillUnknown):
+                # A later try throttled tells nothing of what the timed-out one did.
+                err = StillUnknown(f"launch {request.token} outcome unknown "
+                                   f"({unknown_seen[0]}); then: {err}", token=request.token)
+            return part, [], err
+
+    def _room(self, request: LaunchRequest, deadline: float | None
+              ) -> AbstractContextManager[object]:
+        """The cloud's queue for launches, where its adapter keeps one (launch_slot)."""
+        slot = getattr(self._adapter, "launch_slot", None)
+        return nullcontext() if slot is None else slot(request, deadline)
+
+    def _tries(self, request: LaunchRequest, unknown_seen: list[OutcomeUnknown],
+               deadline: float | None, start_by: float | None) -> list[CloudInstance]:
+        for attempt in self.retrying():
+            with attempt:
+                try:
+                    return self._send(request, deadline, start_by)
+                except OutcomeUnknown as unknown:
+                    unknown_seen.append(unknown)
+                    try:
+                        return self._settle_unknown(request)
+                    except StillUnknown:
+                        raise
+                    except CloudError as err:
+                        # The listing that would settle it failed: still unknown (the
+                        # part may hold its slots), never "nothing launched".
+                        raise StillUnknown(f"launch {request.token} outcome unknown "
+                                           f"({unknown}); listing failed: {err}",
+                                           token=request.token) from err
+        raise AssertionError("Retrying with reraise returns or raises")
+
+    def _send(self, request: LaunchRequest, deadline: float | None,
+              start_by: float | None = None) -> list[CloudInstance]:
+        """One try of a launch. The cloud refusing it for want of room (Busy: nothing
+        happened) is waited out, the fence checked again before each send, until the
+        attempt's deadline: a part waiting for room is neither a failed try nor a failed
+        part. A part of capacity whose end ends its instances is not sent past its
+        ``start_by`` (waiting has used the time the gang needed): it fails, and the next
+        plan goes elsewhere."""
+        waits = 0
+        while True:
+            self._fence()  # not the leader any more: stop before the call, not after
+            if start_by is not None and self._clock.now() > start_by:
+                raise StartPassed(f"launch {request.token}: reservation {request.reservation} "
+                                 "would end under the gang if launched now (its last start "
+                                 f"for the gang's boot and runtime was {start_by:.0f}); "
+                                 "nothing was launched")
+            try:
+                return list(self._adapter.launch(request))
+            except Busy as busy:
+                now = self._clock.monotonic()
+                pause = min(self._max_backoff, self._backoff * 2 ** waits)
+                if deadline is not None and now + pause >= deadline:
+                    raise TransientError(f"launch {request.token}: the cloud had no room "
+                                         f"for it before the attempt's deadline ({busy})",
+                                         cloud_code=busy.cloud_code) from busy
+                waits += 1
+                log.info("launch %s: no room in the cloud yet (%s); waiting %.1fs",
+                         request.token, busy, pause)
+                self._clock.sleep(pause)
+
+    def _request(self, spec: AttemptSpec, label: str, part: Part, plan_nodes: int
+                 ) -> LaunchRequest:
+        group = self._groups[part.group]
+        return LaunchRequest(
             token=f"{spec.id}/{label}",
             node_group=group.id,
             zone=group.zone,
@@ -783,39 +871,6 @@ class Executor:
                 plan_nodes=plan_nodes,
             ),
         )
-        unknown_seen: list[OutcomeUnknown] = []
-        try:
-            for attempt in self.retrying():
-                with attempt:
-                    self._fence()  # not the leader any more: stop before the call, not after
-                    try:
-                        instances = list(self._adapter.launch(request))
-                    except OutcomeUnknown as unknown:
-                        unknown_seen.append(unknown)
-                        try:
-                            instances = self._settle_unknown(request)
-                        except StillUnknown:
-                            raise
-                        except CloudError as err:
-                            # The listing that would settle it failed: still unknown (the
-                            # part may hold its slots), never "nothing launched".
-                            raise StillUnknown(f"launch {request.token} outcome unknown "
-                                               f"({unknown}); listing failed: {err}",
-                                               token=request.token) from err
-            self.journal.launched(spec.id, label, [i.id for i in instances])
-            if len(instances) != part.count:
-                self._rollback(spec, [instances])  # never keep a part that is not whole
-                raise CloudError(
-                    f"launch of part {label} returned {len(instances)} of {part.count} instances"
-                )
-            failpoints.hit("executor.part-launched")
-            return part, instances, None
-        except CloudError as err:
-            if unknown_seen and err.retryable and not isinstance(err, StillUnknown):
-                # A later try throttled tells nothing of what the timed-out one did.
-                err = StillUnknown(f"launch {request.token} outcome unknown "
-                                   f"({unknown_seen[0]}); then: {err}", token=request.token)
-            return part, [], err
 
     def _settle_unknown(self, request: LaunchRequest) -> list[CloudInstance]:
         """A launch whose outcome is unknown: list by tags. All ``count`` found -> it
@@ -898,7 +953,8 @@ class Executor:
                       failure.part.reservation)
         if failure.error.code in ("InsufficientCapacity", "QuotaExceeded"):
             self._ledger.unavailable.mark(key, failure.error.scope, str(failure.error),
-                                          lasting=isinstance(failure.error, NotOffered))
+                                          lasting=isinstance(failure.error, NotOffered),
+                                          bucket=failure.error.bucket)
 
 
 

@@ -90,10 +90,11 @@ def quota_units(q: Quota, group: NodeGroup, capacity_type: CapacityType) -> int:
 
 def offerings_kind(group: NodeGroup) -> tuple[object, ...]:
     """What a group's offerings depend on (type, zone, fabric, targeted reservations,
-    sources, prices, and the GPU and CPU counts quotas are measured in)."""
+    sources, prices, the GPU and CPU counts quotas are measured in, and what its launches
+    are, which a reservation may ask)."""
     return (group.instance_type, group.zone, group.fabric, group.targeted_reservations,
             group.capacity_types, group.on_demand_price, group.spot_price,
-            group.gpu_count, group.allocatable.get("cpu"))
+            group.gpu_count, group.allocatable.get("cpu"), group.launch)
 
 
 class Ledger:

@@ -24,6 +24,7 @@ class Offering:
     ends_at: float | None = None
     reservation_size: int = 0  # free slots of the reservation before any plan
     interruptible: bool = False  # its owner may reclaim it (Reservation.interruptible)
+    ends_instances: bool = True  # its end ends what runs in it (Reservation.ends_instances)
 
     @property
     def sort_key(self) -> tuple[float, int, float, int, str]:
@@ -40,7 +41,8 @@ class Rejection:
     message says "the group": groups of one kind share their offerings."""
 
     reservation: str
-    rule: str  # instance-type | zone | fabric | targeted | window | full | unavailable | policy
+    # instance-type | zone | fabric | launch | targeted | window | full | unavailable | policy
+    rule: str
     message: str
 
 
@@ -75,6 +77,15 @@ def _fabric(g: NodeGroup, r: Reservation, now: float) -> str | None:
     return None
 
 
+def _launch(g: NodeGroup, r: Reservation, now: float) -> str | None:
+    launches = dict(g.launch)
+    for key, value in r.accepts:
+        if launches.get(key, value) != value:
+            return (f"reservation {r.id} takes {key} {value} launches, the group launches "
+                    f"{key} {launches[key]}")
+    return None
+
+
 def _targeting(g: NodeGroup, r: Reservation, now: float) -> str | None:
     if r.targeted and r.id not in g.targeted_reservations:
         return (f"reservation {r.id} only accepts targeted launches and the group "
@@ -99,6 +110,7 @@ RESERVATION_RULES: tuple[tuple[str, Rule], ...] = (
     ("instance-type", _instance_type),
     ("zone", _zone),
     ("fabric", _fabric),
+    ("launch", _launch),
     ("targeted", _targeting),
 )
 
@@ -150,6 +162,7 @@ def group_offerings(
                 ends_at=r.ends_at,
                 reservation_size=r.free,
                 interruptible=r.interruptible,
+                ends_instances=r.ends_instances,
             ))
     for ctype in (CapacityType.SPOT, CapacityType.ON_DEMAND):
         if not group.allows(ctype):

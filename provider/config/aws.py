@@ -26,20 +26,30 @@ RESERVED_TAG_PREFIXES = ("allset.dev/", "aws:")
 _VERSION = re.compile(r"^(\$Default|\$Latest|[1-9][0-9]*)$")
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 ZONE = re.compile(r"^(?P<region>[a-z]{2}(-[a-z]+)+-\d+)[a-z]$")
-# EC2 begins terminating a Capacity Block's instances 30 minutes before it ends (EC2 user
-# guide, "Capacity Blocks": monitor with EventBridge), so no cut-off may be shorter.
+# EC2 begins terminating a Capacity Block's instances 30 minutes before it ends ("Thirty
+# minutes before the reservation expires, we begin to terminate any instances that are
+# still running in the Capacity Block", EC2 user guide, Work with Capacity Blocks), an
+# UltraServer Capacity Block's 60 minutes before (EC2 user guide, Capacity Blocks for ML,
+# UltraServer Capacity Blocks), so no cut-off of either may be shorter.
 BLOCK_TERMINATION_SECONDS = 30 * 60
+ULTRASERVER_BLOCK_TERMINATION_SECONDS = 60 * 60
 
 
-def _cutoff(value: str | int | float) -> str | int | float:
-    seconds = duration_seconds(value)
-    if seconds < BLOCK_TERMINATION_SECONDS:
-        raise ValueError(f"{value!r} is less than 30m: EC2 starts terminating a Capacity "
-                         "Block's instances 30 minutes before its end")
-    return value
+def _at_least(floor: float, what: str) -> AfterValidator:
+    def check(value: str | int | float) -> str | int | float:
+        if duration_seconds(value) < floor:
+            minutes = floor / 60
+            raise ValueError(f"{value!r} is less than {minutes:.0f}m: EC2 starts terminating "
+                             f"{what} instances {minutes:.0f} minutes before its end")
+        return value
+
+    return AfterValidator(check)
 
 
-Cutoff = Annotated[str | int | float, AfterValidator(_cutoff)]
+Cutoff = Annotated[str | int | float,
+                   _at_least(BLOCK_TERMINATION_SECONDS, "a Capacity Block's")]
+UltraServerCutoff = Annotated[str | int | float, _at_least(
+    ULTRASERVER_BLOCK_TERMINATION_SECONDS, "an UltraServer Capacity Block's")]
 
 
 class LaunchTemplate(Model):
@@ -99,6 +109,23 @@ class AwsCloud(Model):
     capacity_block_cutoff: Cutoff = Field(
         "40m", description="stop launching into a Capacity Block this long before it ends "
         "(at least 30m: EC2 terminates its instances from 30 minutes before the end)")
+    ultra_server_block_cutoff: UltraServerCutoff = Field(
+        "70m", description="the same for an UltraServer Capacity Block (at least 60m: EC2 "
+        "terminates its instances from 60 minutes before the end)")
+
+
+# CapacityReservation.InstancePlatform and Tenancy (botocore's EC2 model, enums
+# CapacityReservationInstancePlatform and CapacityReservationTenancy): EC2 launches into a
+# reservation only instances of its platform and tenancy.
+PLATFORMS = (
+    "Linux/UNIX", "Red Hat Enterprise Linux", "SUSE Linux", "Windows", "Windows with SQL Server",
+    "Windows with SQL Server Enterprise", "Windows with SQL Server Standard",
+    "Windows with SQL Server Web", "Linux with SQL Server Standard",
+    "Linux with SQL Server Web", "Linux with SQL Server Enterprise",
+    "RHEL with SQL Server Standard", "RHEL with SQL Server Enterprise",
+    "RHEL with SQL Server Web", "RHEL with HA", "RHEL with HA and SQL Server Standard",
+    "RHEL with HA and SQL Server Enterprise", "Ubuntu Pro",
+)
 
 
 class AwsGroup(Model):
@@ -122,11 +149,27 @@ class AwsGroup(Model):
         "one each")
     tags: dict[str, str] = Field(default_factory=dict, description="extra tags on every "
                                  "instance and volume (not allset.dev/ or aws:)")
+    platform: str | None = Field(
+        None, description="the platform its instances run, as a capacity reservation names "
+        "it (e.g. Linux/UNIX, Red Hat Enterprise Linux); default: read from the launch "
+        "template's image. Set it where that cannot be read (an image resolved through SSM)")
+    tenancy: Literal["default", "dedicated"] | None = Field(
+        None, description="default or dedicated; default: the launch template's "
+        "Placement.Tenancy, else default. Set it for a VPC whose instance tenancy is "
+        "dedicated")
 
     @field_validator("tags")
     @classmethod
     def _user_tags(cls, value: dict[str, str]) -> dict[str, str]:
         return _tags(value)
+
+    @field_validator("platform")
+    @classmethod
+    def _platform(cls, value: str | None) -> str | None:
+        if value is not None and value not in PLATFORMS:
+            raise ValueError(f"{value!r} is not a platform a capacity reservation names: "
+                             + ", ".join(PLATFORMS))
+        return value
 
     @model_validator(mode="after")
     def _efa(self) -> AwsGroup:

@@ -89,6 +89,14 @@ class LoadedConfig:
             raise ConfigError(self.source, problems)
         return LoadedConfig(self.source, self.schema, tuple(groups))
 
+    def with_launches(self, launches: Mapping[str, tuple[tuple[str, str], ...]]
+                      ) -> LoadedConfig:
+        """The groups with what the cloud says their launches are (NodeGroup.launch: on
+        AWS the platform and tenancy of their launch templates), by group id."""
+        groups = tuple(dataclasses.replace(g, launch=launches[g.id]) if g.id in launches
+                       else g for g in self.groups)
+        return dataclasses.replace(self, groups=groups)
+
     @property
     def cluster(self) -> str:
         return self.schema.cluster

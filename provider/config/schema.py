@@ -298,6 +298,10 @@ class FakeReservation(Model):
                            "`reservations` may use it")
     starts_at: dt.datetime | None = Field(None, description="start of its window")
     ends_at: dt.datetime | None = Field(None, description="end of its window")
+    ends_instances: bool | None = Field(
+        None, description="whether its end ends the instances in it (a capacity block's "
+        "does; an ODCR's ends only launches into it, and they run on); default: true for "
+        "a capacity-block, false otherwise")
     price: float = Field(0.0, ge=0, description="marginal USD per node-hour of using a slot")
 
     @model_validator(mode="after")
@@ -346,6 +350,9 @@ class FakeCloud(Model):
     boot_seconds: float = Field(0.0, ge=0, description="pending -> running after launch")
     terminate_seconds: float = Field(0.0, ge=0, description="shutting-down -> terminated; "
                                      "until then the instance holds its reservation slot")
+    max_launches_in_flight: int | None = Field(
+        None, ge=1, description="launches the cloud runs at once; one more is refused and "
+        "sent again later, as GCE does beyond 10 bulk operations (default: no bound)")
     reservations: list[FakeReservation] = Field(default_factory=list,
                                                 description="capacity reservations")
     stockouts: list[FakeStockout] = Field(default_factory=list, description="pools that "

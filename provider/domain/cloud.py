@@ -22,6 +22,13 @@ Promises every adapter keeps
 * **Debts on the instance.** A termination allset owes is written on the instance
   (:meth:`CloudAdapter.mark_deleting`) before the first terminate call, and every listing
   reads it back as ``OwnerTags.deleting_since``: whichever process leads next finishes it.
+* **Room for a launch.** A cloud that runs a bounded number of launches at once refuses
+  one more with :class:`Busy` (nothing happened), and may offer the optional
+  ``launch_slot(request, until) -> ContextManager[None]``: a queue that waits (on the
+  injected clock, until the monotonic reading ``until`` at most, then TransientError) for
+  room for ``request`` and holds it while the block runs. The executor enters it before
+  its fence and its tries, so waiting for room is never a failed try (GCE: at most 10 bulk
+  operations of a project in flight, adapters/gcp/slots.py).
 """
 
 from __future__ import annotations
@@ -123,7 +130,17 @@ class Reservation:
     targeted: bool = False
     fabric: str | None = None
     starts_at: float | None = None
+    # When launches into it end (for capacity whose end ends its instances, the adapter
+    # gives the cloud's cut-off: when it begins to end them).
     ends_at: float | None = None
+    # What its end does to the instances running in it. True: they end with it (an AWS
+    # Capacity Block: "all instances in the Capacity Block are terminated"; a GCE
+    # reservation whose VMs are reservation-bound); a gang that would outlive it is kept
+    # off it. False: only launches into it end, and its instances run on, billed as
+    # on-demand from then (an ODCR: "Instances running in the reserved capacity continue
+    # to run uninterrupted"; a GCE reservation in default mode). True unless the adapter
+    # knows better: a gang cut short costs more than a reservation left idle.
+    ends_instances: bool = True
     # Marginal price per node-hour of using a slot; the reservation itself is already paid.
     price: float = 0.0
     # Its owner may reclaim it, terminating what runs in it at short notice (AWS
@@ -132,6 +149,10 @@ class Reservation:
     # False: the cloud says nothing can be launched into it now (EC2 LaunchStatus
     # unlaunchable, UltraServer reservations), whatever its free count says.
     launchable: bool = True
+    # What a launch into it must be, as (attribute, value) pairs a group's launches are
+    # matched on (NodeGroup.launch): EC2 launches into a reservation only instances of
+    # its platform and tenancy.
+    accepts: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,8 +222,9 @@ class Scope(enum.StrEnum):
 
     OFFERING = "offering"  # this group's source (pool or reservation) only
     ZONE = "zone"  # every offering in the zone
-    # every instance type sharing the failing one's quota bucket, in every zone (EC2's
-    # vCPU limits are per family bucket); the adapter names the buckets (quota_family)
+    # every instance type counted in the quota bucket the failure names (else the failing
+    # type's own), in every zone: EC2's vCPU limits are per family bucket, GCE's quotas
+    # per metric (and region); the adapter names each type's buckets (quota_buckets)
     FAMILY = "family"
     CLOUD = "cloud"  # everything (credentials, account-wide quota)
 
@@ -213,10 +235,14 @@ class CloudError(Exception):
     code = "CloudError"
     retryable = False
 
-    def __init__(self, message: str, *, scope: Scope = Scope.OFFERING, cloud_code: str = ""):
+    def __init__(self, message: str, *, scope: Scope = Scope.OFFERING, cloud_code: str = "",
+                 bucket: str = ""):
         super().__init__(message)
         self.scope = scope
         self.cloud_code = cloud_code
+        # The quota bucket a Scope.FAMILY failure names (GCE: the quota metric); empty:
+        # the failing instance type's first bucket.
+        self.bucket = bucket
 
 
 class InsufficientCapacity(CloudError):
@@ -227,8 +253,10 @@ class InsufficientCapacity(CloudError):
 
 class NotOffered(InsufficientCapacity):
     """The pool does not exist: the instance type is not offered in that zone (or not for
-    that capacity type). Like a stockout it launched nothing and the part goes elsewhere,
-    but it lasts: the offering stays out of plans longer than a stockout does."""
+    that capacity type), or the reservation refuses this group's launches for a reason no
+    retry fixes (another platform or tenancy). Like a stockout it launched nothing and the
+    part goes elsewhere, but it lasts: the offering stays out of plans longer than a
+    stockout does, and its message says why."""
 
 
 class QuotaExceeded(CloudError):
@@ -248,6 +276,15 @@ class TransientError(CloudError):
 
     code = "TransientError"
     retryable = True
+
+
+class Busy(TransientError):
+    """The cloud refused the call for want of room for one more operation of its kind (GCE:
+    more than 10 bulk operations running in the project, 403 rateLimitExceeded): nothing
+    happened. Not a failure: the executor waits and sends the launch again, its tries and
+    its part untouched, until the attempt's deadline."""
+
+    code = "Busy"
 
 
 class OutcomeUnknown(CloudError):

@@ -122,6 +122,9 @@ class NodeGroup:
     architecture: str = "amd64"
     # What each node publishes to DRA (ResourceSlices), for claims and CA's template.
     devices: tuple[DeviceSlice, ...] = ()
+    # What its launches are, where a reservation asks (Reservation.accepts): on AWS the
+    # platform and tenancy of its launch template. An attribute not known is not checked.
+    launch: tuple[tuple[str, str], ...] = ()
 
     @property
     def region(self) -> str:

@@ -46,6 +46,10 @@ class Part:
     # Provider IDs of idle nodes this part books instead of launching (then ``count`` is
     # their number and ``price`` 0: they run already, and nothing new is bought).
     reused: tuple[str, ...] = ()
+    # Launch it no later than this (epoch seconds): it draws on capacity whose end ends
+    # its instances, which would end under the gang's boot and runtime if launched later
+    # (a wait for room in the cloud must not outlast it). None: no such bound.
+    start_by: float | None = None
 
     @property
     def on_demand_cost(self) -> float:

@@ -210,12 +210,13 @@ def _stockouts(inputs: Inputs) -> Reason:
 
 def _mismatched_reservations(inputs: Inputs) -> list[Reservation]:
     """Reservations of a candidate group's instance type that no candidate group may use:
-    tied to another fabric, needing a targeted launch, or in a zone with no such group.
+    tied to another fabric, taking launches of another platform or tenancy, needing a
+    targeted launch, or in a zone with no such group.
     One that some candidate group does use is not mismatched: if it is out of reach,
     topology is."""
     offered = {o.reservation for g in inputs.offerings.values() for o in g.offerings}
     ids = {r.reservation for o in inputs.offerings.values() for r in o.rejections
-           if r.rule in ("fabric", "targeted") and r.reservation not in offered}
+           if r.rule in ("fabric", "launch", "targeted") and r.reservation not in offered}
     return [r for r in inputs.view.reservations
             if r.free > 0 and r.id not in offered and (r.id in ids or _orphaned(inputs, r))]
 
@@ -235,7 +236,8 @@ def _mismatch(inputs: Inputs, reservations: list[Reservation]) -> Reason:
 
 def _mismatch_messages(inputs: Inputs, reservations: list[Reservation]) -> list[str]:
     ids = {r.id for r in reservations}
-    messages = set(_by_reservation(inputs, inputs.offerings, ("fabric", "targeted"), ids))
+    messages = set(_by_reservation(inputs, inputs.offerings, ("fabric", "launch", "targeted"),
+                                   ids))
     for r in reservations:
         if _orphaned(inputs, r):
             messages.add(f"reservation {r.id} holds {r.free} free {r.instance_type} in "

@@ -93,6 +93,7 @@ class Inputs:
     ends_early: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
     # Interruptible reservations left out: the gang does not allow interruption.
     reclaimable: set[str] = field(default_factory=set, init=False)
+    _ending: frozenset[str] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.candidates = {p.name: list(cs) for p, cs in
@@ -123,10 +124,12 @@ class Inputs:
     def _usable(self, offerings: GroupOfferings, boot: float) -> Usable:
         allowed = self.demand.capacity_types
         runtime = self.demand.runtime_to_outlast
-        # Capacity must outlast the nodes' boot time at the least, runtime or none and
-        # interruption allowed or not: capacity that ends before its nodes are Ready (an
-        # adapter gives a block's end as the cloud's cut-off, AWS 30 min before it) serves
-        # nothing. A runtime counts from the nodes being Ready.
+        # Capacity whose end ends its instances must outlast the nodes' boot time at the
+        # least, runtime or none and interruption allowed or not: capacity that ends them
+        # before they are Ready (an adapter gives a block's end as the cloud's cut-off)
+        # serves nothing. A runtime counts from the nodes being Ready. Capacity whose end
+        # only ends launches into it (an ODCR, a GCE reservation in default mode) serves
+        # any gang while it is open: what runs in it runs on after its end.
         must_last = self.view.now + boot + (runtime or 0.0)
         sources: list[SourceFields] = []
         free: list[tuple[str, int]] = []
@@ -141,7 +144,7 @@ class Inputs:
                 assert o.reservation is not None
                 reclaimable.append(o.reservation)
                 continue
-            if o.ends_at is not None and o.ends_at < must_last:
+            if o.ends_instances and o.ends_at is not None and o.ends_at < must_last:
                 # Capacity that ends under the gang interrupts it: never planned.
                 assert o.reservation is not None
                 early.append((o.reservation, o.ends_at, boot))
@@ -153,6 +156,13 @@ class Inputs:
                 free.append((o.reservation, o.available or 0))
         return Usable(tuple(sources), tuple((t, price, r) for t, price, r, _, _ in sources),
                       tuple(free), tuple(early), tuple(reclaimable))
+
+    def ending_instances(self) -> frozenset[str]:
+        """Reservations of the view whose end ends the instances in them."""
+        if self._ending is None:
+            self._ending = frozenset(r.id for r in self.view.reservations
+                                     if r.ends_instances and r.ends_at is not None)
+        return self._ending
 
     def sources_of(self, gid: str) -> list[Source]:
         """The group's usable capacity sources (built on demand: a plan needs those of one
@@ -415,8 +425,21 @@ def to_plan(inputs: Inputs, found: Found) -> Plan:
             reservation=source.reservation,
             pod_sets=MappingProxyType(hosted),
             why=_why(source),
+            start_by=_start_by(inputs, gid, source),
         ))
     return Plan(tuple(parts), notes=_idle_reservations(inputs, allocation))
+
+
+def _start_by(inputs: Inputs, gid: str, source: Source) -> float | None:
+    """The latest launch of a part of capacity whose end ends its instances that still
+    leaves the nodes' boot and the gang's runtime before that end (Inputs._usable)."""
+    if source.reservation is None or source.ends_at is None:
+        return None
+    ending = inputs.ending_instances()
+    if source.reservation not in ending:
+        return None
+    runtime = inputs.demand.runtime_to_outlast or 0.0
+    return source.ends_at - inputs.groups[gid].boot_seconds - runtime
 
 
 def _why(source: Source) -> str:
@@ -465,9 +488,10 @@ def ends_early_reasons(inputs: Inputs) -> list[Reason]:
     if runtime is None:
         return [Reason(ReasonCode.RESERVATION_MISMATCH,
                        f"reservation {rid} ends in {(ends - inputs.view.now) / 3600:.1f} h, "
-                       f"before its nodes' boot time of {boot / 60:.0f} min would end (a "
-                       f"capacity block ends at the cloud's cut-off: on AWS 30 min before "
-                       f"its end)")
+                       f"before its nodes' boot time of {boot / 60:.0f} min would end (its "
+                       f"end ends its instances; a capacity block's is taken at the cloud's "
+                       f"cut-off: EC2 begins terminating a block's instances 30 min before "
+                       f"its end, an UltraServer block's 60)")
                 for rid, (ends, boot) in sorted(inputs.ends_early.items())]
     if d.expected_runtime_seconds is None:
         what = "the runtime assumed for a gang that states none (runtimes.undeclared)"

@@ -177,8 +177,10 @@ def _room(node: IdleNode, pod_set: PodSet, template: int) -> int:
 
 def _lasts(inputs: Inputs, node: IdleNode) -> bool:
     """The rules a launch into the node's reservation obeys (gang.Inputs._usable), with
-    no boot to wait for: capacity that ends under the gang's runtime, or that its owner
-    may reclaim, is not planned unless the gang allows interruption."""
+    no boot to wait for: capacity whose end ends its instances and that ends under the
+    gang's runtime, or that its owner may reclaim, is not planned unless the gang allows
+    interruption. A node of capacity whose end only ends launches (an ODCR) runs on past
+    it, so it hosts any gang."""
     if node.reservation is None or inputs.demand.allow_interruption:
         return True
     demand, view = inputs.demand, inputs.view
@@ -187,7 +189,8 @@ def _lasts(inputs: Inputs, node: IdleNode) -> bool:
             continue
         if r.interruptible:
             return False
-        return r.ends_at is None or r.ends_at >= view.now + (demand.runtime_to_outlast or 0.0)
+        return r.ends_at is None or not r.ends_instances or \
+            r.ends_at >= view.now + (demand.runtime_to_outlast or 0.0)
     # Not listed (ended, or not yet seen): a block's node may go at its end, unknown here.
     return False
 

@@ -218,13 +218,17 @@ class World:
                             boot_seconds=self.settings.boot_seconds)
 
     def _reservation(self, r: ReservationSpec) -> Reservation:
+        """A block's end ends its instances (``_block_ended``); an ODCR's ends only
+        launches into it, and the planner knows it may use it until then whatever the
+        gang's runtime (``_reservation_ended``: its instances run on, billed on demand)."""
         block = r.kind is ReservationKind.CAPACITY_BLOCK
         return Reservation(
             id=r.id, zone=r.zone, instance_type=self.shapes[r.shape].instance_type,
             total=r.count, free=r.count, kind=r.kind, targeted=r.is_targeted,
             fabric=r.fabric,
             starts_at=START + r.start if block else None,
-            ends_at=START + r.end if block and r.end is not None else None,
+            ends_at=START + r.end if r.end is not None else None,
+            ends_instances=block,
         )
 
     def _schedule_trace(self) -> None:

@@ -214,6 +214,7 @@ class Adversary:
         if w.rng.random() < 0.3:  # Kueue's: owned by a Workload, its nodes annotated so
             params["workload"] = kueue_owned(w, name, body)
         created = w.kube.create(body)
+        w.request_params[created["metadata"]["uid"]] = dict(params)
         said = ", ".join(f"{k} {v}" for k, v in params.items())
         return f"create {name} ({pods} x {template}; {said}) uid {created['metadata']['uid'][:8]}"
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from adapters.fake import FakeCloud
 from provider.domain.cloud import (
+    Busy,
     CloudInstance,
     CloudSnapshot,
     InstanceState,
@@ -44,6 +45,10 @@ class LaunchRecord:
     part: str
     request: str | None
     request_uid: str | None = None  # when the tags carry it
+    reservation: str | None = None
+    # When its call was sent, by the launching process's own wall clock (a replica's clock
+    # may have been stepped).
+    at: float = 0.0
 
 
 Mark = tuple[int, float]  # (step, simulated time) of a change
@@ -67,6 +72,9 @@ class LaggingCloud:
     # process could ever know what a dead predecessor launched last.
     bound_seconds: float = float("inf")
     clock: Callable[[], float] = lambda: 0.0
+    # A task's name -> its process's wall-clock offset (a replica's clock may be stepped):
+    # what the process's own clock read when it launched.
+    skew: Callable[[str], float] = lambda task: 0.0
     launches: dict[str, LaunchRecord] = field(default_factory=dict)
     launched_by: dict[str, str] = field(default_factory=dict)  # attempt -> its task
     refused: list[str] = field(default_factory=list)  # reservation refusals not injected
@@ -78,11 +86,17 @@ class LaggingCloud:
     # whose terminate call ended it: a debt paid by a later process than owed it.
     marked_by: dict[str, str] = field(default_factory=dict)
     ended_by: dict[str, str] = field(default_factory=dict)
+    # Instances the cloud ended on its own (their capacity's end ended them, a reclaim),
+    # and when it was first seen.
+    cloud_ended: dict[str, float] = field(default_factory=dict)
+    refused_for_room: int = 0  # launches refused for want of room (Busy)
+    reclaimed: set[str] = field(default_factory=set)  # instances the world's moves took
     _seen: dict[str, _Seen] = field(default_factory=dict)
 
     # --- the real calls, recorded -----------------------------------------------------
 
     def snapshot(self, cluster: str) -> CloudSnapshot:
+        self.sweep()
         truth = self.fake.snapshot(cluster)
         if self.lag <= 0:
             return truth
@@ -123,10 +137,14 @@ class LaggingCloud:
         if task is not None:  # a part's own task is a child of the attempt's
             self.launched_by.setdefault(request.tags.attempt, task.name.split(".part")[0])
         before = {i.id for i in self.fake.all_instances()}
+        # When it was sent, by the launching process's own wall clock.
+        sent = self.clock() + (self.skew(task.name) if task is not None else 0.0)
         try:
             result = self.fake.launch(request)
         except Exception as err:
-            self._record(request, before)
+            self._record(request, before, sent)
+            if isinstance(err, Busy):
+                self.refused_for_room += 1
             code = getattr(err, "cloud_code", "")
             if code == "ReservationCapacityExceeded" and "not active now" in str(err):
                 # The window by the cloud's clock: a replica's wall clock may be stepped.
@@ -134,7 +152,7 @@ class LaggingCloud:
             elif code == "ReservationCapacityExceeded" and "injected" not in str(err):
                 self.refused.append(f"{request.token}: {err}")
             raise
-        self._record(request, before)
+        self._record(request, before, sent)
         return result
 
     def terminate(self, instance_ids: Sequence[str]) -> None:
@@ -187,6 +205,7 @@ class LaggingCloud:
 
     def reclaim(self, instance_id: str) -> None:
         """The cloud takes an instance away (a spot reclaim, a person in the console)."""
+        self.reclaimed.add(instance_id)
         self.fake.reclaim(instance_id)
         if instance_id in self._seen:
             self._seen[instance_id].terminated = self._mark()
@@ -194,6 +213,20 @@ class LaggingCloud:
     def stop(self, instance_id: str) -> None:
         """The cloud stops an instance (a GCE host event, a run's end): it stays."""
         self.fake.stop(instance_id)
+
+    def sweep(self) -> None:
+        """Instances the cloud ended on its own (the end of capacity whose end ends them):
+        they leave listings after the lag, as a termination does, and count as lost."""
+        now: Mark | None = None
+        for inst in self.fake.all_instances():
+            if inst.state is not InstanceState.TERMINATED or inst.id in self.cloud_ended \
+                    or inst.id in self.terminate_called:
+                continue
+            now = now or self._mark()
+            seen = self._seen.get(inst.id)
+            if seen is not None and seen.terminated is None:
+                seen.terminated = now
+            self.cloud_ended[inst.id] = now[1]
 
     def _mark(self) -> Mark:
         return self.step(), self.clock()
@@ -203,7 +236,7 @@ class LaggingCloud:
         within the time bound."""
         return now[0] - change[0] < lag and now[1] - change[1] < self.bound_seconds
 
-    def _record(self, request: LaunchRequest, before: set[str]) -> None:
+    def _record(self, request: LaunchRequest, before: set[str], sent: float) -> None:
         # Its own: another call may have launched meanwhile (a launch takes time).
         created = [i for i in self.fake.all_instances() if i.id not in before
                    and (i.tags.attempt, i.tags.part) == (request.tags.attempt,
@@ -219,7 +252,8 @@ class LaggingCloud:
             ids = old.instance_ids + ids
         self.launches[request.token] = LaunchRecord(
             request.token, request.count, ids, request.node_group, request.tags.attempt,
-            request.tags.part, request.tags.request, getattr(request.tags, "request_uid", None))
+            request.tags.part, request.tags.request, getattr(request.tags, "request_uid", None),
+            request.reservation, sent)
 
     @staticmethod
     def _jitter(instance_id: str) -> int:

@@ -23,6 +23,7 @@ from tests.adversary.state import (
     RequestSeen,
     State,
 )
+from tests.adversary.world import STARVE_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,6 +424,39 @@ def h1_hostile_refused(s: State, final: bool) -> list[str]:
     return out
 
 
+# How long world time may pass while a task sits at one yield point: the one between the
+# executor's last check of a part's start and its cloud call, which on a real machine are
+# microseconds apart.
+ONE_YIELD_SECONDS = STARVE_SECONDS
+
+
+def i17_outlasting_capacity(s: State, final: bool) -> list[str]:
+    """I17: a gang is never launched into capacity whose end ends its instances unless it
+    was sent early enough for its nodes' boot and its declared runtime to end first (a
+    wait for room in the cloud included; one yield point's time allowed). Capacity whose
+    end ends only launches is not bound so: what runs in it runs on."""
+    out = []
+    for rec in s.launches:
+        end = s.ending.get(rec.reservation or "")
+        if end is None or not rec.instance_ids:
+            continue
+        runtime = s.runtimes.get(rec.request_uid or "", 0.0)
+        sent = rec.at
+        latest = end - s.boot.get(rec.group, 0.0) - runtime
+        if sent > latest + ONE_YIELD_SECONDS:
+            out.append(f"{rec.token} ({rec.request or 'CA'}) was sent into {rec.reservation} "
+                       f"at {sent:.0f}, after its last start {latest:.0f} (the reservation "
+                       f"ends its instances at {end:.0f}; boot {s.boot.get(rec.group, 0.0):.0f}"
+                       f"s, runtime {runtime:.0f}s)")
+    return out
+
+
+def n1_room_is_waited_for(s: State, final: bool) -> list[str]:
+    """N1: a launch the cloud refused for want of room (Busy: nothing happened) is sent
+    again; it never ends a part as failed."""
+    return [f"a refusal for room ended a part: {f}" for f in s.room_failures]
+
+
 INVARIANTS: tuple[Invariant, ...] = (
     Invariant("I1", "at quiescence no uncommitted instance is live and every live instance "
               "is owned by a configured group or reported", i1_no_leak),
@@ -447,6 +481,10 @@ INVARIANTS: tuple[Invariant, ...] = (
     Invariant("I8", "allset terminates a committed node only when asked (CA's DeleteNodes, "
               "a surplus, its request withdrawn)", i8_no_unasked_kill),
     Invariant("E1", "no background task dies of an unexpected exception", e1_no_task_error),
+    Invariant("I17", "no gang is launched into capacity whose end ends its instances "
+              "later than its boot and declared runtime allow", i17_outlasting_capacity),
+    Invariant("N1", "a launch the cloud refused for want of room is never a failed part",
+              n1_room_is_waited_for),
     Invariant("I6.anywhere", "every instance any process marked for deletion ends "
               "terminated, whoever acts after it", i6_owed_anywhere, DEBT_ON_INSTANCE),
     Invariant("B1", "a pod belongs to at most one gang's request: never counted in two "

@@ -14,6 +14,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -77,6 +78,9 @@ class Observer:
         w = self.world
         inc = w.current
         alive = w.alive()
+        w.cloud.sweep()  # what the cloud ended on its own: those Nodes are lost
+        for iid, when in w.cloud.cloud_ended.items():
+            w.lost.setdefault(iid, when)
         launches = list(w.cloud.launches.values())
         new = launches[self.launch_count:]
         self.launch_count = len(launches)
@@ -151,6 +155,7 @@ class Observer:
             requests=tuple(requests),
             check_requests=frozenset(fresh),
             lost_meanwhile=lost_meanwhile,
+            **self._ending(inc),
             nodes=tuple(self._nodes()) if final or fresh else (),
             reported_unknown=self._reported(inc) if final else 0,
             counted={r.key: frozenset(w.counted[r.key]) for r in requests
@@ -264,6 +269,24 @@ class Observer:
                 if node.state is NodeState.DELETING and node.instance is not None:
                     out.add(node.instance.id)
         return out
+
+    def _ending(self, inc: Incarnation) -> dict[str, Any]:
+        """What I17 and N1 read: the ends of capacity whose end ends its instances, the
+        groups' boot times, the runtimes the adversary's requests declared, and the part
+        failures that were refusals for room."""
+        w = self.world
+        fake_cfg = inc.config.schema.cloud.fake
+        ending = {r.id: r.ends_at.timestamp() for r in (fake_cfg.reservations if fake_cfg
+                                                          else ())
+                  if r.ends_at is not None and (r.ends_instances if r.ends_instances
+                                                is not None else r.kind == "capacity-block")}
+        margin = inc.config.schema.runtimes.margin
+        runtimes = {uid: float(p["expectedRuntimeSeconds"]) * margin
+                    for uid, p in w.request_params.items() if "expectedRuntimeSeconds" in p}
+        room = tuple(f"{o.attempt} ({tag}): {f.error}" for tag, o in w.outcomes
+                     for f in o.failures if f.error.code == "Busy")
+        return {"ending": ending, "boot": {g.id: g.boot_seconds for g in inc.config.groups},
+                "runtimes": runtimes, "room_failures": room}
 
     def _notes(self) -> dict[str, str]:
         """Which task launched each attempt, and whether its process still runs it."""

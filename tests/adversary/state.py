@@ -131,6 +131,14 @@ class State:
     killed_unasked: tuple[str, ...] = ()  # committed instances allset killed unasked
     misread: tuple[str, ...] = ()  # CA's reads that contradicted each other
     attempt_notes: dict[str, str] = field(default_factory=dict)  # for reports: who, state
+    # --- capacity that ends, and room in the cloud (issue 52) ----------------------------
+    # Reservations whose end ends the instances in it -> that end (the cloud's config).
+    ending: dict[str, float] = field(default_factory=dict)
+    boot: dict[str, float] = field(default_factory=dict)  # group -> its bootTime
+    # Request uid -> the runtime its nodes must have after they are Ready (declared).
+    runtimes: dict[str, float] = field(default_factory=dict)
+    # Part failures that were refusals for room (Busy): "attempt (process): error".
+    room_failures: tuple[str, ...] = ()
     # --- replicas -----------------------------------------------------------------------
     must_end_anywhere: frozenset[str] = frozenset()  # marked for deletion by any process
     fence_passers: tuple[str, ...] = ()  # live processes that pass the fence now (I9)

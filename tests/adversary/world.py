@@ -34,6 +34,7 @@ from typing import Any
 from adapters.fake import FakeCloud
 from adapters.registry import create_adapter
 from provider.app import Provider
+from provider.attempts.executor import Outcome
 from provider.attempts.journal import SqliteJournal
 from provider.base.clock import ManualClock, rfc3339
 from provider.capacity.ledger import CapacityView
@@ -135,11 +136,16 @@ cloud:
     # long enough for a lease to lapse under an attempt, short enough that a call the
     # fence let through is done within its margin.
     launchLatencySeconds: 5
+    # It runs this many launches at once and refuses one more (Busy), as GCE does beyond
+    # 10 bulk operations of a project (issue 52): allset waits for room, never fails.
+    maxLaunchesInFlight: 2
     reservations:
       - {{id: r-a, zone: z-a, instanceType: gpu8, fabric: fab-a, count: 3}}
-      - {{id: r-c, zone: z-a, instanceType: cpu2, count: 2}}
+      # An ODCR-like reservation: at its end launches into it end, and what runs in it
+      # runs on (endsInstances: false, the default of its kind).
+      - {{id: r-c, zone: z-a, instanceType: cpu2, count: 2, endsAt: "CLOSES"}}
       # Opens and closes during the seed: requests that state a runtime wait for it and
-      # hold its slots meanwhile.
+      # hold its slots meanwhile; its end ends the instances in it (a block's does).
       - {{id: {BLOCK}, zone: z-b, instanceType: gpu8, count: 2, kind: capacity-block,
          startsAt: "OPENS", endsAt: "CLOSES"}}
     quotas:
@@ -166,6 +172,19 @@ SWITCH_SECONDS = 0.001
 # guards for minutes (a pause no lease can fence: the margin between the renew deadline and
 # the lease duration, 20s at deploy/'s timing, is what it may take, calls included).
 STARVE_SECONDS = 4.0
+
+
+def _record_outcomes(provider: Provider, tag: str, into: list[tuple[str, Outcome]]) -> None:
+    """Every outcome of the process's executor is also kept, with the process, for the
+    invariants (N1)."""
+    recent = provider.recent
+    forward = recent.finished
+
+    def finished(outcome: Outcome) -> None:
+        forward(outcome)
+        into.append((tag, outcome))
+
+    recent.finished = finished  # type: ignore[method-assign]
 
 
 @functools.lru_cache(maxsize=16)
@@ -305,6 +324,10 @@ class World:
     apis: list[Any] = field(default_factory=list)  # clients to close with the world
     overlap: tuple[str, ...] = ()  # processes seen passing the fence at once (I9)
     lost: dict[str, float] = field(default_factory=dict)  # instance -> when its Node went
+    # What the adversary's requests asked (their parameters), by uid; and every attempt's
+    # outcome, with the process that ran it.
+    request_params: dict[str, dict[str, str]] = field(default_factory=dict)
+    outcomes: list[tuple[str, Outcome]] = field(default_factory=list)
     stopped: set[str] = field(default_factory=set)  # instances the cloud stopped
     window: int = 0  # the capacity block's window (an index into WINDOWS)
     # Gangs: the pods (pod_id) each request the bridge created was asked for, by request
@@ -332,6 +355,11 @@ class World:
 
     def alive(self) -> list[Incarnation]:
         return [i for i in self.incarnations if i.alive]
+
+    def wall_offset(self, task: str) -> float:
+        """How far the wall clock of the process running ``task`` ("a3.w.7") is off."""
+        tag = task.split(".", 1)[0]
+        return next((i.replica.clock.offset for i in self.incarnations if i.tag == tag), 0.0)
 
     def acting(self) -> list[Incarnation]:
         return [i for i in self.alive() if i.acting()]
@@ -428,6 +456,7 @@ class World:
         )
         loop = _cooperative(provider, self.now)
         _preemptible(provider.ledger)
+        _record_outcomes(provider, tag, self.outcomes)
         # Its workers are tasks of a controller pass (passes.py), not threads of its own.
         controller = Controller(provider, _kube_api(api, cfg), workers=WORKERS,
                                 backoff=Backoff(60, 600),
@@ -761,6 +790,7 @@ def make_world(seed: int, solo: bool | None = None) -> World:
     world = World(seed, rng, sched, clock, fake, cloud, kube, Endpoint.shared(), workdir,
                   solo, window=window)
     holder["w"] = world
+    cloud.skew = world.wall_offset
     world.create_templates()
     return world
 

@@ -10,6 +10,7 @@ from provider.app import Provider
 from provider.attempts.executor import AttemptSpec, Build, Executor, Result, StillUnknown
 from provider.capacity.ledger import CapacityView
 from provider.domain.cloud import (
+    Busy,
     CapacityType,
     CloudSnapshot,
     InsufficientCapacity,
@@ -108,6 +109,54 @@ def test_transient_errors_are_retried_with_the_same_token() -> None:
     out = ex.execute(AttemptSpec("a1", "x"), build_for(h.provider, 2))
     assert out.result is Result.SUCCEEDED and out.plans_tried == 1
     assert h.cloud.calls["launch"] == 3 and len(h.live()) == 2
+
+
+def test_a_launch_the_cloud_has_no_room_for_is_waited_out_not_failed() -> None:
+    """Issue 52, item 2: a cloud that runs a bounded number of launches at once refuses one
+    more (Busy: nothing happened). The executor waits and sends it again, more times than
+    it would retry an error, and the part is neither a failed try nor a failed part."""
+    h, ex = setup()
+    h.cloud.inject("launch", Busy("10 bulk operations in flight"), times=12)
+    start = h.clock.monotonic()
+    out = ex.execute(AttemptSpec("a1", "x"), build_for(h.provider, 2))
+    assert out.result is Result.SUCCEEDED and out.failures == () and out.plans_tried == 1
+    assert h.cloud.calls["launch"] == 13 and len(h.live()) == 2
+    assert h.clock.monotonic() > start  # it waited, on the injected clock
+
+
+def test_a_launch_that_finds_no_room_before_the_deadline_fails_having_launched_nothing(
+        ) -> None:
+    h, ex = setup()
+    h.cloud.inject("launch", Busy("10 bulk operations in flight"), times=10_000)
+    out = ex.execute(AttemptSpec("a1", "x"), build_for(h.provider, 2))
+    assert out.result is Result.FAILED and h.live() == []
+    assert all(f.error.code == "TransientError" and "no room" in str(f.error)
+               for f in out.failures)
+
+
+BLOCK = """\
+cluster: x
+cloud:
+  fake:
+    reservations:
+      - {id: cb, zone: z1, instanceType: p5, count: 2, kind: capacity-block,
+         startsAt: "2027-01-15T07:00:00Z", endsAt: "2027-01-15T08:15:00Z"}
+nodeGroups:
+  - {id: g, zone: z1, instanceType: p5, cpu: 96, memory: 1Ti, maxSize: 20,
+     gpu: {type: h100, count: 8}, price: {onDemand: 50}}
+"""
+
+
+def test_a_wait_for_room_past_the_last_start_of_ending_capacity_goes_elsewhere() -> None:
+    """A block ends its instances in 15 minutes; nodes take 10 to boot, so a part in it
+    must be sent within 5. One that waits longer for room in the cloud is not sent there
+    (the nodes would end before they were Ready): the next plan buys on demand."""
+    h, ex = setup(BLOCK)
+    h.cloud.inject("launch", Busy("10 bulk operations in flight"), times=60)
+    out = ex.execute(AttemptSpec("a1", "x"), build_for(h.provider, 2))
+    assert out.result is Result.SUCCEEDED and out.plans_tried == 2
+    assert [f.error.code for f in out.failures] == ["StartPassed"]
+    assert [i.tags.reservation for i in h.live()] == [None, None]
 
 
 def test_capacity_and_quota_errors_are_not_retried() -> None:

@@ -38,3 +38,20 @@ def test_a_lasting_mark_outlives_a_stockouts() -> None:
     assert marks.blocked(stocked) is None and marks.blocked(missing) is not None
     clock.advance(3000)
     assert marks.blocked(missing) is None
+
+
+def test_a_metric_blocks_the_types_counted_in_it_and_an_unknown_one_the_failing_type() -> None:
+    """GCE quotas are per metric, and a type counts in several (issue 52, item 3): a mark on
+    the metric a failure names blocks every type counted in it; a metric the adapter did not
+    name for the failing type blocks that type alone, in every zone."""
+    buckets = {"a3-highgpu-8g": ("A3_CPUS", "NVIDIA_H100_GPUS"),
+               "a3-megagpu-8g": ("A3_CPUS", "NVIDIA_H100_MEGA_GPUS"),
+               "n1-standard-8": ("CPUS", "NVIDIA_T4_GPUS")}
+    marks = UnavailableOfferings(ManualClock(), 180.0, 3600.0, buckets)
+    marks.mark(PoolKey("z-a", "a3-highgpu-8g", OD), Scope.FAMILY, "quota", bucket="A3_CPUS")
+    assert marks.blocked(PoolKey("z-b", "a3-megagpu-8g", OD)) is not None
+    assert marks.blocked(PoolKey("z-a", "n1-standard-8", OD)) is None
+    other = UnavailableOfferings(ManualClock(), 180.0, 3600.0, buckets)
+    other.mark(PoolKey("z-a", "n1-standard-8", OD), Scope.FAMILY, "quota", bucket="SSD_GB")
+    assert other.blocked(PoolKey("z-b", "n1-standard-8", OD)) is not None
+    assert other.blocked(PoolKey("z-a", "a3-highgpu-8g", OD)) is None

@@ -7,9 +7,17 @@ Sources of the EC2 behaviours modelled here (facts only; the code is ours):
 * BLOCK END: EC2 begins terminating a Capacity Block's instances 30 minutes before the
   block ends (EC2 user guide, "Monitor Capacity Blocks using EventBridge": the warning
   comes 40 minutes before the end, termination 10 minutes later,
-  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-monitor.html). The
+  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-monitor.html), an
+  UltraServer Capacity Block's 60 minutes before (EC2 user guide, "Capacity Blocks for
+  ML", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-capacity-blocks.html). The
   layer terminates them then, and refuses launches into a block from then on (the code of
   that refusal is not documented; ReservationCapacityExceeded here).
+* ODCR END: an On-Demand Capacity Reservation's end ends only launches into it: "After a
+  reservation ends, you can no longer target instances to the Capacity Reservation.
+  Instances running in the reserved capacity continue to run uninterrupted" (EC2 user
+  guide, "Work with Capacity Reservations",
+  https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-reservations-using.html).
+  The layer shows it expired and leaves its instances running.
 * BLOCK STATES: a block bought for later is ``scheduled`` (``payment-pending`` while paid)
   until its StartDate and shows no available instances; a launch into it then fails with
   InvalidCapacityReservationState.PendingActivation (the code named in issue 20; the
@@ -18,6 +26,24 @@ Sources of the EC2 behaviours modelled here (facts only; the code is ours):
 * TOKEN SPENT: repeating a ClientToken whose instances were all terminated fails with
   IdempotentInstanceTerminated ("Error codes for the Amazon EC2 API",
   https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html).
+* TOKEN REUSED: a ClientToken repeated with other parameters fails with
+  IdempotentParameterMismatch: "The request uses the same client token as a previous,
+  but non-identical request" (same page; "Ensuring idempotency in Amazon EC2 API
+  requests", https://docs.aws.amazon.com/ec2/latest/devguide/ec2-api-idempotency.html),
+  and launches nothing.
+* TOKEN LENGTH: a ClientToken is at most 64 ASCII characters (botocore's
+  RunInstancesRequest.ClientToken: "Constraints: Maximum 64 ASCII characters"); the
+  layer refuses a longer one with InvalidParameterValue (the code is not documented for
+  this case).
+* PLATFORM AND TENANCY: a reservation takes instances "that have matching attributes
+  (instance type, platform, Availability Zone, and tenancy)" (EC2 user guide, "Work with
+  Capacity Reservations"); CapacityReservation.InstancePlatform and Tenancy say them
+  (botocore's EC2 model). The layer consumes an open reservation only for a launch that
+  matches, and refuses a targeted one that does not with InvalidParameterCombination (the
+  code of that refusal is not documented). A launch's platform is its image's
+  PlatformDetails, "The platform details associated with the billing code of the AMI"
+  (EC2 API reference, Image), which moto does not fill: the layer gives "Windows" to a
+  Windows image and "Linux/UNIX" to others, unless ``image_platforms`` says more.
 * EFA-ONLY: an EFA-only interface takes no IP address and cannot be the primary interface
   (card 0, device 0) (EC2 user guide, "Maximize network bandwidth on Amazon EC2 instances
   with multiple network cards",
@@ -56,7 +82,13 @@ from botocore.exceptions import ReadTimeoutError
 ACCOUNT = "123456789012"
 ON_DEMAND, SPOT, CAPACITY_BLOCK = "on-demand", "spot", "capacity-block"
 INTERRUPTIBLE = "interruptible-capacity-reservation"
+CLIENT_TOKEN_MAX = 64  # ASCII characters (TOKEN LENGTH)
 BLOCK_CUTOFF = 30 * 60.0  # EC2 terminates a block's instances this long before its end
+ULTRASERVER_BLOCK_CUTOFF = 60 * 60.0  # ... and an UltraServer block's (BLOCK END)
+# Instance types sold only as UltraServer nodes (botocore's InstanceType enum; EC2 user
+# guide, Amazon EC2 UltraServers). EC2 reports LaunchStatus for their reservations only
+# (CapacityReservation.LaunchStatus: "Only supported for UltraServers").
+ULTRASERVER_TYPES = frozenset({"p6e-gb200.36xlarge", "trn2u.48xlarge"})
 _URL = "https://ec2.amazonaws.com/"
 Response = tuple[AWSResponse, dict[str, Any]]
 
@@ -88,10 +120,19 @@ class ModelReservation:
     # UltraServer reservations only (CapacityReservation.LaunchStatus): "unlaunchable - You
     # can't launch instances into the Capacity Reservation". None: not reported.
     launch_status: str | None = None
+    # What launches it takes (PLATFORM AND TENANCY).
+    platform: str = "Linux/UNIX"
+    tenancy: str = "default"
 
     @property
     def free(self) -> int:
         return max(0, self.total - len(self.instances))
+
+    @property
+    def cutoff(self) -> float:
+        """How long before its end EC2 begins terminating a block's instances."""
+        return ULTRASERVER_BLOCK_CUTOFF if self.instance_type in ULTRASERVER_TYPES \
+            else BLOCK_CUTOFF
 
     def state_at(self, now: float) -> str:
         """A block is scheduled before its start and expired after its end."""
@@ -113,9 +154,9 @@ class ModelReservation:
             "CapacityReservationArn":
                 f"arn:aws:ec2:{region}:{ACCOUNT}:capacity-reservation/{self.id}",
             "InstanceType": self.instance_type,
-            "InstancePlatform": "Linux/UNIX",
+            "InstancePlatform": self.platform,
             "AvailabilityZone": self.zone,
-            "Tenancy": "default",
+            "Tenancy": self.tenancy,
             "TotalInstanceCount": self.total,
             "AvailableInstanceCount": self.free if self.state_at(now) == "active" else 0,
             "State": self.state_at(now),
@@ -131,8 +172,8 @@ class ModelReservation:
         if self.interruptible:
             item["Interruptible"] = True
             item["InstanceMatchCriteria"] = "targeted"
-        if self.launch_status is not None:
-            item["LaunchStatus"] = self.launch_status
+        if self.launch_status is not None or self.instance_type in ULTRASERVER_TYPES:
+            item["LaunchStatus"] = self.launch_status or "launchable"
         if self.placement_group is not None:
             item["PlacementGroupArn"] = (
                 f"arn:aws:ec2:{region}:{ACCOUNT}:placement-group/{self.placement_group}")
@@ -187,9 +228,12 @@ class Ec2Layer:
         # it fails with VcpuLimitExceeded (400); the other quotas are untouched. Absent:
         # no limit. Only on-demand launches are counted here.
         self.vcpu_limits: dict[str, int] = {}
+        # Image id -> its PlatformDetails, where moto's "Windows or not" is not enough.
+        self.image_platforms: dict[str, str] = {}
         self.calls: Counter[str] = Counter()
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.tokens: dict[str, list[str]] = {}
+        self._token_params: dict[str, dict[str, Any]] = {}  # what each token first asked
         self._faults: dict[str, deque[_Fault]] = {}
         self._hidden: dict[str, int] = {}  # instance id -> calls it stays invisible for
         self._hide_next_launch = 0
@@ -286,8 +330,16 @@ class Ec2Layer:
         if fault is not None and not fault.after:
             return
         if op == "RunInstances":
-            repeated = self.tokens.get(params.get("ClientToken", ""))
+            token = params.get("ClientToken", "")
+            context["layer.asked"] = copy.deepcopy(params)
+            if len(token) > CLIENT_TOKEN_MAX or not token.isascii():  # TOKEN LENGTH
+                context["layer.launch"] = error("InvalidParameterValue", 400)
+                return
+            repeated = self.tokens.get(token)
             if repeated is not None:
+                if self._token_params.get(token) != params:  # TOKEN REUSED
+                    context["layer.launch"] = error("IdempotentParameterMismatch", 400)
+                    return
                 context["layer.repeat"] = repeated
                 return
             decided = self._decide_launch(params)
@@ -329,10 +381,14 @@ class Ec2Layer:
         ok = parsed.get("ResponseMetadata", {}).get("HTTPStatusCode", 200) < 300
         decided = context.get("layer.launch")
         if op == "RunInstances" and ok and isinstance(decided, _Launch):
-            self._record_launch(context["layer.params"], decided, parsed)
+            self._record_launch(context["layer.params"], decided, parsed,
+                                context["layer.asked"])
         if op == "TerminateInstances" and ok:
             for item in parsed.get("TerminatingInstances", []):
                 self._release(item["InstanceId"])
+        if op == "DescribeImages" and ok:
+            for image in parsed.get("Images", []):
+                image.setdefault("PlatformDetails", self._platform_of(image))
         if op == "DescribeInstances" and ok:
             for r in parsed.get("Reservations", []):
                 r["Instances"] = [i for i in r["Instances"]
@@ -354,10 +410,11 @@ class Ec2Layer:
         return fault
 
     def _end_blocks(self) -> None:
-        """EC2 terminates a block's instances from 30 minutes before its end."""
+        """EC2 terminates a block's instances from 30 minutes before its end (60 for an
+        UltraServer block); an ODCR's end leaves its instances running (ODCR END)."""
         now = self._now()
         for r in self.reservations.values():
-            if r.capacity_block and r.ends is not None and now >= r.ends - BLOCK_CUTOFF \
+            if r.capacity_block and r.ends is not None and now >= r.ends - r.cutoff \
                     and r.instances:
                 self.ec2.terminate_instances(InstanceIds=sorted(r.instances))
                 r.instances.clear()
@@ -418,9 +475,11 @@ class Ec2Layer:
         preference = spec.get("CapacityReservationPreference", "open")
         if market == ON_DEMAND and preference in ("open", "capacity-reservations-only"):
             # EC2's default: matching open reservations are consumed silently.
+            now = self._now()
             for r in self.reservations.values():
-                if (r.state == "active" and not r.targeted and r.free and remaining
-                        and (r.zone, r.instance_type) == (zone, itype)):
+                if (r.state_at(now) == "active" and not r.targeted and r.free and remaining
+                        and (r.zone, r.instance_type) == (zone, itype)
+                        and (r.platform, r.tenancy) == self._launches(params)):
                     n = min(r.free, remaining)
                     takes.append((r.id, n))
                     remaining -= n
@@ -433,6 +492,30 @@ class Ec2Layer:
         if got < low:
             return error("InsufficientInstanceCapacity", 500)
         return _Launch(got, takes, pool)
+
+    def _launches(self, params: dict[str, Any]) -> tuple[str, str]:
+        """(platform, tenancy) of a RunInstances: its own image and placement, else its
+        launch template's (PLATFORM AND TENANCY)."""
+        data: dict[str, Any] = {}
+        template = params.get("LaunchTemplate")
+        if template:
+            named = {k: v for k, v in template.items() if k in ("LaunchTemplateId",
+                                                                "LaunchTemplateName")}
+            found = self.ec2.describe_launch_template_versions(
+                **named, Versions=[template.get("Version", "$Default")])
+            data = found["LaunchTemplateVersions"][0]["LaunchTemplateData"]
+        image = params.get("ImageId") or data.get("ImageId", "")
+        tenancy = params.get("Placement", {}).get("Tenancy") or \
+            data.get("Placement", {}).get("Tenancy") or "default"
+        found = self.ec2.describe_images(Filters=[{"Name": "image-id", "Values": [image]}])
+        images = found["Images"]
+        return (self._platform_of(images[0]) if images else "Linux/UNIX"), tenancy
+
+    def _platform_of(self, image: dict[str, Any]) -> str:
+        known = self.image_platforms.get(image["ImageId"])
+        if known is not None:
+            return known
+        return "Windows" if image.get("Platform") == "windows" else "Linux/UNIX"
 
     def _over_vcpu_limit(self, itype: str, count: int) -> bool:
         quota = _on_demand_quota(itype)
@@ -459,6 +542,8 @@ class Ec2Layer:
             return error("InvalidParameterCombination", 400)
         if r.interruptible != (market == INTERRUPTIBLE):
             return error("InvalidParameterCombination", 400)
+        if (r.platform, r.tenancy) != self._launches(params):  # PLATFORM AND TENANCY
+            return error("InvalidParameterCombination", 400)
         if r.launch_status == "unlaunchable":
             # The code EC2 answers is not documented; a capacity refusal stands for it.
             return error("InsufficientInstanceCapacity", 500)
@@ -471,7 +556,7 @@ class Ec2Layer:
             return error("InvalidCapacityReservationState.PendingActivation", 400)
         if state != "active":
             return error("ReservationCapacityExceeded", 400)
-        if r.capacity_block and r.ends is not None and now >= r.ends - BLOCK_CUTOFF:
+        if r.capacity_block and r.ends is not None and now >= r.ends - r.cutoff:
             return error("ReservationCapacityExceeded", 400)
         n = min(high, r.free)
         if n < low:
@@ -479,7 +564,7 @@ class Ec2Layer:
         return _Launch(n, [(r.id, n)], pool)
 
     def _record_launch(self, params: dict[str, Any], launch: _Launch,
-                       parsed: dict[str, Any]) -> None:
+                       parsed: dict[str, Any], asked: dict[str, Any]) -> None:
         ids = [i["InstanceId"] for i in parsed.get("Instances", [])]
         nics = params.get("NetworkInterfaces") or [{}]
         self.addresses_taken += len(ids) * sum(
@@ -487,6 +572,7 @@ class Ec2Layer:
         token = params.get("ClientToken")
         if token:
             self.tokens[token] = ids
+            self._token_params[token] = asked
         rest = iter(ids)
         for rid, n in launch.takes:
             taken = list(itertools.islice(rest, n))

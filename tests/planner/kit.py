@@ -52,6 +52,14 @@ def reservation(rid: str, zone: str = "z-a", free: int = 4, *, itype: str = "p5"
                        ends_at=window[1] if window else None)
 
 
+def odcr(rid: str, ends_at: float, zone: str = "z-a", free: int = 4, *,
+         itype: str = "p5") -> Reservation:
+    """An ODCR (or a GCE reservation in default mode) that ends at ``ends_at``: from then
+    no launch goes into it, and what runs in it runs on (Reservation.ends_instances)."""
+    return Reservation(rid, zone, itype, total=free, free=free, ends_at=ends_at,
+                       ends_instances=False)
+
+
 def workers(count: int = 16, gpus: int = 1, *, gpu: str | None = "h100",
             tolerate: bool = True, name: str = "workers",
             affinity: tuple[tuple[Requirement, ...], ...] = ()) -> PodSet:

@@ -8,10 +8,10 @@ import dataclasses
 
 from provider.domain.cloud import CapacityType
 from provider.domain.demand import Demand, valued
-from provider.domain.plan import Infeasible, Plan, ReasonCode
+from provider.domain.plan import IdleNode, Infeasible, Plan, ReasonCode
 from provider.planner.answer import plan
 from provider.planner.timing import Wait, wait_or_buy
-from tests.planner.kit import NOW, World, demand, gpu_group, reservation, workers
+from tests.planner.kit import NOW, World, demand, gpu_group, odcr, reservation, workers
 
 HOUR = 3600.0
 # 16 GPUs on 2 nodes of 100/h each: 200/h on demand.
@@ -236,3 +236,49 @@ def test_an_unlaunchable_reservation_serves_no_plan() -> None:
     assert isinstance(result, Plan)
     assert any("reservation ultra cannot be launched into now" in n.message
                for n in result.notes), result.notes
+
+
+# Issue 52, item 1: an ODCR's end ends launches into it, not its instances ("Instances
+# running in the reserved capacity continue to run uninterrupted", EC2 user guide, Work
+# with Capacity Reservations), so it serves a gang that outlives it; a Capacity Block's end
+# ends its instances, so it does not. This reverses, for the first kind only, issue 33's
+# rule (fedf8ca) that every reservation must outlast the boot time and the runtime.
+
+def test_a_reservation_whose_end_ends_only_launches_serves_a_gang_that_outlives_it() -> None:
+    world = World([gpu_group("g")], [odcr("odcr", NOW + 2 * HOUR)])
+    result = plan(job(6.0), world.view(), world.matcher)
+    assert parts(result) == [("g", "odcr", 2)]  # paid for and free: used, not bought
+    assert isinstance(result, Plan) and result.on_demand_cost_per_hour == 0
+    # Five minutes before its end it still takes a launch, and with no runtime declared.
+    soon = World([gpu_group("g")], [odcr("odcr", NOW + 300)])
+    for d in (job(6.0), job(None), job(6.0, reserved_only=True)):
+        assert parts(plan(d, soon.view(), soon.matcher)) == [("g", "odcr", 2)]
+    # Once it has ended, nothing launches into it.
+    ended = World([gpu_group("g")], [odcr("odcr", NOW - 1)])
+    assert parts(plan(job(6.0), ended.view(), ended.matcher)) == [("g", None, 2)]
+
+
+def test_capacity_whose_end_ends_its_instances_still_must_outlast_the_gang() -> None:
+    block = reservation("cb", free=2, window=(NOW - HOUR, NOW + 2 * HOUR))
+    odcr_like_a_block = dataclasses.replace(odcr("r", NOW + 2 * HOUR), ends_instances=True)
+    for r in (block, odcr_like_a_block):
+        world = World([gpu_group("g")], [r])
+        assert parts(plan(job(6.0), world.view(), world.matcher)) == [("g", None, 2)]
+
+
+def test_an_idle_node_of_a_reservation_that_ends_only_launches_hosts_a_longer_gang() -> None:
+    """Reuse obeys the same rule as a launch (planner/reuse.py): a node in an ODCR that
+    ends in 2 h runs on after it, so a 6 h gang books it; one in a block does not."""
+    node = IdleNode("fake://g/0", "g", CapacityType.RESERVED, "odcr")
+    world = World([gpu_group("g")], [dataclasses.replace(odcr("odcr", NOW + 2 * HOUR),
+                                                         free=0)])
+    result = plan(job(6.0), world.view(), world.matcher, idle=[node])
+    assert isinstance(result, Plan)
+    assert [p.reused for p in result.parts if p.reused] == [("fake://g/0",)]
+    in_block = IdleNode("fake://g/0", "g", CapacityType.RESERVED, "cb")
+    block = dataclasses.replace(reservation("cb", free=2, window=(NOW - HOUR, NOW + 2 * HOUR)),
+                                free=0)
+    blocked = World([gpu_group("g")], [block])
+    result = plan(job(6.0), blocked.view(), blocked.matcher, idle=[in_block])
+    assert isinstance(result, Plan)
+    assert not any(p.reused for p in result.parts)

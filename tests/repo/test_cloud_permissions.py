@@ -75,6 +75,7 @@ GCP_CALLS = {
     "instances.delete_unary": {"compute.instances.delete"},
     "reservations.aggregated_list": {"compute.reservations.list"},
     "reservations.get": {"compute.reservations.get"},
+    "future_reservations.aggregated_list": {"compute.futureReservations.list"},
     "instance_templates.get": {"compute.instanceTemplates.get"},
     "machine_types.get": {"compute.machineTypes.get"},
     "regions.get": {"compute.regions.get"},

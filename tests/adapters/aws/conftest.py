@@ -17,7 +17,7 @@ from provider.config import LoadedConfig, load_config_text
 from tests.fakes.ec2 import Ec2Layer
 
 REGION = "us-east-1"
-AMI = "ami-12c6146b"  # one of moto's built-in images
+AMI = "ami-760aaa0f"  # one of moto's built-in images (Amazon Linux: Linux/UNIX)
 
 
 @dataclass

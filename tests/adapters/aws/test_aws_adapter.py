@@ -221,7 +221,7 @@ def test_snapshot_lists_this_clusters_instances_across_pages(world: World) -> No
     for tag_set in ([{"Key": tags.CLUSTER, "Value": "other"}], [],
                     [{"Key": tags.CLUSTER, "Value": "test"}]):
         spec = [{"ResourceType": "instance", "Tags": tag_set}] if tag_set else []
-        ec2.run_instances(MinCount=1, MaxCount=1, ImageId="ami-12c6146b",
+        ec2.run_instances(MinCount=1, MaxCount=1, ImageId="ami-760aaa0f",
                           InstanceType="m7i.large", TagSpecifications=spec)
     ec2.terminate_instances(InstanceIds=[launched[0].id])
     ec2.stop_instances(InstanceIds=[launched[1].id])

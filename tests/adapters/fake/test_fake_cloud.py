@@ -97,6 +97,30 @@ def test_capacity_block_only_inside_its_window(clock: ManualClock) -> None:
         cloud.launch(req("a/3", 1, CapacityType.RESERVED, "cb"))
 
 
+def test_a_blocks_end_ends_its_instances_and_an_odcrs_leaves_them_running(
+        clock: ManualClock, tmp_path: Path) -> None:
+    """Issue 52, item 1: capacity whose end ends its instances (a block) ends them at its
+    end, on every read; an ODCR's end ends only launches into it (ends_instances False)."""
+    odcr = Reservation("odcr", "z1", "p5", total=2, free=2, ends_at=NOW + 7200,
+                       ends_instances=False)
+    cloud = FakeCloud(settings(reservations=[*settings().reservations, odcr],
+                               state_path=str(tmp_path / "cloud.db")), clock)
+    clock.advance(3600)
+    in_block = cloud.launch(req("a/1", 2, CapacityType.RESERVED, "cb"))
+    in_odcr = cloud.launch(req("b/1", 2, CapacityType.RESERVED, "odcr"))
+    clock.advance(3600)  # both end now
+    states = {i.id: i.state for i in cloud.all_instances()}
+    assert {states[i.id] for i in in_block} == {InstanceState.TERMINATED}
+    assert {states[i.id] for i in in_odcr} == {InstanceState.RUNNING}
+    assert {i.tags.reservation for i in cloud.snapshot("c").instances} == {"odcr"}
+    with pytest.raises(InsufficientCapacity):  # nothing launches into it any more
+        cloud.launch(req("b/2", 1, CapacityType.RESERVED, "odcr"))
+    # A process reading the same state later sees the same.
+    again = FakeCloud(settings(reservations=[*settings().reservations, odcr],
+                               state_path=str(tmp_path / "cloud.db")), clock)
+    assert {i.tags.reservation for i in again.live_instances()} == {"odcr"}
+
+
 def test_bad_reservation_requests_are_invalid(clock: ManualClock) -> None:
     cloud = FakeCloud(settings(), clock)
     with pytest.raises(InvalidRequest, match="does not exist"):

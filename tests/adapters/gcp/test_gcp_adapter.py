@@ -301,7 +301,8 @@ def test_quota_launches_nothing(h: GcpHarness) -> None:
     h.compute.quotas = {"NVIDIA_H100_GPUS": 16}
     with pytest.raises(QuotaExceeded, match="NVIDIA_H100_GPUS") as info:
         h.adapter.launch(part(h, "h100-b", 3))
-    assert info.value.scope is Scope.CLOUD
+    # The metric it names is what it blocks (issue 52, item 3), not the whole region.
+    assert (info.value.scope, info.value.bucket) == (Scope.FAMILY, "NVIDIA_H100_GPUS")
     assert h.compute.live() == []
 
 

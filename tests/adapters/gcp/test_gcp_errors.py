@@ -53,3 +53,12 @@ def test_message_text_never_decides() -> None:
 def test_quota_metric_is_named_for_people() -> None:
     err = classify(Failure(("QUOTA_EXCEEDED",), 403, "Quota exceeded.", "NVIDIA_H100_GPUS"))
     assert "NVIDIA_H100_GPUS" in str(err)
+
+
+def test_a_quota_error_blocks_the_metric_it_names() -> None:
+    """Issue 52, item 3: quotas are per metric, so a failure naming one blocks that
+    metric (Scope.FAMILY, the metric as its bucket); one naming none, the region."""
+    named = classify(Failure(("QUOTA_EXCEEDED",), 403, "Quota exceeded.", "NVIDIA_H100_GPUS"))
+    assert (named.scope, named.bucket) == (Scope.FAMILY, "NVIDIA_H100_GPUS")
+    unnamed = classify(Failure(("QUOTA_EXCEEDED",), 403, "Quota exceeded."))
+    assert (unnamed.scope, unnamed.bucket) == (Scope.CLOUD, "")

@@ -30,6 +30,9 @@ Sources of the behaviours modelled here (facts only; the code is ours):
   ``Compute.reservation``.
 * ASSURED: specificReservation.assuredCount, when present, is how many of ``count`` are
   usable now (AllocationSpecificSKUReservation, Compute v1 reference).
+* IN FLIGHT: "more than 10 bulk operations running at the same time" are refused with
+  HTTP 403 reason rateLimitExceeded ("Troubleshooting bulk creation of VMs", Rate limit
+  exceeded); nothing is created, and the same request may be sent again.
 * AT REQUEST: the bulk API may refuse a stockout before starting, with HTTP 503
   and reason insufficientCapacity ("Troubleshooting bulk creation of VMs", section
   "Insufficient capacity",
@@ -79,6 +82,10 @@ def bulk_insert(compute: Compute, zone: str, body: dict[str, Any],
         seen = compute.replay(request_id)
         if seen is not None:
             return seen
+        if compute.running_bulk() >= compute.bulk_limit:  # IN FLIGHT
+            compute.refused_bulk += 1
+            raise ApiError(403, "rateLimitExceeded", f"Rate Limit Exceeded: more than "
+                           f"{compute.bulk_limit} bulk operations running at the same time")
         count = int(body.get("count", 0))
         min_count = int(body.get("minCount", count))
         pattern = str(body.get("namePattern", ""))
@@ -181,7 +188,9 @@ def bulk_insert(compute: Compute, zone: str, body: dict[str, Any],
                            policies, last(str(template)) if template else None,
                            props.get("networkInterfaces", []),
                            props.get("scheduling", {}).get("instanceTerminationAction", "STOP"))
-        return compute.new_operation(zone, "bulkInsert", pattern, request_id)
+        op = compute.new_operation(zone, "bulkInsert", pattern, request_id)
+        compute.most_bulk = max(compute.most_bulk, compute.running_bulk())
+        return op
 
 
 def _mismatch(compute: Compute, r: ReservationRec, machine_type: str,

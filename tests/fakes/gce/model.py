@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+WAIT_SECONDS = 2.0  # the longest a zoneOperations.wait is held here
 LABEL = re.compile(r"^[a-z0-9_-]{0,63}$")
 LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -97,6 +98,23 @@ class ReservationRec:
 
 
 @dataclass(slots=True)
+class FutureReservationRec:
+    """A future reservation that has delivered its reservations. reservationMode CALENDAR:
+    "The delivered reservations will delivered at specified start time and terminated at
+    specified end time along with terminating the VMs running on it"; DEFAULT: "The
+    delivered reservations do not terminate VMs at the end of reservations. This is
+    default mode." (FutureReservation.ReservationMode); status.autoCreatedReservations:
+    "Fully qualified urls of the automatically created reservations at start_time"
+    (FutureReservationStatus, Compute v1 reference)."""
+
+    zone: str
+    name: str
+    mode: str  # CALENDAR | DEFAULT
+    reservations: tuple[str, ...]  # names of the reservations it auto-created (our project)
+    end_time: str | None = None  # timeWindow.endTime, RFC 3339
+
+
+@dataclass(slots=True)
 class InstanceRec:
     zone: str
     name: str
@@ -127,10 +145,12 @@ class OperationRec:
     target: str
     polls_left: int
     error: OpError | None = None
+    done_at: float = 0.0  # it runs until then (Compute.bulk_seconds) and its polls are done
+    now: Callable[[], float] = time.time
 
     @property
     def done(self) -> bool:
-        return self.polls_left <= 0
+        return self.polls_left <= 0 and self.now() >= self.done_at
 
 
 @dataclass(slots=True)
@@ -200,6 +220,12 @@ class Compute:
     quotas: dict[str, int] = field(default_factory=dict)  # regional metric -> limit
     unreachable: set[str] = field(default_factory=set)  # zones aggregated lists cannot see
     polls_to_done: int = 1  # waits/gets before an operation reports DONE
+    # How long a bulkInsert operation runs (by ``now``), and how many of the project's may
+    # run at once: "more than 10 bulk operations running at the same time" is refused with
+    # HTTP 403 reason rateLimitExceeded ("Troubleshooting bulk creation of VMs", Rate limit
+    # exceeded). The 20 requests a second of the same answer are not modelled.
+    bulk_seconds: float = 0.0
+    bulk_limit: int = 10
     metadata_bytes: int = 0  # size of each instance's startup script (0: none rendered)
     field_masks: bool = True  # False: refuse partial responses (an API that does not know)
     now: Callable[[], float] = time.time
@@ -210,6 +236,7 @@ class Compute:
     def __post_init__(self) -> None:
         self.lock = threading.RLock()
         self.reservations: dict[tuple[str, str], ReservationRec] = {}
+        self.future_reservations: dict[tuple[str, str], FutureReservationRec] = {}
         self.instances: dict[tuple[str, str], InstanceRec] = {}
         self.operations: dict[tuple[str, str], OperationRec] = {}
         self.request_ids: dict[str, tuple[str, str]] = {}
@@ -219,6 +246,8 @@ class Compute:
         self.version = 0  # moves on every change made through these methods
         self.list_cache: tuple[tuple[str, int, int], list[Any]] | None = None
         self.calls: Counter[str] = Counter()
+        self.most_bulk = 0  # bulkInsert operations running at once, at most
+        self.refused_bulk = 0  # bulkInserts refused for the limit
         self._ids = itertools.count(1_000_000_001)
         self._fingerprints = itertools.count(1)
 
@@ -229,6 +258,17 @@ class Compute:
         with self.lock:
             r = ReservationRec(zone, name, machine_type, count, **kwargs)  # type: ignore[arg-type]
             self.reservations[(zone, r.ref)] = r
+
+    def add_future_reservation(self, zone: str, name: str, mode: str,
+                               reservations: tuple[str, ...], **kwargs: object) -> None:
+        with self.lock:
+            rec = FutureReservationRec(zone, name, mode, reservations, **kwargs)  # type: ignore[arg-type]
+            self.future_reservations[(zone, name)] = rec
+
+    def calendar(self, r: ReservationRec) -> bool:
+        """Whether a future reservation in calendar mode delivered ``r``."""
+        return any(f.mode == "CALENDAR" and f.zone == r.zone and r.name in f.reservations
+                   for f in self.future_reservations.values())
 
     def inject(self, fault: Fault) -> None:
         with self.lock:
@@ -301,7 +341,9 @@ class Compute:
     def new_operation(self, zone: str, kind: str, target: str, request_id: str | None,
                       error: OpError | None = None) -> OperationRec:
         name = f"operation-{next(self._ids)}"
-        op = OperationRec(zone, name, kind, target, self.polls_to_done, error)
+        runs = self.bulk_seconds if kind == "bulkInsert" and error is None else 0.0
+        op = OperationRec(zone, name, kind, target, self.polls_to_done, error,
+                          self.now() + runs, self.now)
         self.operations[(zone, name)] = op
         if request_id:
             self.request_ids[request_id] = (zone, name)
@@ -316,13 +358,24 @@ class Compute:
         key = self.request_ids.get(request_id)
         return self.operations[key] if key else None
 
-    def poll(self, zone: str, name: str) -> OperationRec:
+    def poll(self, zone: str, name: str, *, wait: bool = False) -> OperationRec:
+        """zoneOperations.get, or zoneOperations.wait, which "waits for the specified
+        Operation to complete" and returns when it is done or after about 2 minutes
+        (Compute v1 reference): here after at most WAIT_SECONDS of ``now``'s time."""
         with self.lock:
             op = self.operations.get((zone, name))
             if op is None:
                 raise ApiError(404, "notFound", f"operation {name} not found in {zone}")
             op.polls_left -= 1
-            return op
+            left = op.done_at - self.now()
+        if wait and left > 0 and self.now is time.time:
+            time.sleep(min(left, WAIT_SECONDS))
+        return op
+
+    def running_bulk(self) -> int:
+        """The project's bulkInsert operations not done yet."""
+        return sum(1 for op in self.operations.values()
+                   if op.kind == "bulkInsert" and not op.done)
 
     # --- instances -----------------------------------------------------------------------
 
@@ -369,18 +422,20 @@ class Compute:
                                       request_id)
 
     def end_reservation(self, zone: str, name: str) -> None:
-        """A reservation period ends (a calendar-mode reservation at its end time): "based
-        on the termination action that you specify when creating VMs, Compute Engine stops
-        or deletes the VM at the end of the reservation period"
+        """A reservation period ends (its deleteAtTime, or a calendar-mode reservation at
+        its end time): "based on the termination action that you specify when creating
+        VMs, Compute Engine stops or deletes the VM at the end of the reservation period"
         (https://cloud.google.com/compute/docs/instances/about-reservation-bound-vms), for
-        the reservation-bound VMs consuming it; the reservation goes ("terminated at
-        specified end time along with terminating the VMs running on it",
-        FutureReservation.ReservationMode CALENDAR)."""
+        the reservation-bound VMs consuming it, and a calendar-mode reservation is
+        "terminated at specified end time along with terminating the VMs running on it"
+        (FutureReservation.ReservationMode CALENDAR). Other VMs run on: "The delivered
+        reservations do not terminate VMs at the end of reservations" (DEFAULT)."""
         with self.lock:
             r = self.reservations.pop((zone, name))
+            calendar = self.calendar(r)
             for key, inst in list(self.instances.items()):
-                if inst.zone != zone or inst.reservation != r.ref or \
-                        inst.provisioning_model != "RESERVATION_BOUND":
+                if inst.zone != zone or inst.reservation != r.ref or not (
+                        calendar or inst.provisioning_model == "RESERVATION_BOUND"):
                     continue
                 if inst.termination_action == "DELETE":
                     del self.instances[key]

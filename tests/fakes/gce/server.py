@@ -20,6 +20,7 @@ from tests.fakes.gce.bulk import bulk_insert, last
 from tests.fakes.gce.model import (
     ApiError,
     Compute,
+    FutureReservationRec,
     InstanceRec,
     MachineType,
     OperationRec,
@@ -293,6 +294,28 @@ def aggregated_reservations(req: Request) -> Json:
     return aggregated(req, "compute#reservationAggregatedList", "reservations", items)
 
 
+def render_future_reservation(c: Compute, f: FutureReservationRec) -> Json:
+    out: Json = {
+        "kind": "compute#futureReservation", "name": f.name,
+        "zone": zone_url(c, f.zone), "reservationMode": f.mode,
+        "status": {"procurementStatus": "FULFILLED", "autoCreatedReservations": [
+            f"{zone_url(c, f.zone)}/reservations/{name}" for name in f.reservations]},
+    }
+    if f.end_time is not None:
+        out["timeWindow"] = {"endTime": f.end_time}
+    return out
+
+
+def aggregated_future_reservations(req: Request) -> Json:
+    c = req.compute
+    with c.lock:
+        items = [(f.zone, render_future_reservation(c, f))
+                 for f in sorted(c.future_reservations.values(), key=lambda f: (f.zone, f.name))
+                 if req.params["project"] == c.project]
+    return aggregated(req, "compute#futureReservationsAggregatedListResponse",
+                      "futureReservations", items)
+
+
 def get_reservation(req: Request) -> Json:
     c = req.compute
     with c.lock:
@@ -339,6 +362,11 @@ def poll_operation(req: Request) -> Json:
     return render_operation(req.compute, req.compute.poll(req.zone, req.params["op"]))
 
 
+def wait_operation(req: Request) -> Json:
+    return render_operation(req.compute, req.compute.poll(req.zone, req.params["op"],
+                                                          wait=True))
+
+
 def get_region(req: Request) -> Json:
     c = req.compute
     if req.params["region"] != c.region:
@@ -367,10 +395,12 @@ ROUTES: list[tuple[str, str, re.Pattern[str], Handler]] = [
         ("GET", "reservations.aggregatedList", _P + "/aggregated/reservations",
          aggregated_reservations),
         ("GET", "reservations.get", _Z + "/reservations/(?P<name>[^/]+)", get_reservation),
+        ("GET", "futureReservations.aggregatedList", _P + "/aggregated/futureReservations",
+         aggregated_future_reservations),
         ("GET", "machineTypes.list", _Z + "/machineTypes", list_machine_types),
         ("GET", "machineTypes.get", _Z + "/machineTypes/(?P<name>[^/]+)", get_machine_type),
         ("GET", "zoneOperations.get", _Z + "/operations/(?P<op>[^/]+)", poll_operation),
-        ("POST", "zoneOperations.wait", _Z + "/operations/(?P<op>[^/]+)/wait", poll_operation),
+        ("POST", "zoneOperations.wait", _Z + "/operations/(?P<op>[^/]+)/wait", wait_operation),
         ("GET", "regions.get", _P + "/regions/(?P<region>[^/]+)", get_region),
         ("GET", "instanceTemplates.get", _P + "/global/instanceTemplates/(?P<name>[^/]+)",
          get_template),
