@@ -70,6 +70,7 @@ class Controller:
         self.metrics = RequestMetrics(provider.metrics.registry)
         self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes,
                                       self.pods, self.metrics)
+        self.handler.use_requests(self._requests)
         self._cache: dict[str, dict[str, Any]] = {}
         self._listed = False  # the cache holds a complete list (since this process began)
         self._lock = threading.Lock()
@@ -95,6 +96,11 @@ class Controller:
         if obj is None or (uid is not None and uid_of(obj) != uid):
             return False
         return _stands(obj)
+
+    def _requests(self) -> list[dict[str, Any]]:
+        """Every request of allset's class as last listed or watched."""
+        with self._lock:
+            return list(self._cache.values())
 
     def standing_bookings(self) -> set[str] | None:
         """The booking values of the requests that stand (see ``standing``); None before

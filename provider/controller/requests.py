@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,9 +121,14 @@ class RequestHandler:
         self._tracked: dict[str, Tracked] = {}
         self._lock = threading.Lock()
         self._variants = Variants()  # Kueue's ConcurrentAdmission: one gang a workload
+        # Every request the controller has listed (its cache): where siblings are found.
+        self._requests: Callable[[], list[Obj]] = list
         self._idle_look: tuple[float, list[IdleNode]] | None = None
         self._emptied_at = -math.inf
         self._idle_generation = 0
+
+    def use_requests(self, listing: Callable[[], list[Obj]]) -> None:
+        self._requests = listing
 
     def latest(self, key: str) -> Obj | None:
         return self._w.latest(key)
@@ -291,7 +296,8 @@ class RequestHandler:
             # settles them within its grace period; then the gang is planned afresh.
             return self._accepted(obj, accept, SUSPECTS_DELAY)
         key = key_of(obj)
-        holder = self._variants.holder(key, self._holds)
+        siblings = self._variants.siblings(key, self._requests(), self._workload)
+        holder = self._variants.holder(key, siblings, self._holds)
         if holder is not None:
             # Another variant of its Kueue workload is being served (provider/controller/
             # variants.py): this one waits, with no cloud call, until that one fails
@@ -307,14 +313,14 @@ class RequestHandler:
         finally:
             self._variants.release(key)
 
-    def _holds(self, key: str) -> bool:
-        """Whether request ``key`` holds a gang: an attempt in flight, nodes launched
-        for it, or nodes booked for it."""
+    def _holds(self, key: str, uid: str) -> bool:
+        """Whether request ``key`` (of ``uid``) holds a gang: an attempt in flight, nodes
+        launched for it (the cloud's tags say so, whether or not this process has handled
+        it yet), or nodes booked for it."""
         with self._lock:
             t = self._tracked.get(key)
-        if t is None:
-            return False
-        return t.attempt is not None or bool(self._gangs.live(t.uid)) or \
+        in_flight = t is not None and t.uid == uid and t.attempt is not None
+        return in_flight or bool(self._gangs.live(uid)) or \
             key in set(self._p.bookings().values())
 
     def _accepted(self, obj: Obj, accept: list[Change], then: float | None) -> float | None:
@@ -674,7 +680,7 @@ class RequestHandler:
                 )]) from None
         demand, params = demand_from(obj, templates, ApiObjects(self._kube))
         workload = self._workload(obj)
-        self._variants.note(key_of(obj), workload)
+        self._variants.note(key_of(obj), uid_of(obj), workload)
         spec = (workload or {}).get("spec") or {}
         limit = spec.get("maximumExecutionTimeSeconds")
         # Kueue deactivates the workload when it has run that long, so the gang never needs

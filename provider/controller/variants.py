@@ -22,7 +22,7 @@ requests (or admits the one allset provisioned) and their wait ends with them.""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -41,49 +41,82 @@ def parent_of(workload: Mapping[str, Any] | None) -> str | None:
 
 class Variants:
     """Which request of a workload's variants may act. ``key``: a request's
-    "namespace/name"; siblings are requests whose Workloads share a parent (in the request's
-    namespace: owner references never cross namespaces)."""
+    "namespace/name"; siblings are requests whose Workloads share a parent, in the request's
+    namespace (owner references never cross namespaces). Siblings are found among every
+    request the controller has listed, not only those handled since this process began: after
+    a restart the sibling that holds a gang may not have been looked at yet."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._parent: dict[str, tuple[str, str]] = {}  # request -> (namespace, parent)
-        self._acting: dict[tuple[str, str], str] = {}  # parent -> the request acting now
+        # request key -> (its uid, its parent Workload or None), read once per request
+        self._parent: dict[str, tuple[str, str | None]] = {}
+        self._acting: dict[tuple[str, str], str] = {}  # (namespace, parent) -> acting now
 
-    def note(self, key: str, workload: Mapping[str, Any] | None) -> None:
-        """``key``'s request is owned by ``workload`` (None: by no Workload allset read)."""
-        parent = parent_of(workload)
+    def note(self, key: str, uid: str, workload: Mapping[str, Any] | None) -> None:
+        """Request ``key`` (of ``uid``) is owned by ``workload`` (None: by no Workload
+        allset could read)."""
         with self._lock:
-            if parent is None:
-                self._parent.pop(key, None)
-            else:
-                self._parent[key] = (key.partition("/")[0], parent)
+            self._parent[key] = (uid, parent_of(workload))
 
     def forget(self, key: str) -> None:
         with self._lock:
-            parent = self._parent.pop(key, None)
-            if parent is not None and self._acting.get(parent) == key:
-                del self._acting[parent]
+            found = self._parent.pop(key, None)
+            if found is not None and found[1] is not None:
+                group = (key.partition("/")[0], found[1])
+                if self._acting.get(group) == key:
+                    del self._acting[group]
 
-    def holder(self, key: str, holds: Callable[[str], bool]) -> str | None:
+    def siblings(self, key: str, requests: Iterable[dict[str, Any]],
+                 workload_of: Callable[[dict[str, Any]], Mapping[str, Any] | None]
+                 ) -> list[tuple[str, str]]:
+        """The (key, uid) of the other requests of ``key``'s parent Workload; a request
+        not seen before has its Workload read once (outside any lock)."""
+        with self._lock:
+            mine = self._parent.get(key)
+        if mine is None or mine[1] is None:
+            return []
+        namespace = key.partition("/")[0]
+        out = []
+        for obj in requests:
+            meta = obj.get("metadata") or {}
+            other, uid = f"{meta.get('namespace')}/{meta.get('name')}", str(meta.get("uid"))
+            if other == key or meta.get("namespace") != namespace:
+                continue
+            with self._lock:
+                known = self._parent.get(other)
+            if known is None or known[0] != uid:
+                self.note(other, uid, workload_of(obj))
+                with self._lock:
+                    known = self._parent.get(other)
+            if known is not None and known[1] == mine[1]:
+                out.append((other, uid))
+        return out
+
+    def holder(self, key: str, siblings: Iterable[tuple[str, str]],
+               holds: Callable[[str, str], bool]) -> str | None:
         """The sibling that holds the workload's gang (an attempt in flight, nodes
-        launched or booked: ``holds``), or None: ``key`` may act now, and until
+        launched or booked: ``holds(key, uid)``), or None: ``key`` may act now, and until
         ``release`` no sibling may."""
         with self._lock:
-            parent = self._parent.get(key)
-            if parent is None:
+            mine = self._parent.get(key)
+            if mine is None or mine[1] is None:
                 return None
-            acting = self._acting.get(parent)
+            group = (key.partition("/")[0], mine[1])
+            acting = self._acting.get(group)
             if acting is not None and acting != key and acting in self._parent:
                 return acting
-            for sibling, theirs in sorted(self._parent.items()):
-                if sibling != key and theirs == parent and holds(sibling):
+            for sibling, uid in sorted(siblings):
+                if holds(sibling, uid):
                     return sibling
-            self._acting[parent] = key
+            self._acting[group] = key
             return None
 
     def release(self, key: str) -> None:
         """``key``'s attempt is over: its nodes, if any, hold from now on."""
         with self._lock:
-            parent = self._parent.get(key)
-            if parent is not None and self._acting.get(parent) == key:
-                del self._acting[parent]
+            mine = self._parent.get(key)
+            if mine is None or mine[1] is None:
+                return
+            group = (key.partition("/")[0], mine[1])
+            if self._acting.get(group) == key:
+                del self._acting[group]

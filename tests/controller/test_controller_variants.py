@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from provider.controller import conditions as c
-from tests.kit.controller import NS, World, live, running, templates
+from tests.kit.controller import NS, World, live, restart, running, templates
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 PARENT_LABEL = "kueue.x-k8s.io/concurrent-admission-parent"  # Kueue v0.19.2 constants.go
@@ -104,3 +104,21 @@ def test_requests_of_two_workloads_are_not_variants(world: World) -> None:
     request_of(world, "two", workload(world, "two"))
     world.sync()
     assert launched_for(world) == {f"{NS}/one": 2, f"{NS}/two": 2}
+
+
+def test_after_a_restart_the_sibling_with_nodes_still_holds(world: World) -> None:
+    """A new process handles requests in its own order: job-a (waiting) may come before
+    job-z (whose gang is launched). It still finds job-z's nodes, by their tags, and waits;
+    judged only by the requests it had handled, it launched a second gang."""
+    parent = workload(world, "job")
+    request_of(world, "job-z", workload(world, "job-z", parent))
+    world.sync()
+    request_of(world, "job-a", workload(world, "job-a", parent))
+    world.sync()
+    assert launched_for(world) == {f"{NS}/job-z": 2}
+    world.controller.stop()
+    restart(world)
+    world.sync()
+    assert launched_for(world) == {f"{NS}/job-z": 2}
+    held = world.condition(c.PROVISIONED, "job-a")
+    assert held is not None and held.reason == c.WAITING_FOR_VARIANT
