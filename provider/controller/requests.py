@@ -316,12 +316,12 @@ class RequestHandler:
     def _holds(self, key: str, uid: str) -> bool:
         """Whether request ``key`` (of ``uid``) holds a gang: an attempt in flight, nodes
         launched for it (the cloud's tags say so, whether or not this process has handled
-        it yet), or nodes booked for it."""
+        it yet), an earlier attempt's nodes not yet settled (a crash), or nodes booked."""
         with self._lock:
             t = self._tracked.get(key)
         in_flight = t is not None and t.uid == uid and t.attempt is not None
         return in_flight or bool(self._gangs.live(uid)) or \
-            key in set(self._p.bookings().values())
+            bool(self._p.reconciler.suspects(uid)) or key in set(self._p.bookings().values())
 
     def _accepted(self, obj: Obj, accept: list[Change], then: float | None) -> float | None:
         """A pass that writes nothing else still says the request is accepted."""

@@ -40,6 +40,12 @@ from tests.adversary.world import (
 from tests.fakes.kube import objects
 
 REQUEST_NAMES = ("job-1", "job-2")
+# Requests made as Kueue's ConcurrentAdmission makes them: owned by a variant Workload of
+# one parent (provider/controller/variants.py).
+VARIANT_SHARE = 0.35
+SIBLING_SHARE = 0.8
+PARENT = "wl-parent"
+KUEUE = "kueue.x-k8s.io/v1beta2"
 # Of a request that states its runtime (and so may wait for the capacity block's window):
 RUNTIMES = (300, 600)  # expectedRuntimeSeconds: each fits in some of world.WINDOWS
 MAX_WAITS = (600, 1200)  # maxWaitSeconds
@@ -197,10 +203,39 @@ class Adversary:
         # Mostly in the block's zone when timed: elsewhere free slots of r-a win outright.
         template = ZONED_TEMPLATE if w.rng.random() < (0.75 if timed else 0.25) \
             else "workers"
-        created = w.kube.create(objects.provisioning_request(NAMESPACE, name, {template: pods},
-                                                             parameters=params))
+        body = objects.provisioning_request(NAMESPACE, name, {template: pods},
+                                            parameters=params)
+        # The other name standing as a variant makes this one likely its sibling.
+        other = [w.kube.get("provisioningrequests", n, NAMESPACE) for n in REQUEST_NAMES
+                 if n != name]
+        sibling = any((o or {}).get("metadata", {}).get("ownerReferences") for o in other)
+        variant = w.rng.random() < (SIBLING_SHARE if sibling else VARIANT_SHARE)
+        if variant:
+            body["metadata"]["ownerReferences"] = [self._variant_workload(name)]
+        created = w.kube.create(body)
         said = ", ".join(f"{k} {v}" for k, v in params.items())
-        return f"create {name} ({pods} x {template}; {said}) uid {created['metadata']['uid'][:8]}"
+        return (f"create {name} ({pods} x {template}; {said}"
+                f"{'; a variant of Kueue workload ' + PARENT if variant else ''}) "
+                f"uid {created['metadata']['uid'][:8]}")
+
+    def _variant_workload(self, name: str) -> dict[str, Any]:
+        """The owner reference to a variant Workload of PARENT, as Kueue's
+        ConcurrentAdmission makes one per flavor (made now if absent): requests of two such
+        variants are siblings, and together may launch one gang only."""
+        kube = self.w.kube
+
+        def workload(wl: str, owner: dict[str, Any] | None) -> dict[str, Any]:
+            found = kube.get("workloads", wl, NAMESPACE, group="kueue.x-k8s.io")
+            if found is None:
+                meta: dict[str, Any] = {"namespace": NAMESPACE, "name": wl}
+                if owner is not None:
+                    meta["ownerReferences"] = [owner]
+                found = kube.create({"apiVersion": KUEUE, "kind": "Workload",
+                                     "metadata": meta, "spec": {"podSets": []}})
+            return {"apiVersion": KUEUE, "kind": "Workload", "name": wl,
+                    "uid": found["metadata"]["uid"], "controller": True}
+
+        return workload(f"{PARENT}-{name}", workload(PARENT, None))
 
     def kube_delete(self) -> str:
         """A request deleted (by Kueue, a person): one of ours, or now and then one the
