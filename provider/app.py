@@ -128,6 +128,9 @@ class Provider:
         self._ca_unneeded: dict[str, float] = {}
         # ProvisioningRequests not Provisioned yet, by why they wait (the controller's count).
         self.pending_by_reason: dict[str, int] = {}
+        # Each configured gang API: the version the cluster serves it in, or None (the
+        # gang bridge's finding, for `allset status`).
+        self.gang_apis: dict[str, str | None] = {}
         self.metrics.collect_fleet(self.fleet_figures)
         self._refresh_lock = threading.Lock()
         # Guards only who watches and what they last heard; never held across I/O, so the
@@ -320,6 +323,11 @@ class Provider:
 
     def report_pending(self, by_reason: dict[str, int]) -> None:
         self.pending_by_reason = dict(by_reason)
+
+    def gang_api_served(self, api: str, version: str | None, _looked: tuple[str, ...]) -> None:
+        """The gang bridge found gang API ``api`` served in ``version`` (None: not served)."""
+        self.gang_apis[api] = version
+        self.metrics.gang_api.labels(api=api).set(0 if version is None else 1)
 
     def note_ca_unneeded(self, group_id: str, seconds: float | None) -> None:
         if seconds is not None and group_id in self.groups:

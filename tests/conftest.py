@@ -83,5 +83,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if any(e2e.values()):
         total = sum(len(v) for k, v in e2e.items() if k != "skipped")
         detail = ", ".join(f"{len(v)} {k}" for k, v in e2e.items() if v)
+        releases = os.environ.get("ALLSET_E2E_RELEASES") or "current"
         terminalreporter.write_line(
-            f"e2e: {total} scenarios ran on a real control plane ({detail})")
+            f"e2e: {total} scenarios ran on a real control plane ({detail}), "
+            f"{releases} releases (scripts/build-kube --check names them)")

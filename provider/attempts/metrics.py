@@ -73,6 +73,9 @@ class Metrics:
                                 "that runs and the commit it was built from.",
                                 ["version", "commit"], registry=r)
         self.build_info.labels(version=version(), commit=commit()).set(1)
+        self.gang_api = Gauge("allset_gang_api_served", "1 while the cluster serves this "
+                              "gang API (in any version the gang bridge reads), 0 while it "
+                              "does not: its gangs get no request.", ["api"], registry=r)
         self.scale_in_saved = Counter(
             "allset_scale_in_saved_usd", "Estimated USD saved by on-demand and spot nodes "
             "CA deleted after their group's unneeded time rather than CA's default.",

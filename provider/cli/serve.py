@@ -358,7 +358,7 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
         bridge = GangBridge(GangApi(api, write_timeout=writes),
                             [SOURCES[s] for s in gangs.sources], provider.clock,
                             resync_seconds=duration_seconds(gangs.resync),
-                            sweep_seconds=300.0) \
+                            sweep_seconds=300.0, served=provider.gang_api_served) \
             if gangs.sources else None
         return Controller(
             provider,

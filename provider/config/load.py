@@ -291,6 +291,7 @@ def group_devices(cfg: NodeGroupConfig, gpu_type: str | None, gpu_count: int,
             spread=dra.spread,
             mig_profile=gpu.mig.profile if gpu is not None and gpu.mig else None,
             mig_per_gpu=gpu.mig.per_gpu if gpu is not None and gpu.mig else 0,
+            dynamic_mig=dra.dynamic_mig,
         ))
         if found is not None:
             out.append(found)

@@ -27,6 +27,7 @@ from provider.config.gcp import GcpCloud, GcpGroup
 from provider.config.paths import phrased
 from provider.config.units import duration_seconds, quantity_milli
 from provider.domain.cloud import CapacityType, ReservationKind
+from provider.domain.devices.mig import LAYOUTS as MIG_LAYOUTS
 from provider.domain.devices.model import Version
 from provider.domain.gangs.sources import SourceName
 from provider.domain.model import ScaleUpMode
@@ -151,6 +152,10 @@ class GpuDra(DeviceAttributes):
                           "device plugin only)")
     driver: str = Field("gpu.nvidia.com", pattern=_DRIVER_NAME,
                         description="the DRA driver that publishes them")
+    dynamic_mig: bool = Field(False, description="the driver partitions GPUs on demand "
+                              "(NVIDIA's DynamicMIG): each GPU and every MIG placement are "
+                              "published as partitionable devices sharing the GPU's "
+                              "counters, as the node will")
 
 
 class Mig(Model):
@@ -178,6 +183,20 @@ class Gpu(Model):
     mig: Mig | None = Field(None, description="MIG partitions (they replace nvidia.com/gpu "
                             "by nvidia.com/mig-<profile> and are the DRA devices)")
     dra: GpuDra = Field(GpuDra(), description="the GPUs as DRA devices")
+
+    @model_validator(mode="after")
+    def _dynamic_mig(self) -> Gpu:
+        if not self.dra.dynamic_mig:
+            return self
+        problems = []
+        if self.mig is not None:
+            problems.append("dra.dynamicMig: the driver partitions on demand, so fixed "
+                            "partitions (mig) cannot be given too; remove one")
+        if self.type not in MIG_LAYOUTS:
+            problems.append(f"dra.dynamicMig: no MIG layout is known for GPU type "
+                            f"{self.type!r}; known: {', '.join(sorted(MIG_LAYOUTS))}")
+        refuse(problems)
+        return self
 
 
 class Price(Model):

@@ -25,6 +25,8 @@ WAITING_FOR_NODES = "WaitingForNodes"
 # Reserved capacity that serves the request opens before its deadline and waiting for it
 # costs less than buying now (provider/planner/timing.py).
 WAITING_FOR_RESERVATION = "WaitingForReservation"
+# Another variant of the request's Kueue workload (ConcurrentAdmission) is being served.
+WAITING_FOR_VARIANT = "WaitingForSiblingVariant"
 INVALID_REQUEST = "InvalidRequest"
 
 BOOKING_LABEL = "allset.dev/booking"

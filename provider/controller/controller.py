@@ -71,7 +71,8 @@ class Controller:
         provider.find_idle_with(idle.find)
         self.metrics = RequestMetrics(provider.metrics.registry)
         self.handler = RequestHandler(provider, kube, backoff or Backoff(), self.nodes,
-                                      self.pods, self.metrics, idle_note=idle.note)
+                                      self.pods, self.metrics, idle_note=idle.note,
+                                      requests=self._requests)
         self._cache: dict[str, dict[str, Any]] = {}
         self._listed = False  # the cache holds a complete list (since this process began)
         self._lock = threading.Lock()
@@ -102,6 +103,11 @@ class Controller:
         """Every request known now; None before the first complete list."""
         with self._lock:
             return list(self._cache.values()) if self._listed else None
+
+    def _requests(self) -> list[dict[str, Any]]:
+        """Every request of allset's class as last listed or watched."""
+        with self._lock:
+            return list(self._cache.values())
 
     def standing_bookings(self) -> set[str] | None:
         """The booking values of the requests that stand (see ``standing``); None before

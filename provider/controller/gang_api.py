@@ -4,6 +4,7 @@ listed in CALLS (provider/controller/kube.py) and granted in deploy/."""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -39,12 +40,15 @@ class GangApi:
         """``check`` raises (NotLeader) when this process may not act."""
         self._fence = check
 
-    def served(self, source: GangSource) -> bool:
-        """Is the source's API served? CRD-based ones exist only where installed, the native
-        one only behind feature gates. One request answers for every source: GET /apis,
-        the API server's list of the group versions it serves (unaggregated discovery, the
-        APIGroupList), asked again every few minutes; a GET of each group version's own
-        document was one request per source."""
+    def served(self, source: GangSource) -> GangSource | None:
+        """The source in the version of its API the cluster serves (the first of its
+        ``readable`` versions that is), or None. CRD-based ones exist only where installed,
+        the native one only behind feature gates, and in a version that depends on the
+        Kubernetes release. One request answers for every source: GET /apis, the API
+        server's list of the group versions it serves (unaggregated discovery, the
+        APIGroupList), asked again every few minutes, and at once after a read found a
+        version gone (``forget_served``: an upgraded cluster); a GET of each group
+        version's own document was one request per source."""
         now = self._monotonic()
         if now - self._listed_at >= _SERVED_TTL:
             try:
@@ -57,7 +61,14 @@ class GangApi:
                     raise
                 self._served = frozenset()
             self._listed_at = now
-        return source.api_version in self._served
+        for version in source.readable:
+            if f"{source.group}/{version}" in self._served:
+                return source.at(version)
+        return None
+
+    def forget_served(self) -> None:
+        """The served versions are asked for again on the next ``served``."""
+        self._listed_at = float("-inf")
 
     def pending_pods(self) -> list[dict[str, Any]]:
         body: dict[str, Any] = call(self._core.list_pod_for_all_namespaces,
@@ -75,7 +86,11 @@ class GangApi:
             found: dict[str, Any] = call(self._custom.get_namespaced_custom_object,
                                           source.group, source.version, namespace,
                                           source.plural, name)
-        except Gone:
+        except Gone as err:
+            if _resource_gone(err):
+                # Not this object: the API version itself (the cluster was upgraded and
+                # serves another one). Discovery is asked again on the next pass.
+                self.forget_served()
             return None
         return found
 
@@ -154,3 +169,18 @@ class GangApi:
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
         call(self._core.create_namespaced_event, namespace, dict(event),
              _request_timeout=self._write_timeout)
+
+
+def _resource_gone(err: Gone) -> bool:
+    """A 404 for the resource, not the object: a missing object's Status names it in
+    ``details.name``; a resource the group version does not have gets a Status without
+    one, and a group version not served at all a plain-text "404 page not found"."""
+    body = getattr(err.__cause__, "body", None)
+    if not isinstance(body, (str, bytes)):
+        return False
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return True
+    details = status.get("details") if isinstance(status, dict) else None
+    return not (isinstance(details, dict) and details.get("name"))

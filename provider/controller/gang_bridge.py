@@ -37,6 +37,7 @@ from provider.base.clock import Clock, rfc3339
 from provider.controller import conditions as c
 from provider.controller.gang_api import GangApi
 from provider.controller.gang_conflicts import CONFLICT_REASON, ConflictTeller
+from provider.controller.gang_hierarchy import GROUP_CLAIMS_ANNOTATION, Reads
 from provider.controller.gang_latecomers import LatecomerTeller
 from provider.controller.gang_objects import (
     POD_SET_ANNOTATION,
@@ -50,6 +51,7 @@ from provider.controller.gang_objects import (
     template_name,
     template_shape,
 )
+from provider.controller.gang_served import Observer, ServedApis
 from provider.controller.kube import Conflict, event
 from provider.domain.demand import CLASS_NAME
 from provider.domain.gangs.decide import (
@@ -61,7 +63,7 @@ from provider.domain.gangs.decide import (
     RequestState,
     decide,
 )
-from provider.domain.gangs.sources import GangRef, GangSource, Naming, naming
+from provider.domain.gangs.sources import GangRef, GangSource, Naming, SourceName, naming
 from provider.leadership.elector import NotLeader
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ def request_name(source: GangSource, gang: str, uid: str, generation: int) -> st
     only its next generation gets a name of this form (see ``_current``)."""
     digest = hashlib.sha256(uid.encode()).hexdigest()[:8]
     # Cut where it may, a subdomain can end in "." or "-": ".-" is not a DNS subdomain.
-    return f"{source.name.value}-{gang[:40].rstrip('.-')}-{digest}-{generation}"
+    return f"{source.label}-{gang[:40].rstrip('.-')}-{digest}-{generation}"
 
 
 def generation_of(request: str) -> int:
@@ -122,7 +124,7 @@ def _request_name(key: GangKey, gang: Mapping[str, Any], generation: int) -> str
 
 
 def _gang_id(key: GangKey) -> str:
-    return f"{key.source.name.value}/{key.name}"
+    return f"{key.source.label}/{key.name}"
 
 
 class PodSource(Protocol):
@@ -150,10 +152,14 @@ class _ListedPods:
 class GangBridge:
     def __init__(self, api: GangApi, sources: Sequence[GangSource], clock: Clock, *,
                  resync_seconds: float = 10.0, pods: PodSource | None = None,
-                 sweep_seconds: float = 0.0) -> None:
+                 sweep_seconds: float = 0.0, served: Observer | None = None) -> None:
         """``sweep_seconds``: how often requests of gone gangs are looked for (each pass
-        by default; the garbage collector does it first, so a service sweeps rarely)."""
+        by default; the garbage collector does it first, so a service sweeps rarely).
+        ``served``: told which version of each gang API the cluster serves, whenever that
+        changes (provider/controller/gang_served.py)."""
         self._api = api
+        self._served = ServedApis(api, served)
+        self._reads = Reads(api)  # this pass's (pass_once makes a new one)
         self._pods = pods or _ListedPods(api)
         self._sources = tuple(sources)
         self._clock = clock
@@ -185,6 +191,9 @@ class GangBridge:
         """Asked before each write that steers (``act_while`` is asked once a pass)."""
         self._api.fence_with(check)
 
+    def observe_served(self, observer: Observer) -> None:
+        self._served.observe(observer)
+
     def use_version(self, version: str) -> None:
         """The ProvisioningRequest version the cluster serves (the controller found it)."""
         self._api.version = version
@@ -202,10 +211,13 @@ class GangBridge:
     def pass_once(self) -> None:
         acting = self._acting()
         # In the configured order, which is also the order of precedence: a pod named by
-        # two APIs belongs to the first one's gang (sources.naming).
-        sources = [s for s in self._sources if self._api.served(s)]
+        # two APIs belongs to the first one's gang (sources.naming). Each in the version
+        # the cluster serves now.
+        sources, composite = self._served.resolve(self._sources)
         if not sources:
             return
+        native = next((s for s in sources if s.name is SourceName.NATIVE), None)
+        self._reads = reads = Reads(self._api, native, composite)
         keys: set[GangKey] = set()
         overlaps: list[tuple[dict[str, Any], Naming]] = []
         for pod in self._pods.pending():
@@ -213,7 +225,9 @@ class GangBridge:
             if found is None:
                 continue
             namespace = str((pod.get("metadata") or {}).get("namespace"))
-            keys.add(GangKey(found.gang.source, namespace, found.gang.name))
+            unit = reads.unit(found.gang, namespace)
+            if unit is not None:  # else a CompositePodGroup it belongs to is not made yet
+                keys.add(GangKey(unit.source, namespace, unit.name))
             if found.passed_over:
                 overlaps.append((pod, found))
         pods: dict[str, list[dict[str, Any]]] = {}
@@ -230,7 +244,8 @@ class GangBridge:
         if acting:
             self._tell_conflicts(overlaps, sources)
         now = self._clock.now()
-        if acting and now - self._swept_at >= self._sweep and self._drop_orphans(sources):
+        known = [*sources, composite] if composite is not None else sources
+        if acting and now - self._swept_at >= self._sweep and self._drop_orphans(known):
             self._swept_at = now
 
     def _tell_conflicts(self, overlaps: Sequence[tuple[dict[str, Any], Naming]],
@@ -252,7 +267,16 @@ class GangBridge:
             return  # not a gang
         # Only the pods that belong to it: one that also names a gang of an earlier source
         # is that gang's (two gangs would each ask for it and mark it theirs, every pass).
-        pods = [p for p in namespace_pods if live(p) and _belongs(p, key, sources)]
+        short = None
+        if key.source.composite:
+            # A group of gangs: the pods of every PodGroup under it, whole as the
+            # scheduler judges the hierarchy (provider/domain/gangs/native.py).
+            unit = GangRef(key.source, key.name)
+            pods = [p for p in self._reads.members(unit, key.namespace, namespace_pods,
+                                                   sources) if live(p)]
+            short, min_member = self._reads.short(unit, key.namespace, pods), 0
+        else:
+            pods = [p for p in namespace_pods if live(p) and _belongs(p, key, sources)]
         members = tuple(member(p) for p in pods)
         if not acting:
             self._standby(key, obj, members)
@@ -263,13 +287,13 @@ class GangBridge:
             if current.phase is RequestPhase.OPEN:  # before this pass marks any pod
                 self._latecomers.retry(key.namespace, _gang_id(key), {
                     m.name: m.consuming for m in members if not m.scheduled})
-        decision = decide(members, min_member, current)
+        decision = decide(members, min_member, current, short)
         if isinstance(decision, Mark) and decision.deferred and current is not None and \
                 any(ps.shape is None for ps in current.pod_sets):
             # Before a pod is left for the next request: pod sets whose template's name
             # said nothing of its shape are read (reads only a pass that would defer).
             current = self._read_shapes(key.namespace, current)
-            decision = decide(members, min_member, current)
+            decision = decide(members, min_member, current, short)
         if isinstance(decision, Ask):
             self._ask(key, obj, decision, pods)
         elif isinstance(decision, Mark):
@@ -346,7 +370,7 @@ class GangBridge:
         meta = req.get("metadata") or {}
         source_name, _, gang = str((meta.get("annotations") or {}).get(GANG_ANNOTATION,
                                                                          "")).partition("/")
-        source = {s.name.value: s for s in sources}.get(source_name)
+        source = {s.label: s for s in sources}.get(source_name)
         if source is None or not gang:
             return None
         found = self._api.gang(source, str(meta.get("namespace")), gang)
@@ -422,11 +446,15 @@ class GangBridge:
         for shape, same in sorted(shapes.items()):
             template = template_name(name, str(meta.get("uid")), shape)
             labels = (same[0].get("metadata") or {}).get("labels") or {}
+            shared = sorted({c for pod in same
+                             for c in self._reads.group_claims(pod, key.namespace)})
             with contextlib.suppress(Conflict):  # made by an earlier pass
                 self._api.create_pod_template(key.namespace, {
                     "apiVersion": "v1", "kind": "PodTemplate",
                     "metadata": {"name": template, "namespace": key.namespace,
-                                 "labels": {GANG_LABEL: "true"}, "ownerReferences": owner},
+                                 "labels": {GANG_LABEL: "true"}, "ownerReferences": owner,
+                                 **({"annotations": {GROUP_CLAIMS_ANNOTATION: ",".join(
+                                     shared)}} if shared else {})},
                     "template": {"metadata": {"labels": dict(labels)},
                                  "spec": planned_spec(same[0])},
                 })
@@ -437,7 +465,9 @@ class GangBridge:
                 "kind": "ProvisioningRequest",
                 "metadata": {"name": name, "namespace": key.namespace,
                              "labels": {GANG_LABEL: "true"},
-                             "annotations": {GANG_ANNOTATION: _gang_id(key)},
+                             "annotations": {GANG_ANNOTATION: _gang_id(key),
+                                             **self._reads.request_notes(
+                                                 GangRef(key.source, key.name), gang)},
                              "ownerReferences": owner},
                 "spec": {"provisioningClassName": CLASS_NAME, "podSets": [
                     {"podTemplateRef": {"name": ps.name}, "count": ps.count} for ps in made]},

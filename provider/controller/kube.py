@@ -61,6 +61,7 @@ CALLS: tuple[Call, ...] = (
     Call("scheduling.k8s.io", "podgroups", ("get", "patch")),
     Call("scheduling.x-k8s.io", "podgroups", ("get", "patch")),
     Call("scheduling.volcano.sh", "podgroups", ("get", "patch")),
+    Call("scheduling.k8s.io", "compositepodgroups", ("get", "patch")),
     Call("", "events", ("create",)),
     # Leader election (provider/leadership): the Lease, and routing CA to the leader.
     # RBAC cannot name an object on create, so create is granted on the kind.

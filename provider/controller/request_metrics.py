@@ -19,6 +19,7 @@ from provider.domain.plan import ReasonCode
 NEW = "New"  # not planned yet (no Provisioned condition)
 OTHER = "Other"  # a reason outside the set (an older allset's, someone's hand edit)
 PENDING_REASONS = (*(str(code) for code in ReasonCode), c.WAITING_FOR_RESERVATION,
+                   c.WAITING_FOR_VARIANT,
                    c.WAITING_FOR_NODES, "NodesLost", FAILED_TO_PROVISION, NEW, OTHER)
 STATES = ("pending", "provisioned", "failed", "booking-expired")
 _SECONDS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)

@@ -29,6 +29,7 @@ from provider.controller.kube import KUEUE_GROUP, Gone, KubeApi
 from provider.controller.nodes import Node, NodeCache, is_ready, taints_of
 from provider.controller.pod_cache import PodCache
 from provider.controller.request_metrics import RequestMetrics
+from provider.controller.variants import RECHECK_SECONDS, Variants
 from provider.controller.writes import Change, Writer, key_of, newer, uid_of
 from provider.domain.cloud import CloudInstance
 from provider.domain.demand import CLASS_NAME, Demand
@@ -109,7 +110,8 @@ class RequestHandler:
     def __init__(self, provider: Provider, kube: KubeApi, backoff: Backoff,
                  nodes: NodeCache, pods: PodCache,
                  metrics: RequestMetrics | None = None,
-                 idle_note: Callable[[], str | None] = lambda: None) -> None:
+                 idle_note: Callable[[], str | None] = lambda: None,
+                 requests: Callable[[], list[Obj]] = list) -> None:
         """``idle_note``: what to say of idle nodes the last listing left out (Kueue
         Workloads allset may not read), in the condition of a request planned now."""
         self._p = provider
@@ -123,6 +125,9 @@ class RequestHandler:
         self._w = Writer(kube, provider.clock)
         self._tracked: dict[str, Tracked] = {}
         self._lock = threading.Lock()
+        self._variants = Variants()  # Kueue's ConcurrentAdmission: one gang a workload
+        # Every request the controller has listed (its cache): where siblings are found.
+        self._requests = requests  # every request of our class, as last listed or watched
         self._idle_look: tuple[float, list[IdleNode]] | None = None
         self._emptied_at = -math.inf
         self._idle_generation = 0
@@ -147,6 +152,7 @@ class RequestHandler:
                 uid_of(written) == uid_of(last) and newer(written, last))):
             last = written
         self._w.forget(key)
+        self._variants.forget(key)
         if tracked is not None:
             tracked.cancel.set()  # an attempt in flight rolls itself back
         uid = uid_of(last) if last is not None else (tracked.uid if tracked else None)
@@ -292,7 +298,33 @@ class RequestHandler:
             # new gang now would pay twice and find their reservation slots taken. Reconcile
             # settles them within its grace period; then the gang is planned afresh.
             return self._accepted(obj, accept, SUSPECTS_DELAY)
-        return self._attempt(obj, t, accept, woken=woken)
+        key = key_of(obj)
+        siblings = self._variants.siblings(key, self._requests(), self._workload)
+        holder = self._variants.holder(key, siblings, self._holds)
+        if holder is not None:
+            # Another variant of its Kueue workload is being served (provider/controller/
+            # variants.py): this one waits, with no cloud call, until that one fails
+            # without nodes or Kueue picks a variant.
+            self._w.update(obj, [*accept, (c.PROVISIONED, False, c.WAITING_FOR_VARIANT,
+                                           f"request {holder} is served for another "
+                                           "variant of the same Kueue workload "
+                                           "(ConcurrentAdmission); allset builds one gang "
+                                           "for a workload")])
+            return RECHECK_SECONDS
+        try:
+            return self._attempt(obj, t, accept, woken=woken)
+        finally:
+            self._variants.release(key)
+
+    def _holds(self, key: str, uid: str) -> bool:
+        """Whether request ``key`` (of ``uid``) holds a gang: an attempt in flight, nodes
+        launched for it (the cloud's tags say so, whether or not this process has handled
+        it yet), an earlier attempt's nodes not yet settled (a crash), or nodes booked."""
+        with self._lock:
+            t = self._tracked.get(key)
+        in_flight = t is not None and t.uid == uid and t.attempt is not None
+        return in_flight or bool(self._gangs.live(uid)) or \
+            bool(self._p.reconciler.suspects(uid)) or key in set(self._p.bookings().values())
 
     def _noted(self) -> str:
         note = self._idle_note()
@@ -688,6 +720,7 @@ class RequestHandler:
                 )]) from None
         demand, params = demand_from(obj, templates, ApiObjects(self._kube))
         workload = self._workload(obj)
+        self._variants.note(key_of(obj), uid_of(obj), workload)
         spec = (workload or {}).get("spec") or {}
         limit = spec.get("maximumExecutionTimeSeconds")
         # Kueue deactivates the workload when it has run that long, so the gang never needs

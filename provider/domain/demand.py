@@ -136,6 +136,9 @@ class Demand:
     data_zone: str | None = None
     cross_zone_cost_per_gpu_hour: float | None = None
     cross_zone_cost_from: str = "the request"
+    # Node labels every node of the gang must share a value of (a native PodGroup's
+    # schedulingConstraints.topology keys). Carried, not yet planned by.
+    topology_keys: tuple[str, ...] = ()
 
     @property
     def runtime_to_outlast(self) -> float | None:

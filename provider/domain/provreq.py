@@ -42,6 +42,13 @@ VERSIONS = ("v1", "v1beta1")
 # count is an int32 there (so 2^31-1 at most), and at least 1.
 MAX_POD_SETS = 32
 MAX_COUNT = 2**31 - 1
+# Written by allset's gang bridge for gangs of Kubernetes' own API (and readable on any
+# request): on the request, the node labels every node of the gang shares (a PodGroup's
+# schedulingConstraints.topology keys, carried for planning by topology); on a PodTemplate,
+# the names of its pods' claims that a PodGroup shares, allocated once for the group and
+# not once per pod (scheduling/v1beta1 of k8s.io/api v0.37.2, PodGroupResourceClaim).
+TOPOLOGY_ANNOTATION = "allset.dev/topology-keys"
+GROUP_CLAIMS_ANNOTATION = "allset.dev/group-claims"
 
 
 class BadRequest(Exception):
@@ -96,6 +103,16 @@ _FLAGS = {"noRetry": "no_retry", "waitForNodes": "wait_for_nodes",
 def request_name(request: Mapping[str, Any]) -> str:
     meta = _metadata(request)
     return f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
+
+
+def _annotations(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    notes = _metadata(doc).get("annotations")
+    return notes if isinstance(notes, Mapping) else {}
+
+
+def _listed(value: Any) -> tuple[str, ...]:
+    """A comma-separated annotation's items."""
+    return tuple(x.strip() for x in str(value).split(",") if x.strip()) if value else ()
 
 
 def _metadata(doc: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -268,6 +285,7 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
         wait_value_per_gpu_hour=params.wait_value_per_gpu_hour,
         data_zone=params.data_zone,
         cross_zone_cost_per_gpu_hour=params.cross_zone_cost_per_gpu_hour,
+        topology_keys=_listed(_annotations(request).get(TOPOLOGY_ANNOTATION)),
     )
     return demand, params
 
@@ -308,7 +326,8 @@ def pod_set_from(name: str, count: int, template: Mapping[str, Any], namespace: 
     tolerations = tuple(_toleration(t, i, problems)
                         for i, t in enumerate(_objects(spec, "tolerations", problems)))
     selector = mapping(spec.get("nodeSelector"), "template.spec.nodeSelector", problems)
-    claims = pod_claims(spec, namespace, objects or NoObjects(), problems)
+    claims = pod_claims(spec, namespace, objects or NoObjects(), problems,
+                        shared=_listed(_annotations(template).get(GROUP_CLAIMS_ANNOTATION)))
     if problems:
         raise BadRequest(name, problems)
     return PodSet(

@@ -4,7 +4,7 @@ resource.k8s.io/v1 ResourceSlices, each encoded as protobuf bytes."""
 from __future__ import annotations
 
 from provider.domain.model import MILLI, NodeGroup, Resources, node_labels
-from provider.service.slices import resource_slice_proto
+from provider.service.slices import resource_slice_protos
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import k8s_core_v1_pb2 as core
 
@@ -50,11 +50,12 @@ def template_info(group: NodeGroup, gpu_label: str) -> pb.NodeGroupTemplateNodeI
 
 
 def template_slices(group: NodeGroup) -> list[bytes]:
-    """One ResourceSlice per DRA driver of the group, for the template node (none when the
-    group publishes no devices). CA renames the pool and node when it copies a template."""
+    """The ResourceSlices of each DRA driver of the group, for the template node (none when
+    the group publishes no devices), as a node of the group publishes them. CA renames the
+    pool and node when it copies a template."""
     name = template_name(group)
-    return [resource_slice_proto(name, s).SerializeToString(deterministic=True)
-            for s in group.devices]
+    return [found.SerializeToString(deterministic=True)
+            for s in group.devices for found in resource_slice_protos(name, s)]
 
 
 def _fill(target: object, resources: Resources) -> None:

@@ -59,6 +59,7 @@ def status(provider: Provider) -> Status:
         "spendPerHour": [{"source": src, "group": g, "usd": round(usd, 2)}
                          for (src, g), usd in sorted(spend.items())],
         "pendingByReason": dict(sorted(provider.pending_by_reason.items())),
+        "gangApis": dict(sorted(provider.gang_apis.items())),
         "nodesReused": int(_total(provider, "allset_nodes_reused_total")),
         "scaleInSavedUsd": round(_total(provider, "allset_scale_in_saved_usd_total"), 2),
     }
@@ -123,6 +124,10 @@ def render(found: Status) -> str:
     pending = found["pendingByReason"]
     lines += ["PENDING REQUESTS: " + (", ".join(f"{r} {n}" for r, n in pending.items())
                                       or "none")]
+    apis = found.get("gangApis") or {}
+    lines += ["GANG APIS: " + (", ".join(
+        f"{api} {version or 'NOT SERVED (its gangs get no request)'}"
+        for api, version in apis.items()) or "not looked at (no gang bridge)")]
     lines += [f"IDLE NODES REUSED: {found['nodesReused']}; SCALE-IN SAVED (estimate): "
               f"USD {found['scaleInSavedUsd']:,.2f}"]
     return "\n".join(lines)

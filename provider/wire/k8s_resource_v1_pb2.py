@@ -25,13 +25,17 @@ _sym_db = _symbol_database.Default()
 from provider.wire import k8s_core_v1_pb2 as provider_dot_wire_dot_k8s__core__v1__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#provider/wire/k8s_resource_v1.proto\x12\x16k8s.io.api.resource.v1\x1a\x1fprovider/wire/k8s_core_v1.proto\"z\n\rResourceSlice\x12\x30\n\x08metadata\x18\x01 \x01(\x0b\x32\x1e.k8s.io.api.core.v1.ObjectMeta\x12\x37\n\x04spec\x18\x02 \x01(\x0b\x32).k8s.io.api.resource.v1.ResourceSliceSpec\"\x9a\x01\n\x11ResourceSliceSpec\x12\x0e\n\x06\x64river\x18\x01 \x01(\t\x12\x32\n\x04pool\x18\x02 \x01(\x0b\x32$.k8s.io.api.resource.v1.ResourcePool\x12\x10\n\x08nodeName\x18\x03 \x01(\t\x12/\n\x07\x64\x65vices\x18\x06 \x03(\x0b\x32\x1e.k8s.io.api.resource.v1.Device\"L\n\x0cResourcePool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x1a\n\x12resourceSliceCount\x18\x03 \x01(\x03\"\xcf\x02\n\x06\x44\x65vice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x42\n\nattributes\x18\x02 \x03(\x0b\x32..k8s.io.api.resource.v1.Device.AttributesEntry\x12>\n\x08\x63\x61pacity\x18\x03 \x03(\x0b\x32,.k8s.io.api.resource.v1.Device.CapacityEntry\x1aZ\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x36\n\x05value\x18\x02 \x01(\x0b\x32\'.k8s.io.api.resource.v1.DeviceAttribute:\x02\x38\x01\x1aW\n\rCapacityEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x35\n\x05value\x18\x02 \x01(\x0b\x32&.k8s.io.api.resource.v1.DeviceCapacity:\x02\x38\x01\"M\n\x0f\x44\x65viceAttribute\x12\x0b\n\x03int\x18\x02 \x01(\x03\x12\x0c\n\x04\x62ool\x18\x03 \x01(\x08\x12\x0e\n\x06string\x18\x04 \x01(\t\x12\x0f\n\x07version\x18\x05 \x01(\t\"=\n\x0e\x44\x65viceCapacity\x12+\n\x05value\x18\x01 \x01(\x0b\x32\x1c.k8s.io.api.core.v1.Quantity')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#provider/wire/k8s_resource_v1.proto\x12\x16k8s.io.api.resource.v1\x1a\x1fprovider/wire/k8s_core_v1.proto\"z\n\rResourceSlice\x12\x30\n\x08metadata\x18\x01 \x01(\x0b\x32\x1e.k8s.io.api.core.v1.ObjectMeta\x12\x37\n\x04spec\x18\x02 \x01(\x0b\x32).k8s.io.api.resource.v1.ResourceSliceSpec\"\xd6\x01\n\x11ResourceSliceSpec\x12\x0e\n\x06\x64river\x18\x01 \x01(\t\x12\x32\n\x04pool\x18\x02 \x01(\x0b\x32$.k8s.io.api.resource.v1.ResourcePool\x12\x10\n\x08nodeName\x18\x03 \x01(\t\x12/\n\x07\x64\x65vices\x18\x06 \x03(\x0b\x32\x1e.k8s.io.api.resource.v1.Device\x12:\n\x0esharedCounters\x18\x08 \x03(\x0b\x32\".k8s.io.api.resource.v1.CounterSet\"\xb0\x01\n\nCounterSet\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x42\n\x08\x63ounters\x18\x02 \x03(\x0b\x32\x30.k8s.io.api.resource.v1.CounterSet.CountersEntry\x1aP\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12.\n\x05value\x18\x02 \x01(\x0b\x32\x1f.k8s.io.api.resource.v1.Counter:\x02\x38\x01\"6\n\x07\x43ounter\x12+\n\x05value\x18\x01 \x01(\x0b\x32\x1c.k8s.io.api.core.v1.Quantity\"\xd2\x01\n\x18\x44\x65viceCounterConsumption\x12\x12\n\ncounterSet\x18\x01 \x01(\t\x12P\n\x08\x63ounters\x18\x02 \x03(\x0b\x32>.k8s.io.api.resource.v1.DeviceCounterConsumption.CountersEntry\x1aP\n\rCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12.\n\x05value\x18\x02 \x01(\x0b\x32\x1f.k8s.io.api.resource.v1.Counter:\x02\x38\x01\"L\n\x0cResourcePool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x1a\n\x12resourceSliceCount\x18\x03 \x01(\x03\"\x9b\x03\n\x06\x44\x65vice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x42\n\nattributes\x18\x02 \x03(\x0b\x32..k8s.io.api.resource.v1.Device.AttributesEntry\x12>\n\x08\x63\x61pacity\x18\x03 \x03(\x0b\x32,.k8s.io.api.resource.v1.Device.CapacityEntry\x12J\n\x10\x63onsumesCounters\x18\x04 \x03(\x0b\x32\x30.k8s.io.api.resource.v1.DeviceCounterConsumption\x1aZ\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x36\n\x05value\x18\x02 \x01(\x0b\x32\'.k8s.io.api.resource.v1.DeviceAttribute:\x02\x38\x01\x1aW\n\rCapacityEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x35\n\x05value\x18\x02 \x01(\x0b\x32&.k8s.io.api.resource.v1.DeviceCapacity:\x02\x38\x01\"M\n\x0f\x44\x65viceAttribute\x12\x0b\n\x03int\x18\x02 \x01(\x03\x12\x0c\n\x04\x62ool\x18\x03 \x01(\x08\x12\x0e\n\x06string\x18\x04 \x01(\t\x12\x0f\n\x07version\x18\x05 \x01(\t\"=\n\x0e\x44\x65viceCapacity\x12+\n\x05value\x18\x01 \x01(\x0b\x32\x1c.k8s.io.api.core.v1.Quantity')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'provider.wire.k8s_resource_v1_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_COUNTERSET_COUNTERSENTRY']._loaded_options = None
+  _globals['_COUNTERSET_COUNTERSENTRY']._serialized_options = b'8\001'
+  _globals['_DEVICECOUNTERCONSUMPTION_COUNTERSENTRY']._loaded_options = None
+  _globals['_DEVICECOUNTERCONSUMPTION_COUNTERSENTRY']._serialized_options = b'8\001'
   _globals['_DEVICE_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_DEVICE_ATTRIBUTESENTRY']._serialized_options = b'8\001'
   _globals['_DEVICE_CAPACITYENTRY']._loaded_options = None
@@ -39,17 +43,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESOURCESLICE']._serialized_start=96
   _globals['_RESOURCESLICE']._serialized_end=218
   _globals['_RESOURCESLICESPEC']._serialized_start=221
-  _globals['_RESOURCESLICESPEC']._serialized_end=375
-  _globals['_RESOURCEPOOL']._serialized_start=377
-  _globals['_RESOURCEPOOL']._serialized_end=453
-  _globals['_DEVICE']._serialized_start=456
-  _globals['_DEVICE']._serialized_end=791
-  _globals['_DEVICE_ATTRIBUTESENTRY']._serialized_start=612
-  _globals['_DEVICE_ATTRIBUTESENTRY']._serialized_end=702
-  _globals['_DEVICE_CAPACITYENTRY']._serialized_start=704
-  _globals['_DEVICE_CAPACITYENTRY']._serialized_end=791
-  _globals['_DEVICEATTRIBUTE']._serialized_start=793
-  _globals['_DEVICEATTRIBUTE']._serialized_end=870
-  _globals['_DEVICECAPACITY']._serialized_start=872
-  _globals['_DEVICECAPACITY']._serialized_end=933
+  _globals['_RESOURCESLICESPEC']._serialized_end=435
+  _globals['_COUNTERSET']._serialized_start=438
+  _globals['_COUNTERSET']._serialized_end=614
+  _globals['_COUNTERSET_COUNTERSENTRY']._serialized_start=534
+  _globals['_COUNTERSET_COUNTERSENTRY']._serialized_end=614
+  _globals['_COUNTER']._serialized_start=616
+  _globals['_COUNTER']._serialized_end=670
+  _globals['_DEVICECOUNTERCONSUMPTION']._serialized_start=673
+  _globals['_DEVICECOUNTERCONSUMPTION']._serialized_end=883
+  _globals['_DEVICECOUNTERCONSUMPTION_COUNTERSENTRY']._serialized_start=534
+  _globals['_DEVICECOUNTERCONSUMPTION_COUNTERSENTRY']._serialized_end=614
+  _globals['_RESOURCEPOOL']._serialized_start=885
+  _globals['_RESOURCEPOOL']._serialized_end=961
+  _globals['_DEVICE']._serialized_start=964
+  _globals['_DEVICE']._serialized_end=1375
+  _globals['_DEVICE_ATTRIBUTESENTRY']._serialized_start=1196
+  _globals['_DEVICE_ATTRIBUTESENTRY']._serialized_end=1286
+  _globals['_DEVICE_CAPACITYENTRY']._serialized_start=1288
+  _globals['_DEVICE_CAPACITYENTRY']._serialized_end=1375
+  _globals['_DEVICEATTRIBUTE']._serialized_start=1377
+  _globals['_DEVICEATTRIBUTE']._serialized_end=1454
+  _globals['_DEVICECAPACITY']._serialized_start=1456
+  _globals['_DEVICECAPACITY']._serialized_end=1517
 # @@protoc_insertion_point(module_scope)

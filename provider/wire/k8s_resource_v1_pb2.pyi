@@ -5,10 +5,11 @@ The part of Kubernetes' resource.k8s.io/v1 protobuf encoding that allset writes:
 node-local ResourceSlices of a template node (NodeGroupTemplateNodeInfo.resourceSliceBytes),
 which CA decodes as k8s.io/api/resource/v1 ResourceSlice objects.
 Package and field numbers follow Kubernetes' published wire encoding (k8s.io/api v0.36,
-resource/v1). ObjectMeta and Quantity are reused from our core subset: their upstream
-messages (meta/v1 and api/resource) have the same field numbers, so the bytes are the same.
-Fields allset never sets (node selectors, shared counters, taints, list-valued attributes,
-request policies, ...) are left out; a decoder skips what it does not know.
+resource/v1; the counters of partitionable devices as in v0.37.2). ObjectMeta and Quantity
+are reused from our core subset: their upstream messages (meta/v1 and api/resource) have the
+same field numbers, so the bytes are the same. Fields allset never sets (node selectors,
+taints, list-valued attributes, request policies, ...) are left out; a decoder skips what it
+does not know.
 """
 
 from collections import abc as _abc
@@ -59,12 +60,17 @@ class ResourceSliceSpec(_message.Message):
     POOL_FIELD_NUMBER: _builtins.int
     NODENAME_FIELD_NUMBER: _builtins.int
     DEVICES_FIELD_NUMBER: _builtins.int
+    SHAREDCOUNTERS_FIELD_NUMBER: _builtins.int
     driver: _builtins.str
     nodeName: _builtins.str
     @_builtins.property
     def pool(self) -> Global___ResourcePool: ...
     @_builtins.property
     def devices(self) -> _containers.RepeatedCompositeFieldContainer[Global___Device]: ...
+    @_builtins.property
+    def sharedCounters(self) -> _containers.RepeatedCompositeFieldContainer[Global___CounterSet]:
+        """Only one of devices and sharedCounters in a slice (Kubernetes 1.35+)."""
+
     def __init__(
         self,
         *,
@@ -72,14 +78,123 @@ class ResourceSliceSpec(_message.Message):
         pool: Global___ResourcePool | None = ...,
         nodeName: _builtins.str | None = ...,
         devices: _abc.Iterable[Global___Device] | None = ...,
+        sharedCounters: _abc.Iterable[Global___CounterSet] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["driver", b"driver", "nodeName", b"nodeName", "pool", b"pool"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["devices", b"devices", "driver", b"driver", "nodeName", b"nodeName", "pool", b"pool"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["devices", b"devices", "driver", b"driver", "nodeName", b"nodeName", "pool", b"pool", "sharedCounters", b"sharedCounters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ResourceSliceSpec: _TypeAlias = ResourceSliceSpec  # noqa: Y015
+
+@_typing.final
+class CounterSet(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CountersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___Counter: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str | None = ...,
+            value: Global___Counter | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    COUNTERS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def counters(self) -> _containers.MessageMap[_builtins.str, Global___Counter]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str | None = ...,
+        counters: _abc.Mapping[_builtins.str, Global___Counter] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counters", b"counters", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CounterSet: _TypeAlias = CounterSet  # noqa: Y015
+
+@_typing.final
+class Counter(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def value(self) -> _k8s_core_v1_pb2.Quantity: ...
+    def __init__(
+        self,
+        *,
+        value: _k8s_core_v1_pb2.Quantity | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Counter: _TypeAlias = Counter  # noqa: Y015
+
+@_typing.final
+class DeviceCounterConsumption(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CountersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___Counter: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str | None = ...,
+            value: Global___Counter | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    COUNTERSET_FIELD_NUMBER: _builtins.int
+    COUNTERS_FIELD_NUMBER: _builtins.int
+    counterSet: _builtins.str
+    @_builtins.property
+    def counters(self) -> _containers.MessageMap[_builtins.str, Global___Counter]: ...
+    def __init__(
+        self,
+        *,
+        counterSet: _builtins.str | None = ...,
+        counters: _abc.Mapping[_builtins.str, Global___Counter] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["counterSet", b"counterSet"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counterSet", b"counterSet", "counters", b"counters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeviceCounterConsumption: _TypeAlias = DeviceCounterConsumption  # noqa: Y015
 
 @_typing.final
 class ResourcePool(_message.Message):
@@ -155,21 +270,25 @@ class Device(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     ATTRIBUTES_FIELD_NUMBER: _builtins.int
     CAPACITY_FIELD_NUMBER: _builtins.int
+    CONSUMESCOUNTERS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     @_builtins.property
     def attributes(self) -> _containers.MessageMap[_builtins.str, Global___DeviceAttribute]: ...
     @_builtins.property
     def capacity(self) -> _containers.MessageMap[_builtins.str, Global___DeviceCapacity]: ...
+    @_builtins.property
+    def consumesCounters(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeviceCounterConsumption]: ...
     def __init__(
         self,
         *,
         name: _builtins.str | None = ...,
         attributes: _abc.Mapping[_builtins.str, Global___DeviceAttribute] | None = ...,
         capacity: _abc.Mapping[_builtins.str, Global___DeviceCapacity] | None = ...,
+        consumesCounters: _abc.Iterable[Global___DeviceCounterConsumption] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "capacity", b"capacity", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "capacity", b"capacity", "consumesCounters", b"consumesCounters", "name", b"name"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -5,10 +5,11 @@ The part of Kubernetes' resource.k8s.io/v1 protobuf encoding that allset writes:
 node-local ResourceSlices of a template node (NodeGroupTemplateNodeInfo.resourceSliceBytes),
 which CA decodes as k8s.io/api/resource/v1 ResourceSlice objects.
 Package and field numbers follow Kubernetes' published wire encoding (k8s.io/api v0.36,
-resource/v1). ObjectMeta and Quantity are reused from our core subset: their upstream
-messages (meta/v1 and api/resource) have the same field numbers, so the bytes are the same.
-Fields allset never sets (node selectors, shared counters, taints, list-valued attributes,
-request policies, ...) are left out; a decoder skips what it does not know.
+resource/v1; the counters of partitionable devices as in v0.37.2). ObjectMeta and Quantity
+are reused from our core subset: their upstream messages (meta/v1 and api/resource) have the
+same field numbers, so the bytes are the same. Fields allset never sets (node selectors,
+taints, list-valued attributes, request policies, ...) are left out; a decoder skips what it
+does not know.
 """
 
 from collections import abc as _abc

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -42,6 +43,12 @@ from tests.adversary.world import (
 from tests.fakes.kube import objects
 
 REQUEST_NAMES = ("job-1", "job-2")
+# Requests made as Kueue's ConcurrentAdmission makes them: owned by a variant Workload of
+# one parent (provider/controller/variants.py).
+VARIANT_SHARE = 0.35
+SIBLING_SHARE = 0.8
+PARENT = "wl-parent"
+KUEUE = "kueue.x-k8s.io/v1beta2"
 # Of a request that states its runtime (and so may wait for the capacity block's window):
 RUNTIMES = (300, 600)  # expectedRuntimeSeconds: each fits in some of world.WINDOWS
 MAX_WAITS = (600, 1200)  # maxWaitSeconds
@@ -211,12 +218,42 @@ class Adversary:
             else "workers"
         body = objects.provisioning_request(NAMESPACE, name, {template: pods},
                                             parameters=params)
-        if w.rng.random() < 0.3:  # Kueue's: owned by a Workload, its nodes annotated so
+        # The other name standing as a variant makes this one likely its sibling.
+        other = [w.kube.get("provisioningrequests", n, NAMESPACE) for n in REQUEST_NAMES
+                 if n != name]
+        sibling = any(ref.get("name", "").startswith(f"{PARENT}-")
+                      for o in other for ref in (o or {}).get("metadata", {})
+                      .get("ownerReferences") or [])
+        variant = w.rng.random() < (SIBLING_SHARE if sibling else VARIANT_SHARE)
+        if variant:
+            body["metadata"]["ownerReferences"] = [self._variant_workload(name)]
+        elif w.rng.random() < 0.3:  # Kueue's: owned by a Workload, its nodes annotated so
             params["workload"] = kueue_owned(w, name, body)
         created = w.kube.create(body)
         w.request_params[created["metadata"]["uid"]] = dict(params)
         said = ", ".join(f"{k} {v}" for k, v in params.items())
-        return f"create {name} ({pods} x {template}; {said}) uid {created['metadata']['uid'][:8]}"
+        return (f"create {name} ({pods} x {template}; {said}"
+                f"{'; a variant of Kueue workload ' + PARENT if variant else ''}) "
+                f"uid {created['metadata']['uid'][:8]}")
+
+    def _variant_workload(self, name: str) -> dict[str, Any]:
+        """The owner reference to a variant Workload of PARENT, as Kueue's
+        ConcurrentAdmission makes one per flavor (made now if absent): requests of two such
+        variants are siblings, and together may launch one gang only."""
+        kube = self.w.kube
+
+        def workload(wl: str, owner: dict[str, Any] | None) -> dict[str, Any]:
+            found = kube.get("workloads", wl, NAMESPACE, group="kueue.x-k8s.io")
+            if found is None:
+                meta: dict[str, Any] = {"namespace": NAMESPACE, "name": wl}
+                if owner is not None:
+                    meta["ownerReferences"] = [owner]
+                found = kube.create({"apiVersion": KUEUE, "kind": "Workload",
+                                     "metadata": meta, "spec": {"podSets": []}})
+            return {"apiVersion": KUEUE, "kind": "Workload", "name": wl,
+                    "uid": found["metadata"]["uid"], "controller": True}
+
+        return workload(f"{PARENT}-{name}", workload(PARENT, None))
 
     def kube_delete(self) -> str:
         """A request deleted (by Kueue, a person): one of ours, or now and then one the

@@ -155,6 +155,21 @@ def i13_one_gang_per_node(s: State, final: bool) -> list[str]:
     return out
 
 
+def v1_one_gang_per_workload(s: State, final: bool) -> list[str]:
+    """Of the requests of one Kueue workload's variants that stand (not being deleted), at
+    most one holds live nodes not marked for deletion."""
+    doomed = s.marked | s.terminate_called
+    holding: dict[str, list[str]] = defaultdict(list)
+    for r in s.requests:
+        if r.parent is None or r.deleting:
+            continue
+        if any(i.tags.request == r.key and s.attempt_uid.get(i.tags.attempt) == r.uid
+               and i.id not in doomed for i in s.live()):
+            holding[r.parent].append(r.key)
+    return [f"variants {sorted(keys)} of workload {parent} each hold live nodes"
+            for parent, keys in sorted(holding.items()) if len(keys) > 1]
+
+
 def i3_max_size(s: State, final: bool) -> list[str]:
     out = []
     for group in sorted(s.launched_groups):
@@ -472,6 +487,8 @@ INVARIANTS: tuple[Invariant, ...] = (
               "an admitted Workload; only in the request's namespace)", i15_consumers_first),
     Invariant("I16", "a node kept warm is running and Ready; a stopped one is released",
               i16_warm_runs),
+    Invariant("V1", "the requests of one Kueue workload's variants (ConcurrentAdmission) "
+              "hold one gang at most", v1_one_gang_per_workload),
     Invariant("I3", "allset's own launches never take a group over maxSize", i3_max_size),
     Invariant("I4", "no idempotency token launches twice, nor a gang twice", i4_launch_once),
     Invariant("I5", "no reservation slot is promised twice", i5_slot_once),

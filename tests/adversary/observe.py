@@ -62,6 +62,7 @@ class Observer:
     coverage: Counter[str] = field(default_factory=Counter)
     provisioned_keys: set[str] = field(default_factory=set)
     reused_keys: set[str] = field(default_factory=set)  # Provisioned on idle nodes, in part
+    variant_held: set[str] = field(default_factory=set)  # uids held for a sibling variant
     # Request attempts seen in flight while another request's ran in the same process.
     concurrent: set[str] = field(default_factory=set)
     holds: set[tuple[str, str, str]] = field(default_factory=set)  # (process, holder, rid)
@@ -322,13 +323,27 @@ class Observer:
             ended = any(conds[t].true for t in (c.FAILED, c.BOOKING_EXPIRED, c.CAPACITY_REVOKED)
                         if t in conds)
             prov = conds.get(c.PROVISIONED)
+            if prov is not None and prov.reason == c.WAITING_FOR_VARIANT:
+                self.variant_held.add(meta["uid"])
             attempt, count = planned(r)
             out.append(RequestSeen(f"{NAMESPACE}/{meta['name']}", meta["uid"],
                                    prov is not None and prov.true, ended,
                                    c.booking_value(NAMESPACE, meta["name"]),
                                    bool(meta.get("deletionTimestamp")),
-                                   attempt, reused(r), count))
+                                   attempt, reused(r), count, self._parent(meta)))
         return out
+
+    def _parent(self, meta: dict[str, Any]) -> str | None:
+        """The parent Workload of the variant Workload that owns the request, if any."""
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("kind") != "Workload":
+                continue
+            found = self.world.kube.get("workloads", ref["name"], NAMESPACE,
+                                        group="kueue.x-k8s.io")
+            for up in ((found or {}).get("metadata") or {}).get("ownerReferences") or []:
+                if up.get("kind") == "Workload":
+                    return str(up["name"])
+        return None
 
     def _nodes(self) -> list[NodeSeen]:
         out = []
@@ -410,6 +425,7 @@ class Observer:
             "gang requests created by the bridge": len(w.counted),
             "gang requests Provisioned": len(self.provisioned_keys & set(w.counted)),
             "requests Provisioned on reused idle nodes": len(self.reused_keys),
+            "variant requests held for a sibling": len(self.variant_held),
             "pods named by two gang APIs": len(w.overlapping),
             "pods named by two gang APIs asked for": len(w.overlapping & asked),
         })

@@ -37,6 +37,9 @@ class RequestSeen:
     attempt: str | None = None
     reused: tuple[str, ...] = ()
     planned: int | None = None
+    # The parent of the Kueue Workload that owns it, when that Workload is a variant
+    # (ConcurrentAdmission): requests of one parent are siblings.
+    parent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -357,6 +357,17 @@ BROKEN: dict[str, State] = {
     # a stopped node kept warm; at quiescence one not deleted
     "I16": dataclasses.replace(GOOD, kept=(KeptSeen("i9", False, False, fresh=True),),
                                stopped_warm=("i9",)),
+    # two variants of one Kueue workload each hold a live gang
+    "V1": dataclasses.replace(
+        GOOD,
+        instances=(_inst("v1", attempt="r-1", request="ml/a"),
+                   _inst("v2", attempt="r-2", request="ml/b")),
+        launches=(_launch("r-1", "0.0", ("v1",), request="ml/a"),
+                  _launch("r-2", "0.0", ("v2",), request="ml/b")),
+        attempt_uid={"r-1": "u1", "r-2": "u2"},
+        requests=(RequestSeen("ml/a", "u1", False, False, "ml.a", parent="wl"),
+                  RequestSeen("ml/b", "u2", False, False, "ml.b", parent="wl")),
+        ca=()),
     # at quiescence nobody acts; or the acting one is not where CA's route goes
     "L1": dataclasses.replace(GOOD, replicas=True),
     "R1": dataclasses.replace(GOOD, replicas=True, acting=(("b2", "b"),), routed="a",

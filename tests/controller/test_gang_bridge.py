@@ -262,6 +262,8 @@ def test_a_volcano_gang_is_asked_for_where_volcano_is_installed(k: Cluster) -> N
 
 
 def test_a_native_podgroup_gang_is_asked_for(k: Cluster) -> None:
+    """The fake serves every version of the native API: the bridge reads the preferred
+    one (tests/controller/test_gang_native.py has clusters of one release each)."""
     k.kube.create(objects.native_pod_group(NS, "njob", 2))
     for name in ("n0", "n1"):
         pod = objects.pod(NS, name, requests=GPU)
@@ -271,7 +273,7 @@ def test_a_native_podgroup_gang_is_asked_for(k: Cluster) -> None:
     k.pass_once()
     (request,) = k.requests()
     assert request["metadata"]["ownerReferences"][0]["apiVersion"] == \
-        "scheduling.k8s.io/v1alpha2"
+        "scheduling.k8s.io/v1beta1"
     assert request["spec"]["podSets"][0]["count"] == 2
 
 

@@ -117,6 +117,29 @@ nodeGroups:
      taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
   - {{id: gang-nojoin, zone: us-east-1b, instanceType: m7i.2xlarge, maxSize: 4, cpu: 7,
      memory: 30Gi, price: {{onDemand: 0.4}}}}
+  # test_gangs (Kubernetes 1.37): a CompositePodGroup's GPU and CPU groups.
+  - {{id: composite-h100, zone: us-east-1b, instanceType: p5.48xlarge, maxSize: 4,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
+     price: {{onDemand: 98.32}},
+     taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
+  - {{id: composite-cpu, zone: us-east-1b, instanceType: c7i.4xlarge, maxSize: 4, cpu: 15,
+     memory: 30Gi, price: {{onDemand: 0.71}}}}
+  # test_kueue_releases (Kueue 0.19): a Job evicted once its nodes run it, one evicted
+  # while its nodes never register, and the two flavors of a ConcurrentAdmission queue.
+  - {{id: evict-h100, zone: us-east-1i, instanceType: p5.48xlarge, maxSize: 2,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
+     price: {{onDemand: 98.32}},
+     taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
+  - {{id: evict-nojoin, zone: us-east-1i, instanceType: m7i.2xlarge, maxSize: 4, cpu: 7,
+     memory: 30Gi, price: {{onDemand: 0.4}}}}
+  - {{id: variant-a, zone: us-east-1j, instanceType: p5.48xlarge, maxSize: 2,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
+     price: {{onDemand: 98.32}},
+     taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
+  - {{id: variant-b, zone: us-east-1k, instanceType: p5.48xlarge, maxSize: 2,
+     gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
+     price: {{onDemand: 98.32}},
+     taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
   # test_kueue_path: a capacity block open from before the session to 3 h after its start;
   # the Workload's maximumExecutionTimeSeconds decides whether a Job may use it.
   - {{id: limit, zone: us-east-1g, instanceType: p5.48xlarge, maxSize: 4, bootTime: 1s,

@@ -24,7 +24,7 @@ from tests.e2e.rest import ApiError, Obj, Rest, wait_for
 KUEUE_NAMESPACE = "kueue-system"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 # Kueue reads its metrics serving cert from this fixed path when it does not manage its own
-# certificates (cmd/kueue/main.go of v0.17.0); there is no setting to move it.
+# certificates (cmd/kueue/main.go of v0.17.0 and v0.19.2); no setting moves it.
 KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
 KWOK_STAGES = ("node/fast/node-initialize.yaml",
                "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
@@ -32,16 +32,46 @@ KWOK_STAGES = ("node/fast/node-initialize.yaml",
 # Not pod-complete: a Job's pods would end at once and the next pod of the Job could run
 # on the node the first one freed, so "each pod on its own booked node" could not be seen.
 
-# Kubernetes' own gang API (KEP-4671), alpha in v1.36 (pkg/features/kube_features.go):
-# GenericWorkload serves Workload and PodGroup of scheduling.k8s.io/v1alpha2 (the version
-# must also be switched on with --runtime-config) and runs the controller-manager's
-# PodGroup protection controller; GangScheduling (which needs GenericWorkload) adds the
-# scheduler's GangScheduling plugin to its default profile. The API server stamps every
-# PodGroup with a protection finalizer (admission plugin PodGroupProtection, on by
-# default), which only that controller removes: without the gate on the
-# controller-manager a PodGroup could never be deleted.
-GANG_FEATURE_GATES = "--feature-gates=GenericWorkload=true,GangScheduling=true"
-GANG_RUNTIME_CONFIG = "--runtime-config=scheduling.k8s.io/v1alpha2=true"
+
+
+@dataclass(frozen=True)
+class Gangs:
+    """How a Kubernetes release serves its own gang API (KEP-4671), and the flags that turn
+    it on: the same gates on the API server, scheduler and controller-manager.
+
+    The API server stamps every PodGroup with a protection finalizer (admission plugin
+    PodGroupProtection, on by default), which only the controller-manager's PodGroup
+    protection controller removes, and it runs only under GenericWorkload: without the
+    gate there a PodGroup could never be deleted."""
+
+    api_version: str  # of Workload and PodGroup
+    feature_gates: str
+    runtime_config: str
+    composite: bool  # CompositePodGroup (scheduling.k8s.io/v1alpha3) is served
+
+
+# v1.36.3 (pkg/features/kube_features.go): GenericWorkload (alpha) serves
+# scheduling.k8s.io/v1alpha2 once the version is switched on with --runtime-config;
+# GangScheduling (which needs it) adds the scheduler's GangScheduling plugin.
+GANGS_136 = Gangs("scheduling.k8s.io/v1alpha2",
+                  "--feature-gates=GenericWorkload=true,GangScheduling=true",
+                  "--runtime-config=scheduling.k8s.io/v1alpha2=true", composite=False)
+# v1.37.2: GenericWorkload is beta (off by default) and alone adds the GangScheduling plugin
+# (pkg/scheduler/apis/config/v1/default_plugins.go; the GangScheduling gate is gone);
+# v1beta1 is among the beta versions off by default (pkg/controlplane/instance.go).
+# CompositePodGroup (alpha; needs TopologyAwareWorkloadScheduling) serves groups of gangs
+# in v1alpha3; DRAWorkloadResourceClaims (beta, off) lets a PodGroup share claims.
+GANGS_137 = Gangs("scheduling.k8s.io/v1beta1",
+                  "--feature-gates=GenericWorkload=true,CompositePodGroup=true,"
+                  "TopologyAwareWorkloadScheduling=true,DRAWorkloadResourceClaims=true",
+                  "--runtime-config=scheduling.k8s.io/v1beta1=true,"
+                  "scheduling.k8s.io/v1alpha3=true", composite=True)
+
+
+def gangs_of(kubernetes: str) -> Gangs:
+    """The gang flags of a Kubernetes version ("v1.37.2")."""
+    minor = int(kubernetes.lstrip("v").split(".")[1])
+    return GANGS_137 if minor >= 37 else GANGS_136
 
 
 @dataclass(frozen=True)
@@ -58,6 +88,7 @@ class Parts:
     kueue_webhooks: Path
     provreq_crds: Path
     kwok_stages: Path
+    versions: dict[str, str]  # part name -> version ("kubernetes": "v1.37.2", ...)
 
     @staticmethod
     def from_manifest(data: dict[str, Any]) -> Parts:
@@ -66,7 +97,16 @@ class Parts:
         return Parts(bins["etcd"], bins["kube-apiserver"], bins["kube-scheduler"],
                      bins["kube-controller-manager"], bins["kwok"], bins["kueue"],
                      Path(data["kueue_crds"]), Path(data["kueue_webhooks"]),
-                     Path(data["provreq_crds"]), Path(data["kwok_stages"]))
+                     Path(data["provreq_crds"]), Path(data["kwok_stages"]),
+                     {name: part["version"] for name, part in data["parts"].items()})
+
+    @property
+    def gangs(self) -> Gangs:
+        return gangs_of(self.versions["kubernetes"])
+
+    def kueue_at_least(self, minor: int) -> bool:
+        """Is this Kueue v0.<minor> or later?"""
+        return int(self.versions["kueue"].lstrip("v").split(".")[1]) >= minor
 
 
 def kubeconfig(path: Path, server: str, ca: Path, client: Pair) -> Path:
@@ -164,7 +204,7 @@ class ControlPlane:
             # The `kubernetes` Service endpoint may not be a loopback address.
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
-            GANG_FEATURE_GATES, GANG_RUNTIME_CONFIG,
+            self.parts.gangs.feature_gates, self.parts.gangs.runtime_config,
         ])
         self.wait_api_ready()
 
@@ -208,14 +248,14 @@ class ControlPlane:
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
             "--leader-elect=false", f"--service-account-private-key-file={self.sa.key}",
             f"--root-ca-file={self.pki.ca}", "--use-service-account-credentials=false",
-            GANG_FEATURE_GATES,
+            self.parts.gangs.feature_gates,
         ])
         sched = self._component_kubeconfig("kube-scheduler")
         self._proc("kube-scheduler", [
             self.parts.scheduler, f"--kubeconfig={sched}",
             f"--authentication-kubeconfig={sched}", f"--authorization-kubeconfig={sched}",
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false",
-            GANG_FEATURE_GATES,
+            self.parts.gangs.feature_gates,
         ])
         # Pods need the namespace's `default` ServiceAccount, which the controller-manager makes.
         wait_for("the default ServiceAccount", lambda: self.rest.find(
@@ -307,7 +347,7 @@ class ControlPlane:
                         "certDir": str(certs)},
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
-            "featureGates": {"VisibilityOnDemand": False},
+            "featureGates": self._kueue_gates(),
             "integrations": {"frameworks": ["batch/job", "pod"]},
         }))
         kube = self._component_kubeconfig("kueue")
@@ -316,6 +356,15 @@ class ControlPlane:
         wait_for("Kueue to be ready", self._kueue_ready, 120,
                  explain=self.procs["kueue"].tail)
         self.apply_kueue_webhooks()
+
+    def _kueue_gates(self) -> dict[str, bool]:
+        gates = {"VisibilityOnDemand": False}
+        if self.parts.kueue_at_least(18):
+            # Alpha since 0.18 (pkg/features/kube_features.go of v0.19.2): one Workload
+            # pursues several flavors at once. Only ClusterQueues with a
+            # concurrentAdmissionPolicy use it (test_kueue_variants).
+            gates["ConcurrentAdmission"] = True
+        return gates
 
     def _kueue_ready(self) -> bool:
         self.procs["kueue"].check_alive()

@@ -77,7 +77,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "allset", f"https://127.0.0.1:{relay.port}", ALLSET_USER))
         kubelet = Kubelet(cluster.rest, allset.state, allset.config(),
                           boot_seconds=BOOT_SECONDS,
-                          never_join={"nojoin": True, "gang-nojoin": True})
+                          never_join={"nojoin": True, "gang-nojoin": True,
+                                      "evict-nojoin": True})
         kubelet.start()
         allset.start()
         yield World(cluster, allset, kubelet, relay)

@@ -25,7 +25,7 @@ from provider.controller.sim_nodes import REGISTERED_BY
 from provider.domain.cloud import CloudInstance, InstanceState
 from provider.domain.model import NodeGroup, node_labels
 from provider.service.nodeinfo import quantity
-from provider.service.slices import resource_slice
+from provider.service.slices import resource_slices
 from tests.e2e.cluster import KWOK_ANNOTATION
 from tests.e2e.rest import ApiError, Obj, Rest
 
@@ -51,7 +51,7 @@ SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
 def slices_for(node: Obj, group: NodeGroup) -> list[Obj]:
-    """The ResourceSlices a DRA driver publishes for ``node``: one per driver, in the pool
+    """The ResourceSlices a DRA driver publishes for ``node``: each driver's, in the pool
     named after the node, owned by the Node so that deleting the Node collects them (node-
     local drivers publish through k8s.io/dynamic-resource-allocation's resourceslice
     controller with the Node as its Owner)."""
@@ -60,9 +60,9 @@ def slices_for(node: Obj, group: NodeGroup) -> list[Obj]:
              "controller": True}
     out = []
     for devices in group.devices:
-        found = resource_slice(meta["name"], devices)
-        found["metadata"]["ownerReferences"] = [owner]
-        out.append(found)
+        for found in resource_slices(meta["name"], devices):
+            found["metadata"]["ownerReferences"] = [owner]
+            out.append(found)
     return out
 
 

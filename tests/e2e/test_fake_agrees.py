@@ -4,6 +4,7 @@ difference found by the suite is a probe here (docs/e2e.md lists them)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -117,8 +118,9 @@ def probe_dra_objects(rest: Rest, tag: str) -> object:
 # Only scheduler-plugins' PodGroup, through a CRD of our own minimal definition in its shape
 # (scheduling.x-k8s.io/v1alpha1, Namespaced, status subresource), installed by the probe
 # where the server has CRDs; and Volcano's group, installed on neither (the fake is told so).
-# Kubernetes' own PodGroup (scheduling.k8s.io/v1alpha2) needs feature gates on the API
-# server: not probed here.
+# Kubernetes' own PodGroup is probed in the version each release serves (the harness turns
+# the gates on): what a read of a missing object answers, and what a read in a version the
+# server does not serve answers (GangApi tells the two apart: an upgraded cluster).
 
 PODGROUPS = "scheduling.x-k8s.io/v1alpha1"
 PODGROUP_CRD: Obj = {
@@ -233,15 +235,52 @@ def probe_gang_pods_and_requests(rest: Rest, tag: str) -> object:
             [i["metadata"]["name"] == f"gang-{tag}-0" for i in in_namespace["items"]], deleted)
 
 
+def _not_found(call: Callable[[], Any]) -> tuple[int, str, bool]:
+    """A 404 as a client reads it: its code, whether its body is a Status (or plain text),
+    and whether that Status names an object (details.name)."""
+    try:
+        call()
+    except ApiError as err:
+        try:
+            body = json.loads(err.body)
+        except ValueError:
+            return err.status, "text", False
+        return err.status, str(body.get("kind")), bool((body.get("details") or {})
+                                                        .get("name"))
+    return 200, "", False
+
+
+def probe_native_gang_versions(rest: Rest, tag: str) -> object:
+    """GangApi.gang and _resource_gone: a PodGroup that does not exist, in the version the
+    server serves, is a NotFound naming it; a read in the version it does not serve (after
+    an upgrade: v1alpha2 on 1.37, v1beta1 on 1.36) names nothing."""
+    groups = rest.call("GET", "/apis")["groups"]
+    served = {v["version"] for g in groups if g["name"] == "scheduling.k8s.io"
+              for v in g["versions"]}
+    ours = "v1beta1" if "v1beta1" in served else "v1alpha2"
+    gone = "v1alpha2" if ours == "v1beta1" else "v1beta1"
+    path = "/apis/scheduling.k8s.io/{}/namespaces/" + NS + "/{}/missing-" + tag
+    return (ours in served, gone in served,
+            _not_found(lambda: rest.call("GET", path.format(ours, "podgroups"))),
+            _not_found(lambda: rest.call("GET", path.format(gone, "podgroups"))),
+            "v1alpha3" in served and _not_found(
+                lambda: rest.call("GET", path.format("v1alpha3", "compositepodgroups"))))
+
+
 PROBES = [probe_invalid_pod_sets, probe_stale_status_write, probe_finalizer_holds_deletion,
           probe_other_version, probe_watch_from_expired_version, probe_dra_objects,
-          probe_gang_api_discovery, probe_podgroup_annotations, probe_gang_pods_and_requests]
+          probe_gang_api_discovery, probe_podgroup_annotations, probe_gang_pods_and_requests,
+          probe_native_gang_versions]
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[Rest]:
-    # Volcano is installed on neither.
-    with FakeKube(history_limit=5, absent_groups=["scheduling.volcano.sh"]) as kube:
+def fake(world: World) -> Iterator[Rest]:
+    # Volcano is installed on neither; Kubernetes' own gang API in the versions the real
+    # server's release serves.
+    absent = ["scheduling.volcano.sh"]
+    absent += ["scheduling.k8s.io/v1alpha2"] if world.cluster.parts.gangs.composite else \
+        ["scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha3"]
+    with FakeKube(history_limit=5, absent_groups=absent) as kube:
         rest = Rest(kube.url)
         for i in range(20):  # enough history that resourceVersion 1 has been forgotten
             rest.call("POST", BASE, _request(f"churn-{i}"))

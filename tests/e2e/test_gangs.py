@@ -2,9 +2,10 @@
 scheduler cannot place become one ProvisioningRequest of allset's class, owned by the
 PodGroup; the gang gets every node or none, and its pods run on them.
 
-Two gang APIs: Kubernetes' own (scheduling.k8s.io/v1alpha2 Workload and PodGroup, behind
-the GenericWorkload and GangScheduling feature gates the harness turns on; the scheduler's
-GangScheduling plugin then binds the gang's pods together or not at all), and a PodGroup
+Two gang APIs: Kubernetes' own (scheduling.k8s.io Workload and PodGroup: v1alpha2 in 1.36,
+v1beta1 in 1.37, behind the feature gates the harness turns on (tests/e2e/cluster.py,
+Gangs); the scheduler's GangScheduling plugin then binds the gang's pods together or not at
+all), and a PodGroup
 CRD of our own minimal definition shaped like scheduler-plugins' coscheduling one (no
 coscheduling plugin runs: kube-scheduler places those pods one by one, and what is shown
 is that allset launches all of the gang's nodes or none)."""
@@ -22,7 +23,7 @@ from tests.e2e.look import BOOKING_LABEL, PROVREQ, live, of_group, of_request, r
 from tests.e2e.rest import ApiError, Obj, Rest, condition, is_true, wait_for
 
 NS = "default"
-NATIVE = "scheduling.k8s.io/v1alpha2"
+NATIVE_GROUP = "scheduling.k8s.io"
 COSCHED = "scheduling.x-k8s.io/v1alpha1"
 COSCHED_LABEL = "scheduling.x-k8s.io/pod-group"
 CONSUME = "autoscaling.x-k8s.io/consume-provisioning-request"
@@ -43,18 +44,37 @@ def cpu_spec(group: str, cpu: str = "8") -> dict[str, Any]:
     return kueue.pod_spec({"allset.dev/node-group": group}, {"cpu": cpu})
 
 
+def native(rest: Rest) -> str:
+    """The apiVersion of Kubernetes' own Workload and PodGroup on this server: v1beta1
+    (1.37), else v1alpha2 (1.36)."""
+    groups = rest.call("GET", "/apis")["groups"]
+    served = {v["version"] for g in groups if g["name"] == NATIVE_GROUP
+              for v in g["versions"]}
+    version = "v1beta1" if "v1beta1" in served else "v1alpha2"
+    assert version in served, f"{NATIVE_GROUP} serves {sorted(served)}"
+    return f"{NATIVE_GROUP}/{version}"
+
+
+def template_ref(api: str, workload: str, template: str) -> dict[str, Any]:
+    """How a PodGroup names the Workload template it was made from: v1alpha2's
+    podGroupTemplateRef (k8s.io/api v0.36), v1beta1's workloadRef (v0.37.2)."""
+    if api.endswith("/v1alpha2"):
+        return {"podGroupTemplateRef": {"workload": {"workloadName": workload,
+                                                     "podGroupTemplateName": template}}}
+    return {"workloadRef": {"workloadName": workload, "templateName": template}}
+
+
 def native_gang(rest: Rest, name: str, min_count: int) -> Obj:
     """A Workload with one gang template and the PodGroup made from it (what a workload
-    controller would create; KEP-4671)."""
+    controller would create; KEP-4671), in the version the server serves."""
+    api = native(rest)
     policy = {"gang": {"minCount": min_count}}
-    rest.create({"apiVersion": NATIVE, "kind": "Workload",
+    rest.create({"apiVersion": api, "kind": "Workload",
                  "metadata": {"name": name, "namespace": NS},
                  "spec": {"podGroupTemplates": [{"name": "all", "schedulingPolicy": policy}]}})
     return rest.create({
-        "apiVersion": NATIVE, "kind": "PodGroup", "metadata": {"name": name, "namespace": NS},
-        "spec": {"podGroupTemplateRef": {"workload": {"workloadName": name,
-                                                      "podGroupTemplateName": "all"}},
-                 "schedulingPolicy": policy}})
+        "apiVersion": api, "kind": "PodGroup", "metadata": {"name": name, "namespace": NS},
+        "spec": {**template_ref(api, name, "all"), "schedulingPolicy": policy}})
 
 
 def native_pod(gang: str, name: str, spec: dict[str, Any]) -> Obj:
@@ -149,7 +169,7 @@ def runs_on_its_own_nodes(world: World, source: str, gang: Obj, pods: int,
         ([1, pods - 1] if len(groups) == 2 else [pods])
     (owner,) = request["metadata"]["ownerReferences"]
     assert (owner["apiVersion"], owner["kind"], owner["name"], owner["uid"]) == \
-        (gang["apiVersion"], "PodGroup", name, gang["metadata"]["uid"])
+        (gang["apiVersion"], gang["kind"], name, gang["metadata"]["uid"])
     rname = request["metadata"]["name"]
 
     def provisioned() -> Obj | None:
@@ -174,6 +194,8 @@ def runs_on_its_own_nodes(world: World, source: str, gang: Obj, pods: int,
     on = {p["spec"]["nodeName"] for p in placed}
     assert on == {i.id for i in launched}, (on, launched)
     assert len(launched) == pods
+    # One attempt made every node: the gang was planned and launched once, whole.
+    assert len({i.tags.attempt for i in launched}) == 1, launched
     # The cloud launched the gang's nodes and nothing else in its groups, ever.
     in_groups = [i for g in sorted(groups) for i in of_group(everything, g)]
     assert {i.id for i in in_groups} == on, in_groups
@@ -201,11 +223,70 @@ def test_native_workload_gang_gets_all_its_nodes_and_runs(world: World) -> None:
         # The PodGroup shows the request's state as the bridge last saw it while pods were
         # pending: the pods may land before it sees Provisioned (then it stays at
         # WaitingForNodes; the bridge does not look at gangs with no pending pod).
-        notes = rest.get(NATIVE, "PodGroup", "native", NS)["metadata"]["annotations"]
+        notes = rest.get(native(rest), "PodGroup", "native", NS)["metadata"]["annotations"]
         assert notes[STATUS_ANNOTATION].split(":")[0] in (
             "WaitingForNodes", "CapacityIsProvisioned"), notes
     finally:
         _delete_native(rest, "native", pods)
+
+
+COMPOSITE = "scheduling.k8s.io/v1alpha3"
+
+
+def test_a_composite_gang_is_one_request_and_its_pods_land(world: World) -> None:
+    """Kubernetes 1.37: a CompositePodGroup whose policy is gang (minGroupCount 2) over a
+    PodGroup of two 8-GPU pods and one of a CPU pod. The scheduler holds the whole
+    hierarchy until both groups fit; allset asks for all three pods in one request, owned
+    by the CompositePodGroup, and they run on its three nodes."""
+    if not world.cluster.parts.gangs.composite:
+        pytest.skip("CompositePodGroup is served from Kubernetes 1.37 (v1alpha3)")
+    rest = world.cluster.rest
+    since = nodes_version(rest)
+    api = native(rest)
+    gang = {"gang": {"minGroupCount": 2}}
+    rest.create({"apiVersion": api, "kind": "Workload",
+                 "metadata": {"name": "composite", "namespace": NS},
+                 "spec": {"compositePodGroupTemplates": [{
+                     "name": "top", "schedulingPolicy": gang, "podGroupTemplates": [
+                         {"name": "gpus", "schedulingPolicy": {"gang": {"minCount": 2}}},
+                         {"name": "cpus", "schedulingPolicy": {"gang": {"minCount": 1}}}]}]}})
+    top = rest.create({"apiVersion": COMPOSITE, "kind": "CompositePodGroup",
+                       "metadata": {"name": "composite", "namespace": NS},
+                       "spec": {"workloadRef": {"workloadName": "composite",
+                                                "templateName": "top"},
+                                "schedulingPolicy": gang}})
+    for group, need in (("composite-gpus", 2), ("composite-cpus", 1)):
+        rest.create({"apiVersion": api, "kind": "PodGroup",
+                     "metadata": {"name": group, "namespace": NS},
+                     "spec": {**template_ref(api, "composite", group.split("-")[1]),
+                              "parentCompositePodGroupName": "composite",
+                              "schedulingPolicy": {"gang": {"minCount": need}}}})
+    pods = [native_pod("composite-gpus", f"composite-gpu-{i}", gpu_spec("composite-h100"))
+            for i in range(2)]
+    pods.append(native_pod("composite-cpus", "composite-cpu-0", cpu_spec("composite-cpu")))
+    for pod in pods:
+        pod["metadata"]["labels"]["e2e.allset.dev/job"] = "composite"
+    try:
+        for pod in pods:
+            rest.create(pod)
+        request = runs_on_its_own_nodes(world, "compositepodgroup", top, 3,
+                                        {"composite-h100", "composite-cpu"}, since)
+        # One request for the hierarchy: none for either PodGroup on its own.
+        assert [r["metadata"]["name"] for r in rest.list(
+            PROVREQ_V1, "ProvisioningRequest", NS, selector="allset.dev/gang=true")
+            if "composite" in r["metadata"]["name"]] == [request["metadata"]["name"]]
+    finally:
+        for pod in pods:
+            rest.delete("v1", "Pod", pod["metadata"]["name"], NS)
+        for api_version, kind, name in ((api, "PodGroup", "composite-gpus"),
+                                        (api, "PodGroup", "composite-cpus"),
+                                        (COMPOSITE, "CompositePodGroup", "composite"),
+                                        (api, "Workload", "composite")):
+            try:
+                rest.delete(api_version, kind, name, NS)
+            except ApiError as err:
+                if err.status != 404:
+                    raise
 
 
 def install_podgroup_crd(rest: Rest) -> None:
@@ -262,7 +343,7 @@ def test_a_gang_too_big_for_its_group_gets_no_node_and_says_why(world: World) ->
             rest.create(pod)
 
         def reported() -> str | None:
-            notes = rest.get(NATIVE, "PodGroup", "toobig", NS)["metadata"].get(
+            notes = rest.get(native(rest), "PodGroup", "toobig", NS)["metadata"].get(
                 "annotations") or {}
             return notes.get(STATUS_ANNOTATION)
 
@@ -321,7 +402,7 @@ def test_deleting_the_gang_deletes_its_request_and_rolls_back(world: World) -> N
     finally:
         _delete_native(rest, "doomed-gang", pods)
     wait_for("the PodGroup to go (its protection finalizer once its pods are gone)",
-             lambda: rest.find(NATIVE, "PodGroup", "doomed-gang", NS) is None, 60,
+             lambda: rest.find(native(rest), "PodGroup", "doomed-gang", NS) is None, 60,
              explain=world.logs)
     wait_for("the request to be deleted", lambda: rest.find(
         PROVREQ_V1, "ProvisioningRequest", rname, NS) is None, 60, explain=world.logs)
@@ -339,7 +420,7 @@ def _delete_native(rest: Rest, gang: str, pods: list[Obj]) -> None:
         rest.delete("v1", "Pod", pod["metadata"]["name"], NS)
     for kind in ("PodGroup", "Workload"):
         try:
-            rest.delete(NATIVE, kind, gang, NS)
+            rest.delete(native(rest), kind, gang, NS)
         except ApiError as err:
             if err.status != 404:
                 raise

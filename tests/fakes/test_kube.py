@@ -17,7 +17,7 @@ from urllib3.exceptions import MaxRetryError, ProtocolError
 
 from provider.controller.gang_api import GangApi
 from provider.controller.kube import CALLS, GROUP, PLURAL, Conflict, KubeApi
-from provider.domain.gangs.sources import SOURCES
+from provider.domain.gangs.sources import COMPOSITE, SOURCES
 from tests.fakes.kube import FakeKube, objects
 
 NS = "team-a"
@@ -713,6 +713,12 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
             g.annotate_gang(source, NS, "gang", {"allset.dev/provisioning": "y"}, stale)
         assert (g.gang(source, NS, "gang") or {})["metadata"]["annotations"] == {
             "allset.dev/provisioning": "x"}
+    # Kubernetes' groups of gangs: read and annotated like a PodGroup.
+    kube.create(objects.composite_pod_group(NS, "top", 2))
+    assert g.served(COMPOSITE) == COMPOSITE
+    g.annotate_gang(COMPOSITE, NS, "top", {"allset.dev/provisioning": "x"})
+    assert (g.gang(COMPOSITE, NS, "top") or {})["spec"]["schedulingPolicy"] == {
+        "gang": {"minGroupCount": 2}}
     g.create_event(NS, objects.event(NS, request, "Accepted", "gang"))
     k.create_event(NS, objects.event(NS, request, "Accepted", "planning"))
     assert k.get_dra_object("resourceclaimtemplates", NS, "big")["kind"] == \

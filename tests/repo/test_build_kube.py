@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from tests.kit.paths import ROOT
 
@@ -55,9 +56,13 @@ replace (
 """
 
 
+def _part(bk: ModuleType, name: str, releases: str = "previous") -> Any:
+    return next(p for p in bk.parts_for(bk.RELEASES[releases]) if p.name == name)
+
+
 def test_kubernetes_staging_replaces_become_released_versions() -> None:
     bk = _script()
-    lines = bk.replaces_for(bk.BY_NAME["kubernetes"], KUBE_GOMOD)
+    lines = bk.replaces_for(_part(bk, "kubernetes"), KUBE_GOMOD)
     assert lines == [
         "\tk8s.io/api => k8s.io/api v0.36.3",
         "\tk8s.io/client-go => k8s.io/client-go v0.36.3",
@@ -67,15 +72,41 @@ def test_kubernetes_staging_replaces_become_released_versions() -> None:
 
 def test_etcd_siblings_follow_its_version_and_forbidden_markers_go() -> None:
     bk = _script()
-    lines = bk.replaces_for(bk.BY_NAME["etcd"], ETCD_GOMOD)
+    lines = bk.replaces_for(_part(bk, "etcd"), ETCD_GOMOD)
     assert lines == ["\tgo.etcd.io/etcd/api/v3 => go.etcd.io/etcd/api/v3 v3.6.16"]
 
 
 def test_kubernetes_binaries_are_stamped_with_their_version() -> None:
     bk = _script()
-    flags = " ".join(bk.BY_NAME["kubernetes"].ldflags)
-    assert "-X k8s.io/component-base/version.gitVersion=v1.36.3" in flags
-    assert "-X k8s.io/client-go/pkg/version.gitMinor=36" in flags
+    flags = " ".join(_part(bk, "kubernetes", "current").ldflags)
+    assert "-X k8s.io/component-base/version.gitVersion=v1.37.2" in flags
+    assert "-X k8s.io/client-go/pkg/version.gitMinor=37" in flags
+
+
+def test_one_switch_picks_the_releases_and_each_part_has_its_own_directory(
+        tmp_path: Path) -> None:
+    """Issue 55: the current releases by default, the previous ones with
+    ALLSET_E2E_RELEASES=previous; parts are cached by name and version, so both sets live
+    side by side (kwok is the same release in both, and shared)."""
+    seen = {}
+    for releases, env in (("current", {}), ("previous", {"ALLSET_E2E_RELEASES": "previous"})):
+        done = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True,
+                              text=True, check=False,
+                              env={"ALLSET_KUBE_CACHE": str(tmp_path), "PATH": "", **env})
+        manifest = json.loads(done.stdout)
+        assert manifest["releases"] == releases
+        seen[releases] = {n: p["version"] for n, p in manifest["parts"].items()}
+    assert seen == {
+        "current": {"etcd": "v3.7.3", "kwok": "v0.8.0", "kueue": "v0.19.2",
+                    "kubernetes": "v1.37.2"},
+        "previous": {"etcd": "v3.6.16", "kwok": "v0.8.0", "kueue": "v0.17.0",
+                     "kubernetes": "v1.36.3"}}
+    wrong = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True,
+                           text=True, check=False,
+                           env={"ALLSET_KUBE_CACHE": str(tmp_path), "PATH": "",
+                                "ALLSET_E2E_RELEASES": "1.35"})
+    assert wrong.returncode != 0
+    assert "ALLSET_E2E_RELEASES='1.35' is not one of current, previous" in wrong.stderr
 
 
 def test_check_names_what_is_missing_and_builds_nothing(tmp_path: Path) -> None:
@@ -86,5 +117,5 @@ def test_check_names_what_is_missing_and_builds_nothing(tmp_path: Path) -> None:
     assert "not built: etcd, kwok, kueue, kubernetes" in done.stderr
     manifest = json.loads(done.stdout)
     assert manifest["parts"]["kubernetes"]["bin"]["kube-apiserver"] == \
-        str(tmp_path / "kubernetes-v1.36.3" / "bin" / "kube-apiserver")
+        str(tmp_path / "kubernetes-v1.37.2" / "bin" / "kube-apiserver")
     assert list(tmp_path.iterdir()) == []

@@ -13,7 +13,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from provider.domain.devices.model import AttrValue, Device, DeviceSlice, Version, qualify
+from provider.domain.devices.mig import LAYOUTS, partitioned_gpu
+from provider.domain.devices.model import (
+    AttrValue,
+    CounterSet,
+    Device,
+    DeviceSlice,
+    Version,
+    qualify,
+)
 
 NVIDIA_DRIVER = "gpu.nvidia.com"
 _GI = 2**30 * 1000  # one GiB in milli-units
@@ -73,6 +81,9 @@ class GpuDevices:
     spread: Mapping[str, int] | None = None
     mig_profile: str | None = None
     mig_per_gpu: int = 0
+    # The driver's dynamic MIG: every GPU a partitionable device with all its MIG
+    # placements (provider/domain/devices/mig.py), instead of fixed partitions.
+    dynamic_mig: bool = False
 
 
 def _base_attributes(spec: GpuDevices) -> dict[str, AttrValue]:
@@ -94,6 +105,8 @@ def gpu_slice(spec: GpuDevices) -> DeviceSlice | None:
     memory = spec.memory_milli or (model.memory_gib * _GI if model else None)
     common = _base_attributes(spec)
     common.update(spec.attributes or {})
+    if spec.dynamic_mig:
+        return _partitionable(spec, common, memory)
     devices = []
     for index in range(spec.count):
         attrs = dict(common)
@@ -112,6 +125,25 @@ def gpu_slice(spec: GpuDevices) -> DeviceSlice | None:
             cap.setdefault("memory", memory)
         devices.append(_device(f"gpu-{index}", spec.driver, attrs, cap))
     return DeviceSlice(spec.driver, tuple(devices))
+
+
+def _partitionable(spec: GpuDevices, common: Mapping[str, AttrValue],
+                   memory: int | None) -> DeviceSlice:
+    layout = LAYOUTS.get(spec.gpu_type or "")
+    if layout is None or memory is None:
+        raise ValueError(f"no MIG layout is known for GPU type {spec.gpu_type!r}; known: "
+                         + ", ".join(sorted(LAYOUTS)))
+    counters: list[CounterSet] = []
+    devices: list[Device] = []
+    for index in range(spec.count):
+        gpu_attrs = dict(common)
+        for name, parts in (spec.spread or {}).items():
+            gpu_attrs[name] = index * parts // spec.count
+        counter_set, own = partitioned_gpu(index, spec.driver, gpu_attrs, common, memory,
+                                           layout)
+        counters.append(counter_set)
+        devices.extend(own)
+    return DeviceSlice(spec.driver, tuple(devices), tuple(counters))
 
 
 def _device(name: str, driver: str, attrs: Mapping[str, AttrValue],

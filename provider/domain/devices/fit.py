@@ -4,9 +4,12 @@ The allocation follows the scheduler's structured allocator closely enough to pl
 with: each pod's claims are allocated in order; a request takes `count` unallocated
 devices that pass every selector (`All` takes every matching device, and needs at least
 one); a `firstAvailable` request takes its first option that can be met; a
-`matchAttribute` constraint makes the devices of its requests share one value. Nodes
-publish a few dozen devices at most, so a greedy pass per attribute value is exact for
-the shapes GPU nodes have (identical devices, or identical devices per domain)."""
+`matchAttribute` constraint makes the devices of its requests share one value; a
+partitionable device (KEP-4815) is taken only while the counters it consumes have enough
+left, so a GPU and its MIG partitions are never both allocated. Nodes publish a few dozen
+devices (a few hundred partitions) at most, so a greedy pass per attribute value, in the
+order the node publishes its devices, is exact for the shapes GPU nodes have (identical
+devices, or identical devices per domain; MIG placements in the driver's order)."""
 
 from __future__ import annotations
 
@@ -52,9 +55,30 @@ def _value(nd: NodeDevice, attribute: str) -> AttrValue | None:
     return nd.device.attribute(attribute)
 
 
+# What a node's partitionable devices have left to take from: (driver, counter set,
+# counter) -> milli-units.
+Budget = dict[tuple[str, str, str], int]
+Allocation = tuple[list[NodeDevice], Budget]
+
+
+def budget_of(slices: Sequence[DeviceSlice]) -> Budget:
+    return {(s.driver, cs.name, c): v for s in slices for cs in s.counters
+            for c, v in cs.counters}
+
+
+def _takes(nd: NodeDevice) -> list[tuple[tuple[str, str, str], int]]:
+    return [((nd.driver, name, c), v) for name, counters in nd.device.consumes
+            for c, v in counters]
+
+
+def _fits(nd: NodeDevice, budget: Budget) -> bool:
+    return all(budget.get(k, 0) >= v for k, v in _takes(nd))
+
+
 def _allocate_claim(env: CelEnvironment, claim: Claim, free: list[NodeDevice],
-                    ) -> list[NodeDevice] | None:
-    """Devices for one claim out of ``free`` (not changed), or None."""
+                    budget: Budget) -> Allocation | None:
+    """Devices for one claim out of ``free`` (not changed) within what the counters have
+    left (``budget``, not changed), and the counters left after; or None."""
     # Every combination of constrained values is too many in general; GPU nodes have
     # few distinct values, so try each value of each constraint's attribute in turn.
     choices: list[dict[str, AttrValue]] = [{}]
@@ -63,31 +87,41 @@ def _allocate_claim(env: CelEnvironment, claim: Claim, free: list[NodeDevice],
                          is not None}, key=repr)
         choices = [{**c, constraint.attribute: v} for c in choices for v in values]
     for fixed in choices:
-        taken = _allocate_with(env, claim, free, fixed)
-        if taken is not None:
-            return taken
+        found = _allocate_with(env, claim, free, fixed, budget)
+        if found is not None:
+            return found
     return None
 
 
 def _allocate_with(env: CelEnvironment, claim: Claim, free: list[NodeDevice],
-                   fixed: dict[str, AttrValue]) -> list[NodeDevice] | None:
+                   fixed: dict[str, AttrValue], budget: Budget) -> Allocation | None:
+    """Each request takes its first option that can be met, device by device in the
+    order the node publishes them, skipping a device whose counters are spent (a MIG
+    partition of a GPU already taken whole, or overlapping one already taken)."""
     used: set[int] = set()
+    left = dict(budget)
     for request in claim.requests:
         bound = _constraint_of(claim, request.name)
         for option in request.options:
-            pool = [i for i, nd in enumerate(free) if i not in used
-                    and all(_value(nd, c.attribute) == fixed.get(c.attribute) for c in bound)
-                    and _matches(env, option, nd)]
-            if option.mode is AllocationMode.ALL:
-                if pool:
-                    used.update(pool)
+            trial, picked = dict(left), []
+            for i, nd in enumerate(free):
+                if i in used or not all(_value(nd, c.attribute) == fixed.get(c.attribute)
+                                        for c in bound) or not _matches(env, option, nd):
+                    continue
+                if not _fits(nd, trial):
+                    continue
+                for key, amount in _takes(nd):
+                    trial[key] -= amount
+                picked.append(i)
+                if option.mode is not AllocationMode.ALL and len(picked) == option.count:
                     break
-            elif len(pool) >= option.count:
-                used.update(pool[:option.count])
+            if picked and (option.mode is AllocationMode.ALL or len(picked) >= option.count):
+                used.update(picked)
+                left = trial
                 break
         else:
             return None
-    return [free[i] for i in sorted(used)]
+    return [free[i] for i in sorted(used)], left
 
 
 def fit(env: CelEnvironment, claims: Sequence[Claim], slices: Sequence[DeviceSlice],
@@ -110,33 +144,37 @@ def fit(env: CelEnvironment, claims: Sequence[Claim], slices: Sequence[DeviceSli
 def _fit(env: CelEnvironment, claims: Sequence[Claim], slices: Sequence[DeviceSlice],
          ) -> DeviceFit:
     free = list(node_devices(slices))
+    budget = budget_of(slices)
     per_pod = [c for c in claims if not c.shared]
     shared = [c for c in claims if c.shared]
     # A shared claim is allocated once for every pod on the node.
     for claim in shared:
-        taken = _allocate_claim(env, claim, free)
-        if taken is None:
+        found = _allocate_claim(env, claim, free, budget)
+        if found is None:
             return DeviceFit(0, tuple(why_not(env, claim, slices)))
-        free = [nd for nd in free if nd not in taken]
+        free = [nd for nd in free if nd not in found[0]]
+        budget = found[1]
     pods = 0
     while pods < _MAX_PODS:
-        remaining = free
+        remaining, left = free, budget
         for claim in per_pod:
-            taken = _allocate_claim(env, claim, remaining)
-            if taken is None:
+            found = _allocate_claim(env, claim, remaining, left)
+            if found is None:
                 break
-            remaining = [nd for nd in remaining if nd not in taken]
+            remaining = [nd for nd in remaining if nd not in found[0]]
+            left = found[1]
         else:
             if not per_pod:
                 return DeviceFit(UNLIMITED)
             pods += 1
-            free = remaining
+            free, budget = remaining, left
             continue
         break
     if pods == 0:
         # None when each claim fits an empty node alone: the shared ones leave too little.
         empty = list(node_devices(slices))
-        failing = next((c for c in per_pod if _allocate_claim(env, c, empty) is None), None)
+        failing = next((c for c in per_pod if _allocate_claim(
+            env, c, empty, budget_of(slices)) is None), None)
         reasons = why_not(env, failing, slices) if failing else [
             "the claims together need more devices than a node has"]
         return DeviceFit(0, tuple(reasons))

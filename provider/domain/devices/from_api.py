@@ -94,8 +94,12 @@ def is_dra_document(doc: Mapping[str, Any]) -> bool:
 
 
 def pod_claims(spec: Mapping[str, Any], namespace: str, objects: DraObjects,
-               problems: Problems, where: str = "template.spec") -> tuple[Claim, ...]:
-    """The claims of a pod spec, resolved; problems are appended, not raised."""
+               problems: Problems, where: str = "template.spec",
+               shared: Iterable[str] = ()) -> tuple[Claim, ...]:
+    """The claims of a pod spec, resolved; problems are appended, not raised.
+    ``shared``: names of claims the pods share whatever their reference (a PodGroup's
+    claims: one allocation for the group, even when made from a template)."""
+    group = frozenset(shared)
     raw = items(spec.get("resourceClaims"), f"{where}.resourceClaims", problems)
     if len(raw) > MAX_POD_CLAIMS:
         problems.append((f"{where}.resourceClaims", f"{len(raw)} claims: a pod may have at "
@@ -139,7 +143,8 @@ def pod_claims(spec: Mapping[str, Any], namespace: str, objects: DraObjects,
                                  "pods go where its devices are, not to new nodes"))
                 continue
             devices = _field(found, ("spec", "devices"), origin, problems)
-        claim = _claim(name, devices, bool(claim_name), objects, classes, problems, origin)
+        claim = _claim(name, devices, bool(claim_name) or name in group, objects, classes,
+                       problems, origin)
         if claim is not None:
             out.append(claim)
     return tuple(out)

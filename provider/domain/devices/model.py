@@ -59,6 +59,10 @@ class Device:
     name: str
     attributes: tuple[tuple[str, AttrValue], ...] = ()
     capacity: tuple[tuple[str, int], ...] = ()
+    # A partitionable device (KEP-4815): what allocating it takes from counter sets of its
+    # pool, as (counter set, ((counter, milli-units), ...)). Two devices whose takings
+    # exceed a counter together cannot both be allocated (a GPU and its MIG partitions).
+    consumes: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
 
     def attribute(self, qualified: str) -> AttrValue | None:
         return next((v for k, v in self.attributes if k == qualified), None)
@@ -68,13 +72,31 @@ class Device:
 
 
 @dataclass(frozen=True, slots=True)
+class CounterSet:
+    """Counters a pool shares among its partitionable devices (resource.k8s.io/v1
+    CounterSet): each counter's amount in milli-units."""
+
+    name: str
+    counters: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceSlice:
-    """The devices one driver publishes for one node (the node's pool of that driver)."""
+    """The devices one driver publishes for one node (the node's pool of that driver), and
+    the counter sets its partitionable devices consume from."""
 
     driver: str
     devices: tuple[Device, ...]
+    counters: tuple[CounterSet, ...] = ()
 
     def __post_init__(self) -> None:
         names = [d.name for d in self.devices]
         if len(set(names)) != len(names):
             raise ValueError(f"driver {self.driver}: device names must be unique in a pool")
+        sets = {c.name: dict(c.counters) for c in self.counters}
+        for d in self.devices:
+            for name, taken in d.consumes:
+                have = sets.get(name)
+                if have is None or any(c not in have for c, _ in taken):
+                    raise ValueError(f"driver {self.driver}: device {d.name} consumes "
+                                     f"counters of set {name} the pool does not have")

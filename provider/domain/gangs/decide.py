@@ -99,7 +99,9 @@ Decision = Wait | Ask | Mark
 
 
 def decide(members: tuple[Member, ...], min_member: int,
-           request: RequestState | None) -> Decision:
+           request: RequestState | None, short: str | None = None) -> Decision:
+    """``short``: why the gang is not whole yet when its size is not one number (a group
+    of gangs: provider/domain/gangs/native.py); None: judged by ``min_member``."""
     stuck = tuple(m for m in members if not m.scheduled)
     if request is not None and request.phase is RequestPhase.OPEN:
         return _count(members, request)
@@ -108,6 +110,8 @@ def decide(members: tuple[Member, ...], min_member: int,
     if request is not None and request.phase is RequestPhase.FAILED:
         return Wait(f"request {request.name} failed ({request.reason}); recreate the gang "
                     "to ask again")
+    if short is not None:
+        return Wait(short)
     if len(members) < min_member:
         return Wait(f"{len(members)} of its {min_member} pods exist")
     untried = [m for m in stuck if not m.unschedulable]

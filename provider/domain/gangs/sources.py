@@ -1,9 +1,20 @@
 """How each gang API names a pod's gang and its minimum size (facts of each project).
 
-- Kubernetes 1.36 native gangs (KEP-4671, feature gates GenericWorkload + GangScheduling):
-  a pod names its PodGroup in `spec.schedulingGroup.podGroupName`; the PodGroup
-  (`scheduling.k8s.io/v1alpha2`) is a gang when `spec.schedulingPolicy.gang.minCount` is
-  set (k8s.io/api/scheduling/v1alpha2 and core/v1 PodSchedulingGroup).
+- Kubernetes' own gangs (KEP-4671): a pod names its PodGroup in
+  `spec.schedulingGroup.podGroupName` (k8s.io/api core/v1 PodSchedulingGroup); the PodGroup
+  (group `scheduling.k8s.io`) is a gang when `spec.schedulingPolicy.gang.minCount` is set.
+  The API's version depends on the cluster: v1alpha2 in Kubernetes 1.36 (feature gates
+  GenericWorkload + GangScheduling), v1beta1 and v1alpha3 in 1.37 (gate GenericWorkload;
+  v1alpha2 is gone: k8s.io/api v0.37.2 has scheduling/v1, v1alpha3 and v1beta1 only). The
+  fields the bridge reads have one shape in all three (scheduling/v1beta1/types.go of
+  v0.37.2: PodGroupSpec.SchedulingPolicy.Gang.MinCount, ResourceClaims, DisruptionMode,
+  SchedulingConstraints.Topology, ParentCompositePodGroupName). Which one the cluster serves
+  is found by discovery (``GangSource.versions``, preferred first).
+- A PodGroup may belong to a CompositePodGroup (`spec.parentCompositePodGroupName`, gate
+  CompositePodGroup): a group of groups, scheduling.k8s.io/v1alpha3 only in v0.37.2
+  (register.go of scheduling/v1alpha3 registers it; v1beta1 does not). Its
+  `spec.schedulingPolicy.gang.minGroupCount` makes its children one all-or-nothing unit
+  (``COMPOSITE``; provider/domain/gangs/composite.py).
 - scheduler-plugins coscheduling: label `scheduling.x-k8s.io/pod-group` on the pod,
   PodGroup `scheduling.x-k8s.io/v1alpha1` with `spec.minMember`
   (github.com/kubernetes-sigs/scheduler-plugins, apis/scheduling/v1alpha1).
@@ -17,6 +28,7 @@ configured ``gangs.sources``), whether or not that gang exists."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,10 +52,28 @@ class GangSource:
     plural: str
     kind: str
     builtin: bool  # served by the API server itself (behind feature gates), not a CRD
+    # The versions the bridge can read, preferred first; ``version`` is the one in use
+    # (GangApi.served picks it from what the cluster serves).
+    versions: tuple[str, ...] = ()
+    composite: bool = False  # a group of gangs (CompositePodGroup), never named by a pod
 
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
+
+    @property
+    def label(self) -> str:
+        """How requests and their names refer to this API: the configured name, or
+        ``compositepodgroup`` for Kubernetes' groups of gangs."""
+        return "compositepodgroup" if self.composite else self.name.value
+
+    @property
+    def readable(self) -> tuple[str, ...]:
+        return self.versions or (self.version,)
+
+    def at(self, version: str) -> GangSource:
+        """This source read in ``version`` (one of ``readable``)."""
+        return self if version == self.version else dataclasses.replace(self, version=version)
 
     @property
     def named_by(self) -> str:
@@ -57,6 +87,8 @@ class GangSource:
     def gang_of(self, pod: Mapping[str, Any]) -> str | None:
         """The name of the pod's gang object (in the pod's namespace), if it has one."""
         meta = pod.get("metadata") or {}
+        if self.composite:
+            return None  # pods name a PodGroup; its parent is read from the PodGroup
         if self.name is SourceName.NATIVE:
             group = ((pod.get("spec") or {}).get("schedulingGroup") or {})
             return _name(group.get("podGroupName"))
@@ -68,7 +100,10 @@ class GangSource:
         """The gang's minimum size; None when the object is not a gang (a PodGroup with a
         basic policy) or says nothing usable."""
         spec = obj.get("spec") or {}
-        if self.name is SourceName.NATIVE:
+        if self.composite:
+            value = ((spec.get("schedulingPolicy") or {}).get("gang") or {}).get(
+                "minGroupCount")
+        elif self.name is SourceName.NATIVE:
             value = ((spec.get("schedulingPolicy") or {}).get("gang") or {}).get("minCount")
         else:
             value = spec.get("minMember")
@@ -83,7 +118,7 @@ class GangRef:
     name: str
 
     def __str__(self) -> str:
-        return f"{self.source.name.value}/{self.name}"
+        return f"{self.source.label}/{self.name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +144,16 @@ def _name(value: Any) -> str | None:
 
 
 SOURCES: Mapping[SourceName, GangSource] = {
-    SourceName.NATIVE: GangSource(SourceName.NATIVE, "scheduling.k8s.io", "v1alpha2",
-                                  "podgroups", "PodGroup", builtin=True),
+    SourceName.NATIVE: GangSource(SourceName.NATIVE, "scheduling.k8s.io", "v1beta1",
+                                  "podgroups", "PodGroup", builtin=True,
+                                  versions=("v1beta1", "v1alpha3", "v1alpha2")),
     SourceName.COSCHEDULING: GangSource(SourceName.COSCHEDULING, "scheduling.x-k8s.io",
                                         "v1alpha1", "podgroups", "PodGroup", builtin=False),
     SourceName.VOLCANO: GangSource(SourceName.VOLCANO, "scheduling.volcano.sh", "v1beta1",
                                    "podgroups", "PodGroup", builtin=False),
 }
+
+# Kubernetes' groups of gangs: read where the native API is, in the versions that have them.
+COMPOSITE = GangSource(SourceName.NATIVE, "scheduling.k8s.io", "v1alpha3",
+                       "compositepodgroups", "CompositePodGroup", builtin=True,
+                       versions=("v1alpha3",), composite=True)

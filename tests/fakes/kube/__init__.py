@@ -2,9 +2,10 @@
 127.0.0.1). Serves ProvisioningRequests (autoscaling.x-k8s.io v1 and v1beta1, one
 storage, status subresource), PodTemplates, Nodes, Pods, core Events, Leases,
 EndpointSlices, DRA's ResourceClaimTemplates, ResourceClaims and DeviceClasses
-(resource.k8s.io v1), the PodGroups of three gang APIs (scheduling.k8s.io v1alpha2,
-scheduling.x-k8s.io v1alpha1, scheduling.volcano.sh v1beta1; ``FakeKube(absent_groups=...)``
-leaves some out), and discovery (GET /apis/<group>/<version>).
+(resource.k8s.io v1), the PodGroups of three gang APIs (scheduling.k8s.io v1beta1, v1alpha3
+and v1alpha2, with CompositePodGroups in v1alpha3; scheduling.x-k8s.io v1alpha1,
+scheduling.volcano.sh v1beta1; ``FakeKube(absent_groups=...)`` leaves groups or versions
+out), and discovery (GET /apis/<group>/<version>).
 
     from kubernetes import client
     from provider.controller.kube import KubeApi

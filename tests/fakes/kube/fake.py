@@ -29,9 +29,10 @@ class FakeKube:
     Resources are named by plural: ``provisioningrequests`` (autoscaling.x-k8s.io, v1 and
     v1beta1), ``podtemplates``, ``nodes``, ``pods``, ``events``, ``leases``,
     ``endpointslices``, and DRA's ``resourceclaimtemplates``, ``resourceclaims`` and
-    ``deviceclasses`` (resource.k8s.io v1), and ``podgroups`` of three gang APIs
-    (scheduling.k8s.io v1alpha2, scheduling.x-k8s.io v1alpha1, scheduling.volcano.sh
-    v1beta1: pass ``group=`` to the helpers for those). Direct calls (``create``, ``modify``, ...)
+    ``deviceclasses`` (resource.k8s.io v1), ``podgroups`` of three gang APIs
+    (scheduling.k8s.io v1beta1, v1alpha3 and v1alpha2, scheduling.x-k8s.io v1alpha1,
+    scheduling.volcano.sh v1beta1: pass ``group=`` to the helpers for those) and
+    ``compositepodgroups`` (scheduling.k8s.io v1alpha3). Direct calls (``create``, ``modify``, ...)
     take effect exactly as API writes do — new resourceVersion, watch event, finalizers
     honoured — but skip the status/spec split, immutability and injected conflicts, so a
     test can set up any state."""
@@ -40,9 +41,11 @@ class FakeKube:
                  watch_timeout: float = 30.0, absent_groups: Iterable[str] = ()) -> None:
         """``watch_timeout``: how long a watch without ``timeoutSeconds`` lasts.
         ``absent_groups``: API groups this cluster does not serve (a CRD not installed, an
-        alpha API not enabled): their discovery and every path in them answer 404."""
+        alpha API not enabled), or group versions (``scheduling.k8s.io/v1alpha2``: a
+        version this Kubernetes release does not have): their discovery and every path in
+        them answer 404."""
         absent = frozenset(absent_groups)
-        unknown = absent - resources.GROUPS
+        unknown = absent - resources.GROUPS - resources.GROUP_VERSIONS
         if unknown:
             raise ValueError(f"absent_groups: fakekube serves no group {sorted(unknown)}")
         self.store = Store(clock, history_limit)
@@ -112,16 +115,26 @@ class FakeKube:
         return self.store.rv
 
     def serve_group(self, group: str) -> None:
-        """An absent group is installed now (its CRDs created): served from the next
-        request on, discovery included."""
+        """An absent group (or ``group/version``) is installed now (its CRDs created, the
+        version switched on): served from the next request on, discovery included."""
         with self._ctx.lock:
             self._ctx.absent = self._ctx.absent - {group}
+
+    def withdraw(self, group_version: str) -> None:
+        """``group/version`` is no longer served (the cluster was upgraded to a release
+        without it): from the next request on, discovery included; the objects stay,
+        served in the group's other versions."""
+        if group_version not in resources.GROUP_VERSIONS:
+            raise ValueError(f"fakekube serves no {group_version}")
+        with self._ctx.lock:
+            self._ctx.absent = self._ctx.absent | {group_version}
 
     def create(self, obj: Json) -> Json:
         """Store ``obj`` (its apiVersion and kind say where), status included."""
         res, version = resources.by_kind(obj.get("apiVersion", ""), obj.get("kind", ""))
-        if res.group in self._ctx.absent:
-            raise ValueError(f"{res.group} is not served by this FakeKube (absent_groups)")
+        if not resources.served(res.group, version, self._ctx.absent):
+            raise ValueError(f"{res.group}/{version} is not served by this FakeKube "
+                             "(absent_groups)")
         namespace = obj.get("metadata", {}).get("namespace", "") if res.namespaced else ""
         if res.namespaced and not namespace:
             raise ValueError(f"{res.kind} needs metadata.namespace")

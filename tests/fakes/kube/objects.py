@@ -68,12 +68,28 @@ def pod(namespace: str, name: str, annotations: Mapping[str, str] | None = None,
 # --- gangs: PodGroups of the three APIs provider/domain/gangs/sources.py reads ---------------
 
 
-def native_pod_group(namespace: str, name: str, min_count: int) -> Json:
-    """Kubernetes' own PodGroup (scheduling.k8s.io/v1alpha2) with a gang policy; its pods
-    name it in ``spec.schedulingGroup.podGroupName``."""
-    return {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+def native_pod_group(namespace: str, name: str, min_count: int | None,
+                     version: str = "v1alpha2", **spec: Any) -> Json:
+    """Kubernetes' own PodGroup (scheduling.k8s.io) with a gang policy (a basic one when
+    ``min_count`` is None); its pods name it in ``spec.schedulingGroup.podGroupName``.
+    ``spec``: more of its spec (``parentCompositePodGroupName``, ``resourceClaims``,
+    ``disruptionMode``, ``schedulingConstraints``: scheduling/v1beta1 of k8s.io/api
+    v0.37.2)."""
+    policy = {"basic": {}} if min_count is None else {"gang": {"minCount": min_count}}
+    return {"apiVersion": f"scheduling.k8s.io/{version}", "kind": "PodGroup",
             "metadata": {"namespace": namespace, "name": name},
-            "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}}}
+            "spec": {"schedulingPolicy": policy, **spec}}
+
+
+def composite_pod_group(namespace: str, name: str, min_groups: int | None,
+                        **spec: Any) -> Json:
+    """Kubernetes' own CompositePodGroup (scheduling.k8s.io/v1alpha3), a group of gangs:
+    a gang policy with ``minGroupCount`` (a basic one when ``min_groups`` is None)."""
+    policy = {"basic": {}} if min_groups is None else {"gang": {"minGroupCount": min_groups}}
+    return {"apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "CompositePodGroup",
+            "metadata": {"namespace": namespace, "name": name},
+            "spec": {"workloadRef": {"workloadName": name, "templateName": "top"},
+                     "schedulingPolicy": policy, **spec}}
 
 
 def coscheduling_pod_group(namespace: str, name: str, min_member: int) -> Json:

@@ -86,11 +86,17 @@ DEVICE_CLASSES = Resource(DRA_GROUP, ("v1",), "deviceclasses", "DeviceClass",
 # PodGroups of the three gang APIs allset's gang bridge reads (provider/domain/gangs/sources.py).
 # All three are namespaced and share the plural ``podgroups``: the fake keys resources by
 # (group, plural), as the API server does.
-# - Kubernetes' own (scheduling.k8s.io/v1alpha2, KEP-4671 and KEP-5832 "Decouple PodGroup
-#   from Workload API", github.com/kubernetes/enhancements keps/sig-scheduling/5832-
-#   decouple-podgroup-api): a built-in, served only with the GenericWorkload feature gate
-#   and --runtime-config scheduling.k8s.io/v1alpha2=true; its status is a subresource
-#   ("PodGroup Status Lifecycle" there). Not probed against the real server yet.
+# - Kubernetes' own (KEP-4671 and KEP-5832 "Decouple PodGroup from Workload API",
+#   github.com/kubernetes/enhancements keps/sig-scheduling/5832-decouple-podgroup-api): a
+#   built-in with a status subresource, served only with the GenericWorkload feature gate
+#   and a --runtime-config: scheduling.k8s.io/v1alpha2 in Kubernetes 1.36, v1beta1 and
+#   v1alpha3 in 1.37 (k8s.io/api v0.37.2 has no v1alpha2; pkg/controlplane/instance.go
+#   of v1.37.2 lists v1beta1 among the beta versions off by default, v1alpha3 among the
+#   alpha ones). The fake serves all three from one storage, as a server converting
+#   between versions would for the fields allset reads; a test picks the versions of its
+#   cluster with ``absent_groups=("scheduling.k8s.io/v1alpha2", ...)``. Its
+#   CompositePodGroup (groups of gangs) is in v1alpha3 only (scheduling/v1alpha3/
+#   register.go of v0.37.2; v1beta1's registers Workload and PodGroup alone).
 # - scheduler-plugins coscheduling (scheduling.x-k8s.io/v1alpha1): a CRD, Namespaced,
 #   ``subresources: {status: {}}`` (github.com/kubernetes-sigs/scheduler-plugins,
 #   manifests/coscheduling/crd.yaml). tests/e2e/test_fake_agrees.py installs a CRD of
@@ -98,9 +104,14 @@ DEVICE_CLASSES = Resource(DRA_GROUP, ("v1",), "deviceclasses", "DeviceClass",
 # - Volcano (scheduling.volcano.sh/v1beta1): a CRD, Namespaced, ``subresources: {}`` (no
 #   status subresource: github.com/volcano-sh/volcano,
 #   config/crd/volcano/bases/scheduling.volcano.sh_podgroups.yaml).
-NATIVE_POD_GROUPS = Resource("scheduling.k8s.io", ("v1alpha2",), "podgroups", "PodGroup",
-                             namespaced=True, status_subresource=True, custom=False,
+NATIVE_POD_GROUPS = Resource("scheduling.k8s.io", ("v1beta1", "v1alpha3", "v1alpha2"),
+                             "podgroups", "PodGroup", namespaced=True,
+                             status_subresource=True, custom=False,
                              delete_returns_object=True)
+COMPOSITE_POD_GROUPS = Resource("scheduling.k8s.io", ("v1alpha3",), "compositepodgroups",
+                                "CompositePodGroup", namespaced=True,
+                                status_subresource=True, custom=False,
+                                delete_returns_object=True)
 COSCHEDULING_POD_GROUPS = Resource("scheduling.x-k8s.io", ("v1alpha1",), "podgroups",
                                    "PodGroup", namespaced=True, status_subresource=True,
                                    custom=True, delete_returns_object=False)
@@ -119,9 +130,17 @@ WORKLOADS = Resource("kueue.x-k8s.io", ("v1beta2", "v1beta1"), "workloads", "Wor
 RESOURCES: tuple[Resource, ...] = (PROVISIONING_REQUESTS, POD_TEMPLATES, NODES, PODS, EVENTS,
                                    LEASES, ENDPOINT_SLICES, RESOURCE_CLAIM_TEMPLATES,
                                    RESOURCE_CLAIMS, DEVICE_CLASSES, NATIVE_POD_GROUPS,
-                                   COSCHEDULING_POD_GROUPS, VOLCANO_POD_GROUPS, WORKLOADS)
+                                   COMPOSITE_POD_GROUPS, COSCHEDULING_POD_GROUPS,
+                                   VOLCANO_POD_GROUPS, WORKLOADS)
 BY_KEY = {(r.group, r.plural): r for r in RESOURCES}
 GROUPS = frozenset(r.group for r in RESOURCES if r.group)
+GROUP_VERSIONS = frozenset(f"{r.group}/{v}" for r in RESOURCES if r.group for v in r.versions)
+
+
+def served(group: str, version: str, absent: frozenset[str]) -> bool:
+    """Whether this cluster serves ``group``/``version``: ``absent`` names groups not
+    installed at all, and group versions not switched on (``group/version``)."""
+    return group not in absent and f"{group}/{version}" not in absent
 
 
 def by_plural(plural: str, group: str | None = None) -> Resource:
@@ -156,10 +175,12 @@ def group_list(absent: frozenset[str]) -> dict[str, object]:
     for r in RESOURCES:
         if r.group and r.group not in absent:
             have = versions.setdefault(r.group, [])
-            have += [v for v in r.versions if v not in have]
+            have += [v for v in r.versions if v not in have and served(r.group, v, absent)]
     groups = []
-    for group, served in sorted(versions.items()):
-        listed = [{"groupVersion": f"{group}/{v}", "version": v} for v in served]
+    for group, found in sorted(versions.items()):
+        if not found:
+            continue
+        listed = [{"groupVersion": f"{group}/{v}", "version": v} for v in found]
         groups.append({"name": group, "versions": listed, "preferredVersion": listed[0]})
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
 
@@ -171,13 +192,13 @@ def discovery(group: str, version: str, absent: frozenset[str]) -> dict[str, obj
     installed (a CRD never created, an API behind a feature gate) or a version it does not
     serve answers 404, as the e2e suite's kube-apiserver v1.36.3 does
     (tests/e2e/test_fake_agrees.py probes both)."""
-    served = [r for r in RESOURCES
-              if r.group == group and version in r.versions and group not in absent]
-    if not group or not served:
+    here = [r for r in RESOURCES
+            if r.group == group and version in r.versions and served(group, version, absent)]
+    if not group or not here:
         raise errors.no_route()
     verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
     listed: list[dict[str, object]] = []
-    for r in served:
+    for r in here:
         listed.append({"name": r.plural, "singularName": r.kind.lower(),
                        "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs})
         if r.status_subresource:
@@ -221,7 +242,8 @@ def parse(path: str, absent: frozenset[str] = frozenset()) -> Route:
         raise errors.no_route()
     plural, name, sub = rest[0], *([*rest[1:], "", ""])[:2]
     resource = BY_KEY.get((group, plural))
-    if resource is None or group in absent or version not in resource.versions:
+    if resource is None or not served(group, version, absent) or \
+            version not in resource.versions:
         raise errors.no_route()
     if namespace and not resource.namespaced:
         raise errors.no_route()
