@@ -232,7 +232,7 @@ def _election(args: argparse.Namespace, config: LoadedConfig, clock: Any) -> Any
         raise UsageError("leaderElection.mode on needs --kubeconfig outside a cluster")
 
     from provider.config.units import duration_seconds
-    from provider.leadership.election import Election
+    from provider.leadership.election import Election, namespace_of
     from provider.leadership.endpoint import LeaderEndpoint
 
     try:
@@ -244,7 +244,7 @@ def _election(args: argparse.Namespace, config: LoadedConfig, clock: Any) -> Any
     endpoint = None
     pod, ip = os.environ.get("POD_NAME"), os.environ.get("POD_IP")
     if in_cluster and pod and ip:
-        namespace = settings.namespace or os.environ.get("POD_NAMESPACE") or "kube-system"
+        namespace = namespace_of(settings.namespace)
         port = int(args.address.rsplit(":", 1)[1])
         endpoint = LeaderEndpoint(api, namespace, settings.service, pod, ip, {"grpc": port},
                                   timeout=duration_seconds(settings.retry_period))

@@ -22,13 +22,15 @@ from tests.e2e.cluster import ControlPlane, Parts
 from tests.e2e.kubelet import Kubelet
 from tests.e2e.proxy import Relay
 
-ALLSET_USER = "system:serviceaccount:kube-system:allset"
+ALLSET_USER = "system:serviceaccount:allset:allset"
 
 
 def rbac_documents() -> list[dict[str, Any]]:
-    """deploy/kubernetes/base/rbac.yaml: the ClusterRole allset needs and its binding."""
-    text = (ROOT / "deploy" / "kubernetes" / "base" / "rbac.yaml").read_text()
-    docs = [d for d in yaml.safe_load_all(text) if d]
+    """deploy/kubernetes/base/rbac.yaml: the roles allset needs and their bindings, after
+    the namespace they live in (base/namespace.yaml)."""
+    base = ROOT / "deploy" / "kubernetes" / "base"
+    docs = [d for name in ("namespace.yaml", "rbac.yaml")
+            for d in yaml.safe_load_all((base / name).read_text()) if d]
     subjects = [s for d in docs for s in d.get("subjects") or []]
     assert {f"system:serviceaccount:{s['namespace']}:{s['name']}" for s in subjects} == \
         {ALLSET_USER}, subjects

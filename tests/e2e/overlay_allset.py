@@ -27,7 +27,7 @@ def serve_args(deployment: dict[str, Any], config: Path, directory: Path,
     """The Deployment's args, with the pod's paths and ports made this machine's."""
     container = next(c for c in deployment["spec"]["template"]["spec"]["containers"]
                      if c["name"] == "allset")
-    server = pki.issue("kind-allset-serving", "allset.kube-system.svc", server=True)
+    server = pki.issue("kind-allset-serving", "allset.allset.svc", server=True)
     socket = directory / "admin.sock"
     swap = {"--config": str(config), "--address": f"127.0.0.1:{free_port()}",
             "--health-address": f"127.0.0.1:{free_port()}",
@@ -60,7 +60,7 @@ def overlay_allset(world: World, docs: list[dict[str, Any]], deployment: dict[st
     kubeconfig = world.cluster.client_kubeconfig(
         name, f"https://127.0.0.1:{world.cluster.api_port}", ALLSET_USER)
     args, socket = serve_args(deployment, config, directory, world.cluster.pki)
-    env = {**os.environ, "POD_NAME": name, "POD_NAMESPACE": "kube-system",
+    env = {**os.environ, "POD_NAME": name, "POD_NAMESPACE": "allset",
            "PYTHONPATH": str(ROOT)}
     proc = Proc(name, [sys.executable, "-m", "provider.cli", *args,
                        "--kubeconfig", str(kubeconfig)], directory / "allset.log", env)

@@ -23,10 +23,13 @@ from provider.domain.demand import CLASS_NAME
 from provider.service.server import LIVE, READY
 from tests.kit.deploy import (
     DEPLOY,
+    EXAMPLE_IMAGE,
+    IDENTITIES,
     ROOT,
     WORKLOADS,
     Doc,
     args_of,
+    cloud_install,
     containers,
     every_renderer,
     find,
@@ -39,9 +42,11 @@ from tests.kit.deploy import (
     require_kustomize,
 )
 
-NAMESPACE = "kube-system"
+NAMESPACE = "allset"
 SA = ("ServiceAccount", NAMESPACE, "allset")
-OVERLAYS = [DEPLOY / "base", DEPLOY / "overlays" / "aws", DEPLOY / "overlays" / "gcp"]
+# What is installed: the base (the simulated cloud), and an overlay of one's own on each
+# cloud component, as docs/operator-guide.md writes it (tests.kit.deploy.cloud_install).
+INSTALLS = ["base", "aws", "gcp"]
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "AdmissionCheck",
                   "ProvisioningRequestConfig", "Namespace"}
 
@@ -49,7 +54,7 @@ CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "AdmissionCheck",
 CA_DEPLOYMENT = """\
 apiVersion: apps/v1
 kind: Deployment
-metadata: {name: cluster-autoscaler, namespace: kube-system}
+metadata: {name: cluster-autoscaler, namespace: allset}
 spec:
   selector: {matchLabels: {app: cluster-autoscaler}}
   template:
@@ -69,6 +74,20 @@ spec:
 
 def _id(path: Path) -> str:
     return str(path.relative_to(DEPLOY))
+
+
+@pytest.fixture(scope="module")
+def installs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return {"base": DEPLOY / "base",
+            **{cloud: cloud_install(tmp_path_factory.mktemp(cloud), cloud)
+               for cloud in ("aws", "gcp")}}
+
+
+@pytest.fixture(params=INSTALLS)
+def directory(request: pytest.FixtureRequest, installs: dict[str, Path]) -> Path:
+    """Each install's kustomization directory, in turn."""
+    path: Path = installs[request.param]
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +120,13 @@ def _port(address: str) -> int:
 # --- every overlay renders, parses and is well formed ---------------------------------------
 
 
-@pytest.mark.parametrize("directory", [*OVERLAYS, DEPLOY / "monitoring"], ids=_id)
-def test_every_kustomization_renders(directory: Path) -> None:
-    docs = render(directory)
+@pytest.fixture(params=["install", "monitoring"])
+def rendered(request: pytest.FixtureRequest, directory: Path) -> list[Doc]:
+    return render(directory if request.param == "install" else DEPLOY / "monitoring")
+
+
+def test_every_kustomization_renders(rendered: list[Doc]) -> None:
+    docs = rendered
     assert docs
     for doc in docs:
         assert doc.get("apiVersion") and doc.get("kind") and doc["metadata"].get("name"), doc
@@ -114,7 +137,9 @@ def test_every_kustomization_renders(directory: Path) -> None:
 
 
 def test_every_kustomization_directory_is_tested() -> None:
-    tested = {*OVERLAYS, DEPLOY / "monitoring", DEPLOY / "kueue", DEPLOY / "cluster-autoscaler",
+    tested = {DEPLOY / "base", DEPLOY / "overlays" / "aws", DEPLOY / "overlays" / "gcp",
+              DEPLOY / "components" / "settings",  # with the two above
+              DEPLOY / "monitoring", DEPLOY / "kueue", DEPLOY / "cluster-autoscaler",
               DEPLOY / "cluster-autoscaler" / "price-expander",  # the users_expander test
               DEPLOY / "components" / "without-cert-manager",
               DEPLOY / "components" / "without-kueue",
@@ -135,7 +160,6 @@ def test_every_yaml_and_json_file_parses() -> None:
             assert [d for d in yaml.safe_load_all(text) if d is not None], path
 
 
-@pytest.mark.parametrize("directory", OVERLAYS, ids=_id)
 def test_containers_run_as_non_root_on_a_read_only_root(directory: Path) -> None:
     workloads = [d for d in render(directory) if d["kind"] in WORKLOADS]
     assert workloads
@@ -152,12 +176,13 @@ def test_containers_run_as_non_root_on_a_read_only_root(directory: Path) -> None
             assert sc.get("privileged") is not True, where
 
 
-@pytest.mark.parametrize("directory", OVERLAYS, ids=_id)
-def test_images_are_the_placeholder(directory: Path) -> None:
-    """No registry host in the repository: the image is set with kustomize `images:`."""
+def test_images_are_the_placeholder_or_the_settings_one(directory: Path) -> None:
+    """No registry host in the repository: the base's image is `allset:latest`, and an
+    install on a cloud takes the one its allset-settings names."""
+    expected = "allset:latest" if directory == DEPLOY / "base" else EXAMPLE_IMAGE
     for workload in (d for d in render(directory) if d["kind"] in WORKLOADS):
         for c in containers(workload):
-            assert c["image"] == "allset:latest"
+            assert c["image"] == expected
 
 
 # --- RBAC: exactly provider/controller/kube.py CALLS ------------------------------------------
@@ -191,7 +216,6 @@ def _granted(docs: list[Doc]) -> set[Grant]:
     return granted
 
 
-@pytest.mark.parametrize("directory", OVERLAYS, ids=_id)
 def test_rbac_grants_exactly_the_calls_the_code_makes(directory: Path) -> None:
     needed = {(c.group, c.resource, v, c.namespaced, tuple(sorted(c.names)))
               for c in CALLS for v in c.verbs}
@@ -224,7 +248,6 @@ def _cloud_config(docs: list[Doc]) -> dict[str, Any]:
     return config
 
 
-@pytest.mark.parametrize("directory", OVERLAYS, ids=_id)
 def test_server_certificate_names_the_address_in_cas_cloud_config(directory: Path) -> None:
     docs = render(directory)
     config = _cloud_config(docs)
@@ -251,7 +274,6 @@ def test_server_certificate_names_the_address_in_cas_cloud_config(directory: Pat
         deployment["spec"]["template"]["metadata"]["labels"].items()
 
 
-@pytest.mark.parametrize("directory", OVERLAYS, ids=_id)
 def test_allset_serves_the_server_certificate_and_trusts_the_client_one(directory: Path) -> None:
     docs = render(directory)
     deployment, container = _allset(docs)
@@ -274,7 +296,6 @@ def test_allset_serves_the_server_certificate_and_trusts_the_client_one(director
     assert "--insecure" not in container.get("args", [])
 
 
-@pytest.mark.parametrize("directory", OVERLAYS, ids=_id)
 def test_the_client_certificates_are_the_identities_allset_tells_apart(directory: Path) -> None:
     """CA's certificate and the operators' come from the same issuer with the commonNames
     allset serves each as (issue 35, item 2), and they are not the same identity."""
@@ -360,7 +381,6 @@ def test_the_component_keeps_the_users_expander(tmp_path: Path) -> None:
 # --- ports, probes, lifecycle ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("directory", OVERLAYS, ids=_id)
 def test_ports_probes_and_network_policy_agree(directory: Path) -> None:
     docs = render(directory)
     deployment, container = _allset(docs)
@@ -391,7 +411,6 @@ def test_ports_probes_and_network_policy_agree(directory: Path) -> None:
         assert rule["from"], "every port is open to named peers only"
 
 
-@pytest.mark.parametrize("directory", OVERLAYS, ids=_id)
 def test_two_replicas_rolled_with_time_to_finish(directory: Path) -> None:
     docs = render(directory)
     deployment, container = _allset(docs)
@@ -437,14 +456,13 @@ def test_the_docs_give_the_startup_probe_the_time_the_manifests_do() -> None:
         assert "restart" in text[text.find("startup probe"):][:400], page
 
 
-@pytest.mark.parametrize("directory", OVERLAYS, ids=_id)
 def test_state_dir_is_writable_and_everything_else_is_mounted_read_only(directory: Path) -> None:
     deployment, container = _allset(render(directory))
     args = args_of(container)
     volume, _ = mount_of(deployment, container, args["--state-dir"] + "/attempts.db")
     assert "emptyDir" in volume
     config_volume, config_mount = mount_of(deployment, container, args["--config"])
-    assert config_volume["configMap"]["name"].startswith("allset-config")
+    assert config_volume["configMap"]["name"].startswith(("allset-config", "allset-settings"))
     assert config_mount["readOnly"] is True
 
 
@@ -460,15 +478,12 @@ def _config_text(docs: list[Doc]) -> str:
     return text
 
 
-@pytest.mark.parametrize(("directory", "example"), [
-    (DEPLOY / "base", "simulated.yaml"),
-    (DEPLOY / "overlays" / "aws", "aws.yaml"),
-    (DEPLOY / "overlays" / "gcp", "gcp.yaml"),
-], ids=["base", "aws", "gcp"])
-def test_in_cluster_config_is_the_example_and_loads(directory: Path, example: str,
+@pytest.mark.parametrize("install", INSTALLS)
+def test_in_cluster_config_is_the_example_and_loads(installs: dict[str, Path], install: str,
                                                     tmp_path: Path) -> None:
-    text = _config_text(render(directory))
+    text = _config_text(render(installs[install]))
     in_cluster = yaml.safe_load(text)
+    example = {"base": "simulated.yaml", "aws": "aws.yaml", "gcp": "gcp.yaml"}[install]
     expected = yaml.safe_load((ROOT / "deploy" / "examples" / example).read_text())
     if example == "simulated.yaml":
         # The only difference: the simulated cloud's state goes to the writable state dir.
@@ -618,84 +633,71 @@ def test_no_patch_deletes_more_than_one_object() -> None:
 
 
 def test_the_guides_own_overlay_renders(tmp_path: Path) -> None:
-    """The kustomization the guide tells operators to write: it renders, and its image,
-    config and role annotation replace the placeholders."""
+    """The kustomization the guide tells operators to write: it renders, with its image,
+    config and role in place of the base's, and nothing of the simulated cloud left."""
     guide = _guide()
     (block,) = re.findall(r"```yaml\n# my-cluster/kustomization.yaml\n(.*?)```", guide,
                           flags=re.DOTALL)
-    aws = DEPLOY / "overlays" / "aws"
-    text = (block.replace("<path to>/deploy/kubernetes/overlays/aws",
-                          str(Path(os.path.relpath(aws, tmp_path))))
-            .replace("<your registry>", "example").replace("<account>", "123456789012")
+    text = block
+    for name in ("base", "overlays/aws"):
+        text = text.replace(f"<path to>/deploy/kubernetes/{name}",
+                            os.path.relpath(DEPLOY / name, tmp_path))
+    text = (text.replace("<your registry>", "example").replace("<account>", "123456789012")
             .replace("<cluster>", "prod-east"))
+    assert "<" not in text, text
     (tmp_path / "kustomization.yaml").write_text(text, encoding="utf-8")
     config = (ROOT / "deploy" / "examples" / "aws.yaml").read_text(encoding="utf-8")
     (tmp_path / "config.yaml").write_text(config.replace("maxSize: 32", "maxSize: 8"),
                                           encoding="utf-8")
     docs = render(tmp_path)
-    _, container = _allset(docs)
+    deployment, container = _allset(docs)
     assert container["image"] == "example/allset:0.1.0"
     assert "maxSize: 8" in _config_text(docs)
+    volume, _ = mount_of(deployment, container, args_of(container)["--config"])
+    assert volume["configMap"]["name"].startswith("allset-settings-")  # hashed: rolls
+    assert not [d for d in docs if d["metadata"]["name"].startswith("allset-config")]
     sa = one(docs, "ServiceAccount", "allset")
-    # The annotations replaced whole: the role, and the placeholder gone with the rest.
     assert sa["metadata"]["annotations"] == {
         "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/allset-prod-east"}
-    assert not _refused_annotation_keys(docs)
 
 
-# What the API server's ObjectMeta validation accepts as an annotation key (apimachinery's
-# IsQualifiedName): an optional DNS-subdomain prefix and '/', then a name of at most 63.
-_NAME_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+def _settings_keys(cloud: str) -> list[str]:
+    return ["config.yaml", "image", IDENTITIES[cloud][0]]
 
 
-def _qualified(key: str) -> bool:
-    parts = key.lower().split("/")
-    if len(parts) > 2:
-        return False
-    name = parts[-1]
-    if not name or len(name) > 63 or not _NAME_PART.match(name):
-        return False
-    return len(parts) == 1 or (0 < len(parts[0]) <= 253 and bool(_SUBDOMAIN.match(parts[0])))
+@pytest.mark.parametrize("command", every_renderer() or [None], ids=lambda c: " ".join(
+    Path(c[0]).name if i == 0 else a for i, a in enumerate(c)) if c else "none")
+@pytest.mark.parametrize(("cloud", "omitted"), [(c, k) for c in IDENTITIES
+                                                for k in _settings_keys(c)])
+def test_a_required_setting_left_out_stops_the_build(tmp_path: Path,
+                                                     command: tuple[str, ...] | None,
+                                                     cloud: str, omitted: str) -> None:
+    """Issue 53, item 4: a bare `kubectl apply -k overlays/aws` created 19 of 20 objects,
+    cluster-scoped ones included, before the API server refused the ServiceAccount. Each
+    required setting now stops kustomize itself, so nothing reaches the API server; the
+    error names the ConfigMap and the key (tests/e2e/test_manifests.py applies it to a
+    real API server)."""
+    if command is None:
+        require_kustomize()
+        pytest.skip("no kustomize")
+    complete = render_with(command, cloud_install(tmp_path / "complete", cloud))
+    assert one(complete, "ServiceAccount", "allset")["metadata"]["annotations"] == {
+        IDENTITIES[cloud][1]: IDENTITIES[cloud][2]}
+    with pytest.raises(AssertionError) as refused:
+        render_with(command, cloud_install(tmp_path / "partial", cloud, omit=[omitted]))
+    assert "allset-settings" in str(refused.value) and omitted in str(refused.value)
 
 
-def _refused_annotation_keys(docs: list[Doc]) -> dict[str, list[str]]:
-    refused: dict[str, list[str]] = {}
-    for doc in docs:
-        metas = [doc["metadata"]]
-        if doc["kind"] in WORKLOADS:
-            metas.append(doc["spec"]["template"].get("metadata") or {})
-        for meta in metas:
-            bad = [k for k in meta.get("annotations") or {} if not _qualified(k)]
-            if bad:
-                refused.setdefault(f"{doc['kind']}/{doc['metadata']['name']}", []).extend(bad)
-    return refused
-
-
-def test_the_qualified_name_rule_is_the_api_servers() -> None:
-    for good in ("eks.amazonaws.com/role-arn", "cluster-autoscaler.kubernetes.io/safe-to-evict",
-                 "a", "A_b.c"):
-        assert _qualified(good), good
-    for bad in ("a b", "x/y/z", "-a", "ex_ample.com/a", "a" * 64, "/a"):
-        assert not _qualified(bad), bad
-
-
-@pytest.mark.parametrize(("cloud", "identity"), [("aws", "eks.amazonaws.com/role-arn"),
-                                                 ("gcp", "iam.gke.io/gcp-service-account")])
-def test_an_overlay_applied_as_it_is_is_refused_naming_what_to_set(cloud: str,
-                                                                  identity: str) -> None:
-    """Issue 35, item 5: a bare `kubectl apply -k overlays/aws` deployed allset:latest with
-    an example account's role. The API server now refuses its ServiceAccount: one
-    annotation key it rejects, whose words name what to set and where it is told how."""
-    docs = render(DEPLOY / "overlays" / cloud)
-    refused = _refused_annotation_keys(docs)
-    assert list(refused) == ["ServiceAccount/allset"], refused
-    (key,) = refused["ServiceAccount/allset"]
-    for words in (identity, "the image", "config.yaml", "an overlay of your own",
-                  "docs/operator-guide.md"):
-        assert words in key, (words, key)
-    # The base (the simulated cloud) applies as it is.
-    assert not _refused_annotation_keys(render(DEPLOY / "base"))
+@pytest.mark.parametrize("command", every_renderer() or [None], ids=lambda c: " ".join(
+    Path(c[0]).name if i == 0 else a for i, a in enumerate(c)) if c else "none")
+@pytest.mark.parametrize("cloud", sorted(IDENTITIES))
+def test_a_cloud_component_on_its_own_stops_the_build(command: tuple[str, ...] | None,
+                                                      cloud: str) -> None:
+    if command is None:
+        require_kustomize()
+        pytest.skip("no kustomize")
+    with pytest.raises(AssertionError) as refused:
+        render_with(command, DEPLOY / "overlays" / cloud)
+    assert "allset-settings" in str(refused.value)
     guide = " ".join(_guide().split())
-    assert "fails at once" in guide and " ".join(key.split()[:2]) in guide
-
+    assert "stops before anything reaches the API server" in guide
