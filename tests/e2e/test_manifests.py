@@ -15,7 +15,9 @@ import pytest
 from tests.e2e.conftest import World
 from tests.e2e.rest import ApiError
 from tests.kit.deploy import DEPLOY, cloud_install, kustomization, render, require_kustomize
+from tests.kit.helm import require_helm
 from tests.repo.test_deploy import CA_DEPLOYMENT
+from tests.repo.test_helm_chart import PAIRS as CHART_PAIRS
 
 # Served by add-ons that are not part of this control plane (docs/operator-guide.md lists
 # them as prerequisites of the components that use them).
@@ -53,7 +55,21 @@ def _dry_run(world: World, doc: dict[str, Any]) -> None:
 def test_the_manifests_pass_a_server_side_dry_run(world: World, tmp_path: Path,
                                                    variant: str) -> None:
     require_kustomize()
-    docs = render(VARIANTS[variant](tmp_path))
+    _dry_run_all(world, render(VARIANTS[variant](tmp_path)), variant)
+
+
+@pytest.mark.parametrize("pair", sorted(CHART_PAIRS))
+def test_the_chart_passes_a_server_side_dry_run(world: World, tmp_path: Path,
+                                                pair: str) -> None:
+    """Issue 53, item 4: what `helm install` would apply, for each values file that
+    matches a kustomize install (tests/repo/test_helm_chart.py holds the two equal)."""
+    require_kustomize()
+    require_helm()
+    chart, _ = CHART_PAIRS[pair](tmp_path)
+    _dry_run_all(world, chart, f"chart, {pair}")
+
+
+def _dry_run_all(world: World, docs: list[dict[str, Any]], variant: str) -> None:
     assert docs, variant
     refused, skipped = [], []
     for doc in docs:
