@@ -116,6 +116,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="also serve the admin service (status, plan --server) on this "
                        "Unix socket, plaintext, mode 0600: for `kubectl exec <pod> -- allset "
                        "status --server unix:PATH` (default: off)")
+    serve.add_argument("--webhook-address", default="", metavar="HOST:PORT",
+                       help="serve the admission webhook that marks a gang's pods for allset "
+                       "when they are created (HTTPS; needs --webhook-cert, --webhook-key "
+                       "and the API server) (default: off)")
+    serve.add_argument("--webhook-cert", type=Path, help="the webhook's certificate (PEM)")
+    serve.add_argument("--webhook-key", type=Path, help="the webhook's private key (PEM)")
     serve.set_defaults(run=run_serve)
 
     instances = sub.add_parser("instances", parents=[common],

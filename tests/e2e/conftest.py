@@ -37,6 +37,19 @@ def rbac_documents() -> list[dict[str, Any]]:
     return docs
 
 
+def webhook_configuration(url: str, ca_bundle: str) -> dict[str, Any]:
+    """deploy/kubernetes/base/webhook.yaml, calling ``url`` (no Service reaches loopback)
+    with the suite's CA, under a name of its own (test_manifests.py dry-runs deploy's)."""
+    text = (ROOT / "deploy" / "kubernetes" / "base" / "webhook.yaml").read_text()
+    doc: dict[str, Any] = yaml.safe_load(text)
+    for hook in doc["webhooks"]:
+        path = hook["clientConfig"]["service"]["path"]
+        hook["clientConfig"] = {"url": url + path, "caBundle": ca_bundle}
+    doc["metadata"].pop("annotations", None)  # no cert-manager here
+    doc["metadata"]["name"] = "e2e-" + doc["metadata"]["name"]
+    return doc
+
+
 def _parts() -> Parts:
     if not os.environ.get("ALLSET_E2E"):
         pytest.skip("the e2e suite is opt-in: set ALLSET_E2E=1 (docs/e2e.md)")
@@ -77,11 +90,16 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             cluster.rest.apply(doc)
         allset = Allset(directory / "allset", cluster.client_kubeconfig(
             "allset", f"https://127.0.0.1:{relay.port}", ALLSET_USER))
+        serving = cluster.pki.issue("allset-webhook", "allset-webhook", server=True)
+        allset.webhook = (serving.cert, serving.key)
         kubelet = Kubelet(cluster.rest, allset.state, allset.config(),
                           boot_seconds=BOOT_SECONDS,
                           never_join={"nojoin": True, "gang-nojoin": True})
         kubelet.start()
         allset.start()
+        # deploy's webhook, by URL: the API server marks gang pods through allset.
+        cluster.rest.apply(webhook_configuration(
+            f"https://127.0.0.1:{allset.webhook_port}", cluster.ca_bundle))
         yield World(cluster, allset, kubelet, relay)
     except BaseException:
         print(cluster.logs_tail(), file=sys.stderr)

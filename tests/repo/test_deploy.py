@@ -48,7 +48,7 @@ SA = ("ServiceAccount", NAMESPACE, "allset")
 # cloud component, as docs/operator-guide.md writes it (tests.kit.deploy.cloud_install).
 INSTALLS = ["base", "aws", "gcp"]
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "AdmissionCheck",
-                  "ProvisioningRequestConfig", "Namespace"}
+                  "ProvisioningRequestConfig", "Namespace", "MutatingWebhookConfiguration"}
 
 # A Cluster Autoscaler Deployment as CA's example manifests write it: flags in `command`.
 CA_DEPLOYMENT = """\
@@ -194,19 +194,20 @@ def test_images_are_the_placeholder_or_the_settings_one(directory: Path) -> None
 Grant = tuple[str, str, str, bool, tuple[str, ...]]
 
 
-def _granted(docs: list[Doc]) -> set[Grant]:
+def _granted(docs: list[Doc], account: tuple[str, str, str] = SA) -> set[Grant]:
     """(group, resource, verb, namespaced, resource names) of every rule bound to
-    allset's service account; namespaced rules must be in allset's own namespace."""
+    ``account`` (allset's service account); namespaced rules must be in allset's own
+    namespace."""
     roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d
              for d in docs if d["kind"] in ("Role", "ClusterRole")}
     granted: set[Grant] = set()
     for binding in (d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
         subjects = {(s["kind"], s.get("namespace"), s["name"]) for s in binding["subjects"]}
-        if SA not in subjects:
+        if account not in subjects:
             continue
         ref = binding["roleRef"]
         ns = binding["metadata"].get("namespace") if ref["kind"] == "Role" else None
-        assert ns in (None, SA[1]), binding
+        assert ns in (None, account[1]), binding
         role = roles[(ref["kind"], ns, ref["name"])]
         for rule in role["rules"]:
             assert not rule.get("nonResourceURLs"), rule
@@ -231,6 +232,14 @@ def test_rbac_grants_exactly_the_calls_the_code_makes(directory: Path) -> None:
     assert granted == needed, (
         f"missing: {sorted(needed - granted)}; not needed: {sorted(granted - needed)}. "
         f"deploy/kubernetes/base/rbac.yaml should hold these rules:\n{rules}")
+
+
+def test_the_cluster_role_has_no_cluster_wide_pod_patch(directory: Path) -> None:
+    """Issue 53, item 5: allset patched pods cluster-wide to mark a gang's pods; its
+    admission webhook marks them at creation now, and nothing of allset writes a pod."""
+    pods = {(verb, namespaced) for group, resource, verb, namespaced, _ in
+            _granted(render(directory)) if (group, resource) == ("", "pods")}
+    assert pods == {("list", False), ("watch", False)}
 
 
 def test_the_deployment_runs_as_the_bound_service_account() -> None:
@@ -316,6 +325,43 @@ def test_the_client_certificates_are_the_identities_allset_tells_apart(directory
     assert operator["spec"]["secretName"] == "allset-operator-tls"
 
 
+def test_the_gang_webhook_is_served_by_every_replica_with_the_server_certificate(
+        directory: Path) -> None:
+    """Issue 53, item 6: the webhook configuration reaches allset's webhook port through
+    a Service of every replica, over the server certificate the allset CA signed (which
+    cert-manager injects), fails safe, and is sent only pod creations outside allset's
+    namespace and kube-system."""
+    docs = render(directory)
+    deployment, container = _allset(docs)
+    (hook,) = one(docs, "MutatingWebhookConfiguration", "allset-gang-pods")["webhooks"]
+    target = hook["clientConfig"]["service"]
+    service = one(docs, "Service", target["name"])
+    assert service["metadata"]["namespace"] == target["namespace"] == NAMESPACE
+    assert service["spec"]["selector"].items() <= \
+        deployment["spec"]["template"]["metadata"]["labels"].items()
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == target["port"]]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    args = args_of(container)
+    assert ports[port["targetPort"]] == _port(args["--webhook-address"])
+    server = one(docs, "Certificate", "allset-server")
+    assert f"{target['name']}.{target['namespace']}.svc" in server["spec"]["dnsNames"]
+    webhook_config = one(docs, "MutatingWebhookConfiguration", "allset-gang-pods")
+    assert webhook_config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+        f"{NAMESPACE}/allset-server"
+    for flag, key in (("--webhook-cert", "tls.crt"), ("--webhook-key", "tls.key")):
+        volume, _ = mount_of(deployment, container, args[flag])
+        assert volume["secret"]["secretName"] == server["spec"]["secretName"], flag
+        assert args[flag].endswith("/" + key)
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+    assert hook["rules"] == [{"operations": ["CREATE"], "apiGroups": [""],
+                              "apiVersions": ["v1"], "resources": ["pods"],
+                              "scope": "Namespaced"}]
+    (excluded,) = hook["namespaceSelector"]["matchExpressions"]
+    assert excluded["operator"] == "NotIn"
+    assert set(excluded["values"]) == {"kube-system", NAMESPACE}
+    assert hook["timeoutSeconds"] <= 5
+
+
 def test_cluster_autoscaler_is_wired_to_allset(with_ca: list[Doc]) -> None:
     ca = one(with_ca, "Deployment", "cluster-autoscaler")
     (container,) = containers(ca)
@@ -390,8 +436,9 @@ def test_ports_probes_and_network_policy_agree(directory: Path) -> None:
     args = args_of(container)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"grpc": _port(args["--address"]), "health": _port(args["--health-address"]),
-                     "metrics": _port(args["--metrics-address"])}
-    assert ports == {"grpc": 8086, "health": 8087, "metrics": 9090}
+                     "metrics": _port(args["--metrics-address"]),
+                     "webhook": _port(args["--webhook-address"])}
+    assert ports == {"grpc": 8086, "health": 8087, "metrics": 9090, "webhook": 9443}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         # gRPC health on the plaintext port: kubelet has no client certificate.
         assert container[probe]["grpc"]["port"] == ports["health"], probe
@@ -409,9 +456,11 @@ def test_ports_probes_and_network_policy_agree(directory: Path) -> None:
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     assert policy["spec"]["podSelector"] == deployment["spec"]["selector"]
     allowed = sorted(p["port"] for r in policy["spec"]["ingress"] for p in r["ports"])
-    assert allowed == [ports["grpc"], ports["metrics"]]
+    assert allowed == [ports["grpc"], ports["metrics"], ports["webhook"]]
     for rule in policy["spec"]["ingress"]:
-        assert rule["from"], "every port is open to named peers only"
+        # Every port is open to named peers only, but the webhook's: the API server calls
+        # it from the control plane's address, which no selector names.
+        assert rule.get("from") or [p["port"] for p in rule["ports"]] == [ports["webhook"]]
 
 
 def test_two_replicas_rolled_with_time_to_finish(directory: Path) -> None:
@@ -581,6 +630,11 @@ def test_the_documented_allset_certs_run_makes_what_the_secrets_need(
     names = server.extensions.get_extension_for_class(
         x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
     assert host.rpartition(":")[0] in names
+    # ...and for the admission webhook's Service, which the API server dials.
+    (hook,) = one(render(DEPLOY / "base"), "MutatingWebhookConfiguration",
+                  "allset-gang-pods")["webhooks"]
+    service = hook["clientConfig"]["service"]
+    assert f"{service['name']}.{service['namespace']}.svc" in names
     server.verify_directly_issued_by(ca)
     client.verify_directly_issued_by(ca)
     usage = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value

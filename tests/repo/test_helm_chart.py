@@ -57,7 +57,8 @@ PAIRS: dict[str, Pair] = {
         render(DEPLOY / "overlays" / "kind")),
     "without cert-manager, without Kueue": lambda d: (
         helm_template(sets={**PLACEHOLDER, "certManager.enabled": "false",
-                            "kueue.enabled": "false"}, files={"config": BASE_CONFIG}),
+                            "webhook.caBundle": "Q0E=", "kueue.enabled": "false"},
+                      files={"config": BASE_CONFIG}),
         render(kustomization(d, resources=[DEPLOY / "base"], components=[
             DEPLOY / "components" / "without-cert-manager",
             DEPLOY / "components" / "without-kueue"]))),
@@ -96,7 +97,7 @@ def test_the_objects_carry_helms_labels_and_the_release_namespace() -> None:
         assert labels["app.kubernetes.io/instance"] == "allset", doc["metadata"]
         assert labels["app.kubernetes.io/name"] == "allset"
         if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "AdmissionCheck",
-                               "ProvisioningRequestConfig"):
+                               "ProvisioningRequestConfig", "MutatingWebhookConfiguration"):
             assert doc["metadata"]["namespace"] == "gpu-autoscaling", doc["metadata"]
     cloud_config = next(d for d in docs if d["metadata"]["name"] == "allset-cloud-config")
     address = yaml.safe_load(cloud_config["data"]["cloud-config.yaml"])["address"]
@@ -139,6 +140,9 @@ IMAGE = {"image.repository": REPOSITORY}
                                 "files": AWS_CONFIG}, ["simulatedNodes.enabled"]),
     ("a misspelt key", {"sets": {**PLACEHOLDER, "replica": "1"},
                         "files": {"config": BASE_CONFIG}}, ["replica"]),
+    ("without cert-manager and no CA for the webhook",
+     {"sets": {**PLACEHOLDER, "certManager.enabled": "false"},
+      "files": {"config": BASE_CONFIG}}, ["webhook.caBundle"]),
     ("kube-system", {"namespace": "kube-system", "sets": PLACEHOLDER,
                      "files": {"config": BASE_CONFIG}}, ["kube-system", "kube-dns"]),
 ])
@@ -155,12 +159,14 @@ def test_the_shipped_examples_render_once_filled_in() -> None:
     for cloud in ("aws", "gcp"):
         docs = helm_template(values=[EXAMPLES / f"{cloud}.yaml"], sets=_example(cloud),
                              files={"config": ROOT / "deploy" / "examples" / f"{cloud}.yaml"})
-        (account,) = [d for d in docs if d["kind"] == "ServiceAccount"]
+        (account,) = [d for d in docs if d["kind"] == "ServiceAccount"
+                      and d["metadata"]["name"] == "allset"]
         assert account["metadata"]["annotations"] == {IDENTITIES[cloud][1]: IDENTITIES[cloud][2]}
     docs = helm_template(values=[EXAMPLES / "aws.yaml"],
                          sets={**_example("aws"), "aws.roleArn": "", "aws.podIdentity": "true"},
                          files=AWS_CONFIG)
-    (account,) = [d for d in docs if d["kind"] == "ServiceAccount"]
+    (account,) = [d for d in docs if d["kind"] == "ServiceAccount"
+                  and d["metadata"]["name"] == "allset"]
     assert "annotations" not in account["metadata"]  # EKS Pod Identity: no annotation
 
 

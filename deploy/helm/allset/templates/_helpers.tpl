@@ -38,6 +38,7 @@ route any of the cluster's own Services (kube-dns among them).
 - allset.{{ include "allset.namespace" . }}.svc.cluster.local
 - allset.{{ include "allset.namespace" . }}
 - allset
+- allset-webhook.{{ include "allset.namespace" . }}.svc
 {{- end }}
 
 {{/*
