@@ -242,6 +242,31 @@ def test_the_cluster_role_has_no_cluster_wide_pod_patch(directory: Path) -> None
     assert pods == {("list", False), ("watch", False)}
 
 
+def test_the_restart_on_renewal_job_has_exactly_its_calls_and_no_more(directory: Path) -> None:
+    """Issue 53, item 7: the CronJob that restarts CA once its client certificate was
+    renewed runs as a ServiceAccount of its own whose grants, all in allset's namespace,
+    are exactly the calls it makes, on the objects its flags name."""
+    from provider.controller.restart_on_renewal import calls
+
+    docs = render(directory)
+    (job,) = find(docs, "CronJob")
+    spec = pod_spec(job)
+    (container,) = containers(job)
+    args = args_of(container)
+    assert container["args"][0] == "restart-on-renewal"
+    account = ("ServiceAccount", NAMESPACE, spec["serviceAccountName"])
+    assert account != SA and args["--namespace"] == NAMESPACE
+    needed = {(c.group, c.resource, v, c.namespaced, tuple(sorted(c.names)))
+              for c in calls(args["--deployment"], args["--certificate"]) for v in c.verbs}
+    assert _granted(docs, account) == needed
+    client = one(docs, "Certificate", args["--certificate"])
+    assert client["spec"]["commonName"] == "cluster-autoscaler"  # CA's, the one renewed
+    # What the job's pod is labelled is not allset's: no Service or budget of allset's
+    # selects it.
+    labels = job["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/name"] != "allset"
+
+
 def test_the_deployment_runs_as_the_bound_service_account() -> None:
     deployment, _ = _allset(render(DEPLOY / "base"))
     spec = pod_spec(deployment)
