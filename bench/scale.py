@@ -266,7 +266,7 @@ def fleet_config(directory: Path, groups: int, nodes: int, workers: int,
     config["cloud"]["fake"].update({"launchLatencySeconds": 0, "bootSeconds": 0})
     config["provisioningRequests"] = {"workers": workers}
     if leader_election:
-        config["leaderElection"] = {"mode": "on", "namespace": "kube-system"}
+        config["leaderElection"] = {"mode": "on", "namespace": "allset"}
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
@@ -578,7 +578,7 @@ def run(args: argparse.Namespace, directory: Path) -> None:
                   f"the leader's: {leader * 60 / args.steady:.1f}/min")
         show("  apiserver_request_total diff in that time (every client)", everyone, 6)
 
-        lease_now = rest.find("coordination.k8s.io/v1", "Lease", "allset", "kube-system")
+        lease_now = rest.find("coordination.k8s.io/v1", "Lease", "allset", "allset")
         holder = str(((lease_now or {}).get("spec") or {}).get("holderIdentity") or "")
         if args.leader_election == "on" and not holder.startswith(LEADER):
             print(f"\n  THE LEASE MOVED: held by {holder or 'nobody'}, not {LEADER}; figures "

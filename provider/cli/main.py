@@ -1,4 +1,5 @@
-"""`allset` command line: serve, instances, certs, plan, simulate, status, validate. Each command's
+"""`allset` command line: serve, instances, certs, plan, simulate, status, validate,
+restart-on-renewal. Each command's
 work is in a module of its own beside this one, and imports what it needs when it runs, so
 `allset --help` starts fast."""
 
@@ -18,6 +19,7 @@ from provider.cli.certs import certs as run_certs
 from provider.cli.errors import UsageError
 from provider.cli.instances import instances as run_instances
 from provider.cli.plan import plan as run_plan
+from provider.cli.restart import restart_on_renewal as run_restart_on_renewal
 from provider.cli.serve import DEFAULT_ADDRESS, DEFAULT_STATE_DIR
 from provider.cli.serve import serve as run_serve
 from provider.cli.simulate import simulate as run_simulate
@@ -139,6 +141,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="also serve the admin service (status, plan --server) on this "
                        "Unix socket, plaintext, mode 0600: for `kubectl exec <pod> -- allset "
                        "status --server unix:PATH` (default: off)")
+    serve.add_argument("--webhook-address", default="", metavar="HOST:PORT",
+                       help="serve the admission webhook that marks a gang's pods for allset "
+                       "when they are created (HTTPS; needs --webhook-cert, --webhook-key "
+                       "and the API server) (default: off)")
+    serve.add_argument("--webhook-cert", type=Path, help="the webhook's certificate (PEM)")
+    serve.add_argument("--webhook-key", type=Path, help="the webhook's private key (PEM)")
     serve.set_defaults(run=run_serve)
 
     instances = sub.add_parser("instances", parents=[common],
@@ -201,6 +209,24 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--output", choices=["text", "json"], default="text")
     client_tls(plan)
     plan.set_defaults(run=run_plan)
+
+    restart = sub.add_parser(
+        "restart-on-renewal", parents=[common],
+        help="restart Cluster Autoscaler's Deployment if a pod of it started before its "
+        "client certificate was last renewed (CA reads it only at start); for a CronJob")
+    restart.add_argument("--namespace", default="allset",
+                         help="where CA, its Certificate and its Deployment are "
+                         "(default: %(default)s)")
+    restart.add_argument("--deployment", default="cluster-autoscaler",
+                         help="CA's Deployment (default: %(default)s)")
+    restart.add_argument("--certificate", default="allset-client",
+                         help="the cert-manager Certificate of CA's client certificate "
+                         "(default: %(default)s)")
+    restart.add_argument("--kubeconfig", type=Path,
+                         help="kubeconfig (in a cluster the service account is used)")
+    restart.add_argument("--dry-run", action="store_true",
+                         help="say whether a restart is due, and restart nothing")
+    restart.set_defaults(run=run_restart_on_renewal)
 
     sim = sub.add_parser("simulate", parents=[common],
                          help="simulate a GPU fleet in virtual time: allset against "

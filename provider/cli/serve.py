@@ -55,7 +55,8 @@ def serve(args: argparse.Namespace) -> int:
     from provider.service.tls import check_server_files, server_credentials
 
     addresses = {"--address": args.address, "--health-address": args.health_address,
-                 "--metrics-address": args.metrics_address}
+                 "--metrics-address": args.metrics_address,
+                 "--webhook-address": args.webhook_address}
     for flag, address in addresses.items():
         wrong = problem(flag, address) if address else None
         if wrong:
@@ -106,6 +107,9 @@ def serve(args: argparse.Namespace) -> int:
         if unusable is not None:
             raise UsageError(f"--kubeconfig: {args.kubeconfig} is not a usable kubeconfig: "
                              f"{unusable}")
+    wrong = webhook_problem(args)
+    if wrong:
+        raise UsageError(wrong)
     if not 0 <= args.grace <= 3600:
         raise UsageError(f"--grace: {args.grace:g} is not between 0 and 3600 seconds")
     # The config's mistakes before the machine's: a wrong file is reported first, whatever
@@ -168,6 +172,7 @@ def serve(args: argparse.Namespace) -> int:
             raise UsageError(f"--metrics-address: cannot listen on {args.metrics_address}: "
                              f"{err.strerror}") from err
     controller = _controller(args, provider)
+    webhook = start_webhook(args, provider)
     server.start()
     favour_ca_latency()
     if controller is not None:
@@ -184,6 +189,8 @@ def serve(args: argparse.Namespace) -> int:
     # Its workers run attempts too: drained only if they ended as well.
     quiet = controller.stop(shutdown.remaining()) if controller is not None else True
     drained = server.stop(shutdown.remaining()) and quiet
+    if webhook is not None:
+        webhook.stop()  # after the drain: pods made meanwhile are still marked
     if election is not None:
         # After the drain: hand the lease over, the standby takes it now. Not while an
         # attempt may still reach the cloud: then the lease runs out first.
@@ -240,7 +247,7 @@ def _election(args: argparse.Namespace, config: LoadedConfig, clock: Any) -> Any
         raise UsageError("leaderElection.mode on needs --kubeconfig outside a cluster")
 
     from provider.config.units import duration_seconds
-    from provider.leadership.election import Election
+    from provider.leadership.election import Election, namespace_of
     from provider.leadership.endpoint import LeaderEndpoint
 
     try:
@@ -252,7 +259,7 @@ def _election(args: argparse.Namespace, config: LoadedConfig, clock: Any) -> Any
     endpoint = None
     pod, ip = os.environ.get("POD_NAME"), os.environ.get("POD_IP")
     if in_cluster and pod and ip:
-        namespace = settings.namespace or os.environ.get("POD_NAMESPACE") or "kube-system"
+        namespace = namespace_of(settings.namespace)
         port = int(args.address.rsplit(":", 1)[1])
         endpoint = LeaderEndpoint(api, namespace, settings.service, pod, ip, {"grpc": port},
                                   timeout=duration_seconds(settings.retry_period))
@@ -390,3 +397,50 @@ def _socket_problem(path: Path) -> str | None:
     if path.exists() and not path.is_socket():
         return f"{path} exists and is not a socket"
     return None
+
+
+WEBHOOK_READ_TIMEOUT = 2.0  # seconds; the webhook configuration allows the API server 5
+
+
+def webhook_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the webhook's flags (None: nothing, or no webhook asked for)."""
+    if not args.webhook_address:
+        if args.webhook_cert or args.webhook_key:
+            return "--webhook-cert and --webhook-key apply with --webhook-address"
+        return None
+    for flag, path in (("--webhook-cert", args.webhook_cert),
+                       ("--webhook-key", args.webhook_key)):
+        if path is None:
+            return f"--webhook-address serves HTTPS: {flag} is needed"
+        if not path.is_file():
+            return f"{flag}: {path} is not a readable file"
+    if args.kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "--webhook-address reads gangs from the API server: give --kubeconfig " \
+            "outside a cluster"
+    return None
+
+
+def start_webhook(args: argparse.Namespace, provider: Any) -> Any:
+    """The webhook server, listening (None without --webhook-address)."""
+    if not args.webhook_address:
+        return None
+    import ssl
+
+    from provider.controller.gang_api import GangApi
+    from provider.controller.gang_marks import GangMarker
+    from provider.controller.webhook import WebhookMetrics, WebhookServer
+    from provider.domain.gangs.sources import SOURCES
+
+    api = kube_client(args.kubeconfig, connections=8, component="webhook")
+    sources = [SOURCES[s] for s in provider.config.schema.gangs.sources]
+    # Reads bounded well inside the API server's timeoutSeconds (5 s): a slow read marks
+    # the pod all the same.
+    marker = GangMarker(GangApi(api, read_timeout=WEBHOOK_READ_TIMEOUT), sources)
+    try:
+        server = WebhookServer(args.webhook_address, args.webhook_cert, args.webhook_key,
+                               marker, WebhookMetrics(provider.metrics.registry))
+    except (OSError, ssl.SSLError) as err:
+        raise UsageError(f"--webhook-address {args.webhook_address}, --webhook-cert, "
+                         f"--webhook-key: {err}") from err
+    server.start()
+    return server

@@ -480,7 +480,7 @@ class LeaderElection(Model):
         "auto", description="auto: elect a leader when running in a cluster (replicas); on: "
         "also with --kubeconfig outside one; off: one process, guarded by the state-dir lock")
     namespace: str = Field("", description="namespace of the Lease; empty: the pod's own "
-                           "(POD_NAMESPACE), else kube-system")
+                           "(POD_NAMESPACE), else allset")
     name: str = Field("allset", description="name of the Lease (deploy/ grants RBAC on "
                       "allset)")
     service: str = Field("allset", description="the Service whose EndpointSlice the "

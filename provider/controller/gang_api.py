@@ -19,15 +19,20 @@ _SERVED_TTL = 300.0  # how long the list of served group versions is believed
 
 
 class GangApi:
-    """Writes that steer the cloud (a request created or deleted, a gang's state) pass the
-    fence before each try and are bounded by ``write_timeout``, as KubeApi's are; marking
-    a pod with the request it will consume does not steer, and a standby does it too."""
+    """Writes that steer the cloud (a request created or deleted, what it counts, a gang's
+    state) pass the fence before each try and are bounded by ``write_timeout``, as
+    KubeApi's are. It never writes a pod: allset's admission webhook marks a gang's pods
+    when they are created (provider/controller/gang_marks.py)."""
 
     def __init__(self, api: client.ApiClient, version: str = "v1", *,
                  monotonic: Callable[[], float] = time.monotonic,
-                 write_timeout: float | None = None) -> None:
+                 write_timeout: float | None = None,
+                 read_timeout: float | None = None) -> None:
+        """``read_timeout``: how long a read of a gang or a request may take (None: the
+        client's own), for a caller that must answer within a deadline (the webhook)."""
         self.version = version  # of ProvisioningRequests
         self._write_timeout = write_timeout
+        self._read_timeout = read_timeout
         self._fence: Callable[[], None] = unfenced
         self._core = client.CoreV1Api(api)
         self._custom = client.CustomObjectsApi(api)
@@ -35,6 +40,7 @@ class GangApi:
         self._monotonic = monotonic
         self._served: frozenset[str] = frozenset()  # group versions, as "group/version"
         self._listed_at = float("-inf")
+        self._ever_listed = False
 
     def fence_with(self, check: Callable[[], None]) -> None:
         """``check`` raises (NotLeader) when this process may not act."""
@@ -52,7 +58,8 @@ class GangApi:
         now = self._monotonic()
         if now - self._listed_at >= _SERVED_TTL:
             try:
-                listed = call(self._apis.get_api_versions, _preload_content=False)
+                listed = call(self._apis.get_api_versions, _preload_content=False,
+                              _request_timeout=self._read_timeout)
                 self._served = frozenset(
                     str(v.get("groupVersion")) for g in listed.get("groups") or []
                     for v in g.get("versions") or [])
@@ -61,6 +68,7 @@ class GangApi:
                     raise
                 self._served = frozenset()
             self._listed_at = now
+            self._ever_listed = True
         for version in source.readable:
             if f"{source.group}/{version}" in self._served:
                 return source.at(version)
@@ -69,6 +77,17 @@ class GangApi:
     def forget_served(self) -> None:
         """The served versions are asked for again on the next ``served``."""
         self._listed_at = float("-inf")
+
+    def was_served(self, source: GangSource) -> GangSource | None:
+        """What ``served`` found when it last asked (the source in its preferred version
+        before it ever did), for a caller that must decide while the API server cannot
+        answer."""
+        if not self._ever_listed:
+            return source
+        for version in source.readable:
+            if f"{source.group}/{version}" in self._served:
+                return source.at(version)
+        return None
 
     def pending_pods(self) -> list[dict[str, Any]]:
         body: dict[str, Any] = call(self._core.list_pod_for_all_namespaces,
@@ -85,7 +104,8 @@ class GangApi:
         try:
             found: dict[str, Any] = call(self._custom.get_namespaced_custom_object,
                                           source.group, source.version, namespace,
-                                          source.plural, name)
+                                          source.plural, name,
+                                          _request_timeout=self._read_timeout)
         except Gone as err:
             if _resource_gone(err):
                 # Not this object: the API version itself (the cluster was upgraded and
@@ -112,7 +132,8 @@ class GangApi:
     def request(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             found: dict[str, Any] = call(self._custom.get_namespaced_custom_object, GROUP,
-                                          self.version, namespace, PLURAL, name)
+                                          self.version, namespace, PLURAL, name,
+                                          _request_timeout=self._read_timeout)
         except Gone:
             return None
         return found
@@ -127,6 +148,18 @@ class GangApi:
         body = call(self._custom.list_cluster_custom_object, GROUP, self.version, PLURAL,
                     label_selector=label)
         return list(body.get("items", []))
+
+    def annotate_request(self, namespace: str, name: str,
+                         annotations: Mapping[str, str | None], resource_version: str
+                         ) -> None:
+        """Merge ``annotations`` into a request's, only onto the request as this replica
+        read it (Conflict otherwise)."""
+        self._fence()
+        meta: dict[str, Any] = {"annotations": dict(annotations)}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
+        call(self._custom.patch_namespaced_custom_object, GROUP, self.version, namespace,
+             PLURAL, name, {"metadata": meta}, _request_timeout=self._write_timeout)
 
     def create_request(self, namespace: str, body: Mapping[str, Any]) -> None:
         self._fence()
@@ -158,12 +191,6 @@ class GangApi:
     def create_pod_template(self, namespace: str, body: Mapping[str, Any]) -> None:
         self._fence()
         call(self._core.create_namespaced_pod_template, namespace, dict(body),
-             _request_timeout=self._write_timeout)
-
-    def annotate_pod(self, namespace: str, name: str,
-                     annotations: Mapping[str, str | None]) -> None:
-        call(self._core.patch_namespaced_pod, name, namespace,
-             {"metadata": {"annotations": dict(annotations)}},
              _request_timeout=self._write_timeout)
 
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:

@@ -4,14 +4,18 @@ writes the API).
 
 The request is owned by the gang object (a PodGroup), so deleting the gang deletes the
 request and allset rolls its nodes back. Its PodTemplates are cut from the pods
-themselves, one per shape. Its pods are annotated as consuming it, which keeps CA's own
-scale-up off them while it is open. The request's state is reported on the gang object:
-an annotation and an Event whenever its reason changes.
+themselves, one per shape. The gang's pods were marked as consuming a request when they
+were created, by allset's admission webhook (provider/controller/gang_marks.py), which
+keeps CA's own scale-up off them from the start; the bridge never writes a pod. The
+request's state is reported on the gang object: an annotation and an Event whenever its
+reason changes.
 
-An open request counts only the pods it planned: each pod it counted carries the pod set
-that counted it (POD_SET_ANNOTATION), a pod that joins later takes a place no live pod
-holds (it replaces one that failed), and one without a place consumes the gang's next
-request instead and is told so (provider/controller/gang_latecomers.py).
+An open request counts only the pods it planned, and records which on itself
+(PLACES_ANNOTATION: each pod it counted, with the pod set that counted it): a pod that
+joins later takes a place no live pod holds (it replaces one that failed), and one without
+a place waits for the gang's next request instead and is told so
+(provider/controller/gang_latecomers.py). A request made before that record (issue 53)
+is read from its pods' annotations, as it was written.
 
 A pod belongs to one gang, of the first API in ``gangs.sources`` that names it; one named
 by two APIs is told so (provider/controller/gang_conflicts.py). A request's name carries
@@ -29,7 +33,7 @@ import dataclasses
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,9 +44,11 @@ from provider.controller.gang_conflicts import CONFLICT_REASON, ConflictTeller
 from provider.controller.gang_hierarchy import GROUP_CLAIMS_ANNOTATION, Reads
 from provider.controller.gang_latecomers import LatecomerTeller
 from provider.controller.gang_objects import (
-    POD_SET_ANNOTATION,
+    PLACES_ANNOTATION,
     live,
     member,
+    places,
+    places_text,
     planned_spec,
     pod_sets,
     request_state,
@@ -73,6 +79,17 @@ GANG_LABEL = "allset.dev/gang"  # on requests the bridge made
 GANG_ANNOTATION = "allset.dev/gang"  # on such a request: "<source>/<gang name>"
 REQUEST_ANNOTATION = "allset.dev/gang-request"  # on the gang: its current request
 STATUS_ANNOTATION = "allset.dev/provisioning"  # on the gang: "<reason>: <message>"
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    """A gang's request as this pass read it: its state, what it recorded it counted (None:
+    a request made before the record, whose pods' annotations say), and the version read,
+    which a write of the record is conditional on."""
+
+    state: RequestState
+    counted: dict[str, str] | None = None
+    resource_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +142,37 @@ def _request_name(key: GangKey, gang: Mapping[str, Any], generation: int) -> str
 
 def _gang_id(key: GangKey) -> str:
     return f"{key.source.label}/{key.name}"
+
+
+def _name_of(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("name"))
+
+
+def _from_pods(members: Sequence[Member], current: Current) -> dict[str, str]:
+    """What a request made before its record counted, as its pods' annotations say."""
+    state = current.state
+    return {**{m.name: m.counted_in for m in members
+               if m.consuming == state.name and m.counted_in},
+            **{m.name: "" for m in members if m.consuming == state.successor}}
+
+
+def _as_counted(members: tuple[Member, ...], current: Current | None) -> tuple[Member, ...]:
+    """The members with what the gang's request recorded it counted of each: in which pod
+    set of the request, or waiting for its successor, or neither. A request with no record
+    leaves them as their annotations say."""
+    if current is None or current.counted is None:
+        return members
+    state, counted = current.state, current.counted
+    out = []
+    for m in members:
+        place = counted.get(m.name)
+        if place is None:
+            out.append(dataclasses.replace(m, consuming=None, counted_in=None))
+        elif place:
+            out.append(dataclasses.replace(m, consuming=state.name, counted_in=place))
+        else:
+            out.append(dataclasses.replace(m, consuming=state.successor, counted_in=None))
+    return tuple(out)
 
 
 class PodSource(Protocol):
@@ -181,10 +229,9 @@ class GangBridge:
         self._pods = pods
 
     def act_while(self, acting: Callable[[], bool]) -> None:
-        """Ask for gangs only while ``acting`` says this process may act (the leader,
-        settled). Otherwise (a standby) a pass only marks the pods of gangs never asked
-        for with the request they will consume (see ``_gang``): it creates, deletes and
-        reports nothing, and finds nothing to do in a quiet cluster."""
+        """Pass only while ``acting`` says this process may act (the leader, settled). A
+        standby does nothing here: the gang's pods were marked when they were created,
+        whichever replica led (provider/controller/gang_marks.py)."""
         self._acting = acting
 
     def fence_with(self, check: Callable[[], None]) -> None:
@@ -210,6 +257,8 @@ class GangBridge:
 
     def pass_once(self) -> None:
         acting = self._acting()
+        if not acting:
+            return
         # In the configured order, which is also the order of precedence: a pod named by
         # two APIs belongs to the first one's gang (sources.naming). Each in the version
         # the cluster serves now.
@@ -237,7 +286,8 @@ class GangBridge:
             try:
                 # Leadership can end within a pass: each gang asks again.
                 acting = acting and self._acting()
-                self._gang(key, pods[key.namespace], sources, acting)
+                if acting:
+                    self._gang(key, pods[key.namespace], sources)
             except Exception as err:
                 log.warning("gang %s/%s (%s): %s", key.namespace, key.name, key.source.name,
                             err)
@@ -258,7 +308,7 @@ class GangBridge:
     # --- one gang -------------------------------------------------------------------------
 
     def _gang(self, key: GangKey, namespace_pods: list[dict[str, Any]],
-              sources: Sequence[GangSource], acting: bool = True) -> None:
+              sources: Sequence[GangSource]) -> None:
         obj = self._api.gang(key.source, key.namespace, key.name)
         if obj is None:
             return  # pods name a gang that does not exist (yet)
@@ -266,7 +316,7 @@ class GangBridge:
         if min_member is None:
             return  # not a gang
         # Only the pods that belong to it: one that also names a gang of an earlier source
-        # is that gang's (two gangs would each ask for it and mark it theirs, every pass).
+        # is that gang's (two gangs would each ask for it and count it theirs, every pass).
         short = None
         if key.source.composite:
             # A group of gangs: the pods of every PodGroup under it, whole as the
@@ -277,51 +327,26 @@ class GangBridge:
             short, min_member = self._reads.short(unit, key.namespace, pods), 0
         else:
             pods = [p for p in namespace_pods if live(p) and _belongs(p, key, sources)]
-        members = tuple(member(p) for p in pods)
-        if not acting:
-            self._standby(key, obj, members)
-            return
-        current = self._current(key, obj, pods, members)
-        if current is not None:
-            obj = self._report(key, obj, current)
-            if current.phase is RequestPhase.OPEN:  # before this pass marks any pod
+        current = self._current(key, obj, pods, tuple(member(p) for p in pods))
+        members = _as_counted(tuple(member(p) for p in pods), current)
+        state = current.state if current is not None else None
+        if state is not None:
+            obj = self._report(key, obj, state)
+            if state.phase is RequestPhase.OPEN:  # before this pass defers any pod
                 self._latecomers.retry(key.namespace, _gang_id(key), {
                     m.name: m.consuming for m in members if not m.scheduled})
-        decision = decide(members, min_member, current, short)
-        if isinstance(decision, Mark) and decision.deferred and current is not None and \
-                any(ps.shape is None for ps in current.pod_sets):
+        decision = decide(members, min_member, state, short)
+        if isinstance(decision, Mark) and decision.deferred and state is not None and \
+                any(ps.shape is None for ps in state.pod_sets):
             # Before a pod is left for the next request: pod sets whose template's name
             # said nothing of its shape are read (reads only a pass that would defer).
-            current = self._read_shapes(key.namespace, current)
-            decision = decide(members, min_member, current, short)
+            state = self._read_shapes(key.namespace, state)
+            decision = decide(members, min_member, state, short)
         if isinstance(decision, Ask):
             self._ask(key, obj, decision, pods)
-        elif isinstance(decision, Mark):
-            self._mark(key.namespace, decision.request,
-                       [(x.pod, x.pod_set) for x in decision.pods])
+        elif isinstance(decision, Mark) and current is not None:
+            self._record(key, current, decision, members)
             self._defer(key, decision, pods)
-        elif current is None or current.phase is RequestPhase.DONE:
-            # Not asked for yet (not whole, or the scheduler has not tried every pod): its
-            # pods already name the request they will consume, so CA's per-pod scale-up
-            # leaves them alone meanwhile instead of half-building the gang.
-            upcoming = _request_name(key, obj,
-                                     1 if current is None else current.generation + 1)
-            early = tuple(m for m in members if not m.scheduled and m.consuming != upcoming)
-            if early:
-                self._mark(key.namespace, upcoming, [(m, None) for m in early])
-
-    def _standby(self, key: GangKey, obj: Mapping[str, Any], members: Sequence[Member]
-                 ) -> None:
-        """A standby asks for nothing, but marks the pods of a gang never asked for with
-        the request they will consume, as the leader does: after a failover the new leader
-        serves CA the moment it acts, and pods that went pending while no replica acted
-        would be open to CA's per-pod scale-up until its bridge's first pass. Later
-        generations are the leader's (it reads them)."""
-        named = ((obj.get("metadata") or {}).get("annotations") or {}).get(REQUEST_ANNOTATION)
-        upcoming = _request_name(key, obj, 1)
-        early = tuple(m for m in members if not m.scheduled and m.consuming != upcoming)
-        if not named and early:
-            self._mark(key.namespace, upcoming, [(m, None) for m in early])
 
     def _ask(self, key: GangKey, obj: Mapping[str, Any], decision: Ask,
              pods: Sequence[Mapping[str, Any]]) -> None:
@@ -335,8 +360,7 @@ class GangBridge:
         self._api.annotate_gang(key.source, key.namespace, key.name,
                                 {REQUEST_ANNOTATION: name},
                                 str((obj.get("metadata") or {}).get("resourceVersion") or ""))
-        made = {ps.shape: ps.name for ps in self._create(key, obj, name, stuck)}
-        self._mark(key.namespace, name, [(m, made.get(m.shape)) for m in decision.pods])
+        self._create(key, obj, name, stuck)
 
     def _predecessors_gone(self, key: GangKey, gang: Mapping[str, Any]) -> bool:
         """Are the requests of earlier gangs of this name gone? A gang deleted with
@@ -381,11 +405,9 @@ class GangBridge:
 
     def _defer(self, key: GangKey, decision: Mark, pods: Sequence[Mapping[str, Any]]
                ) -> None:
-        """Pods the open request has no place for consume its successor, and are told."""
+        """Pods the open request has no place for wait for its successor, and are told."""
         if not decision.deferred:
             return
-        self._mark(key.namespace, decision.successor,
-                   [(d.pod, None) for d in decision.deferred])
         by_name = {str((p.get("metadata") or {}).get("name")): p for p in pods}
         for d in decision.deferred:
             log.info("gang %s/%s (%s): pod %s waits for %s, not counted in %s",
@@ -404,10 +426,10 @@ class GangBridge:
 
     def _current(self, key: GangKey, obj: Mapping[str, Any],
                  pods: Sequence[Mapping[str, Any]], members: Sequence[Member]
-                 ) -> RequestState | None:
+                 ) -> Current | None:
         """The gang's request, as the gang names it: whatever its name's form, so a gang
         asked for before names carried the API and uid keeps its request. ``pods``: the
-        gang's live pods; ``members``: theirs."""
+        gang's live pods; ``members``: theirs, as their annotations say."""
         name = ((obj.get("metadata") or {}).get("annotations") or {}).get(REQUEST_ANNOTATION)
         if not name:
             return None
@@ -417,20 +439,25 @@ class GangBridge:
         if found is None:
             # Named but not there: created by a pass that died, or deleted by a person.
             # Either way the gang is asked for again under the same name, for its pods not
-            # on a node but those told they wait for the next request.
+            # on a node but those told they wait for the next request (a record gone with
+            # the request: only a pod whose annotation names the successor is known to).
             stuck = [p for p, m in zip(pods, members, strict=True)
                      if not m.scheduled and m.consuming != successor]
             made = self._create(key, obj, str(name), stuck) if stuck else ()
-            return RequestState(str(name), generation, RequestPhase.OPEN, pod_sets=made,
-                                successor=successor)
+            state = RequestState(str(name), generation, RequestPhase.OPEN, pod_sets=made,
+                                 successor=successor)
+            return Current(state, {_name_of(p): ps.name for p in stuck for ps in made
+                                   if ps.shape == shape_of(p)})
         if not _owned_by(found, obj):
             # Another gang's: a name from the gang's name alone, shared by two APIs'
             # PodGroups of that name before issue 32 (its owner was whichever was asked for
             # first). That one keeps it; this gang asks for its own.
             return None
-        return dataclasses.replace(
+        state = dataclasses.replace(
             request_state(found, generation), successor=successor,
             pod_sets=pod_sets(found, _uid(obj), {m.shape for m in members}))
+        return Current(state, places(found),
+                       str((found.get("metadata") or {}).get("resourceVersion") or ""))
 
     def _create(self, key: GangKey, gang: Mapping[str, Any], name: str,
                 pods: Sequence[Mapping[str, Any]]) -> tuple[PodSet, ...]:
@@ -459,6 +486,9 @@ class GangBridge:
                                  "spec": planned_spec(same[0])},
                 })
             made.append(PodSet(template, shape, len(same)))
+        # What it counts is recorded with it, in one write: every pod it is made for.
+        counted = {_name_of(p): template_name(name, str(meta.get("uid")), shape)
+                   for shape, same in shapes.items() for p in same}
         with contextlib.suppress(Conflict):
             self._api.create_request(key.namespace, {
                 "apiVersion": f"autoscaling.x-k8s.io/{self._api.version}",
@@ -466,6 +496,7 @@ class GangBridge:
                 "metadata": {"name": name, "namespace": key.namespace,
                              "labels": {GANG_LABEL: "true"},
                              "annotations": {GANG_ANNOTATION: _gang_id(key),
+                                             PLACES_ANNOTATION: places_text(counted),
                                              **self._reads.request_notes(
                                                  GangRef(key.source, key.name), gang)},
                              "ownerReferences": owner},
@@ -476,16 +507,21 @@ class GangBridge:
                      key.name, key.source.name, len(pods), name)
         return tuple(made)
 
-    def _mark(self, namespace: str, request: str,
-              marks: Iterable[tuple[Member, str | None]]) -> None:
-        """Each pod as consuming ``request``, counted in the pod set named; None clears
-        the pod set a pod named (not counted yet, or waiting for ``request`` to exist)."""
-        for m, pod_set in marks:
-            self._api.annotate_pod(namespace, m.name, {
-                c.CONSUME_ANNOTATIONS[0]: request,
-                "autoscaling.x-k8s.io/provisioning-class-name": CLASS_NAME,
-                POD_SET_ANNOTATION: pod_set,
-            })
+    def _record(self, key: GangKey, current: Current, decision: Mark,
+                members: Sequence[Member]) -> None:
+        """Record on the open request the pods it now counts, each in its place, and those
+        it has no place for (they wait for its successor); pods no longer live leave the
+        record. Only onto the request as this pass read it (Conflict otherwise: the next
+        pass reads it again), and fenced: a deposed leader's record never lands."""
+        live_names = {m.name for m in members}
+        counted = {n: ps for n, ps in (current.counted or _from_pods(members, current))
+                   .items() if n in live_names}
+        counted.update({x.pod.name: x.pod_set for x in decision.pods})
+        counted.update({d.pod.name: "" for d in decision.deferred})
+        with contextlib.suppress(Conflict):
+            self._api.annotate_request(key.namespace, decision.request,
+                                       {PLACES_ANNOTATION: places_text(counted)},
+                                       current.resource_version)
 
     def _report(self, key: GangKey, obj: dict[str, Any], state: RequestState
                 ) -> dict[str, Any]:

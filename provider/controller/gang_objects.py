@@ -14,7 +14,12 @@ from provider.domain.gangs.decide import Member, PodSet, RequestPhase, RequestSt
 
 # On a pod consuming a gang's request: the pod set (PodTemplate) that counted it. Recorded,
 # not recomputed, so a pod whose shape changed since (a toleration added) keeps its place.
+# Written by allset before issue 53, which patched pods; read for requests made then.
 POD_SET_ANNOTATION = "allset.dev/gang-pod-set"
+# On a request the bridge made: which of the gang's pods it counted, and in which pod set
+# (JSON: pod name -> PodTemplate name; "" for a pod it has no place for, which waits for
+# the gang's next request). The bridge's own record: it never writes pods (issue 53).
+PLACES_ANNOTATION = "allset.dev/gang-places"
 _PLANNED_FIELDS = ("nodeSelector", "affinity", "tolerations", "resourceClaims", "overhead",
                    "resources", "priorityClassName", "runtimeClassName")
 
@@ -119,3 +124,22 @@ def template_shape(template: Mapping[str, Any] | None) -> str | None:
     if template is None:
         return None
     return shape_of({"spec": (template.get("template") or {}).get("spec") or {}})
+
+
+def places(request: Mapping[str, Any]) -> dict[str, str] | None:
+    """The bridge's record of what ``request`` counted (None: a request with no record, made
+    before issue 53, whose pods carry it; or one the bridge did not make)."""
+    text = ((request.get("metadata") or {}).get("annotations") or {}).get(PLACES_ANNOTATION)
+    if not isinstance(text, str):
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(found, dict):
+        return None
+    return {str(k): str(v) for k, v in found.items() if isinstance(v, str)}
+
+
+def places_text(counted: Mapping[str, str]) -> str:
+    return json.dumps(dict(sorted(counted.items())), separators=(",", ":"))

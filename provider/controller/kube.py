@@ -55,8 +55,9 @@ CALLS: tuple[Call, ...] = (
     # Kueue: the owning Workload's maximumExecutionTimeSeconds is a request's runtime.
     Call(KUEUE_GROUP, WORKLOADS, ("get",)),
     Call("", "nodes", ("list", "watch", "patch")),
-    # patch: the gang bridge marks a gang's pods as consuming its request.
-    Call("", "pods", ("list", "watch", "patch")),
+    # No patch: allset's admission webhook marks a gang's pods when they are created
+    # (provider/controller/gang_marks.py), so nothing of allset writes a pod (issue 53).
+    Call("", "pods", ("list", "watch")),
     # Gangs: read minMember, write the request's state as an annotation.
     Call("scheduling.k8s.io", "podgroups", ("get", "patch")),
     Call("scheduling.x-k8s.io", "podgroups", ("get", "patch")),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +125,12 @@ class PodCache:
         """Pods of ``namespace`` that consume ``request`` and are on a node."""
         with self._lock:
             return len(self._consumers.get((namespace, request), ()))
+
+    def placed(self, namespace: str, names: Iterable[str]) -> int:
+        """Of the pods of ``namespace`` named, those live and on a node."""
+        with self._lock:
+            found = (self._facts.get((namespace, n)) for n in set(names))
+            return sum(1 for f in found if f is not None and f.node and f.live)
 
     def selecting(self, booking: str) -> int:
         """Live pods of the booking's namespace, on a node or not, whose nodeSelector asks

@@ -24,6 +24,7 @@ from provider.base.words import counted
 from provider.controller import conditions as c
 from provider.controller import source_labels
 from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, REUSED_DETAIL, planned, reused
+from provider.controller.gang_objects import places
 from provider.controller.idle import WORKLOAD_ANNOTATION, workload_ref
 from provider.controller.kube import KUEUE_GROUP, Gone, KubeApi
 from provider.controller.nodes import Node, NodeCache, is_ready, taints_of
@@ -528,7 +529,7 @@ class RequestHandler:
             value = c.booking_value(meta["namespace"], meta["name"])
             self._gangs.book(key, found.instances)
             self._label(found.instances, value, workload_ref(obj), key, t.uid)
-        if self._consumed(meta["namespace"], meta["name"], t.demand.pods):
+        if self._consumed(obj, t.demand.pods):
             self._release(key, t.uid)
             if self._w.update(obj, [(c.BOOKING_EXPIRED, True, c.BOOKING_CONSUMED,
                                      "every pod of the request is scheduled")]) is not None:
@@ -749,8 +750,16 @@ class RequestHandler:
                                            str(ref.get("name")))
         return None
 
-    def _consumed(self, namespace: str, name: str, pods: int) -> bool:
-        return self._pods.scheduled_consumers(namespace, name) >= pods
+    def _consumed(self, obj: Obj, pods: int) -> bool:
+        """Are ``pods`` of the request's pods on nodes? A gang's request counts the pods it
+        recorded (a pod's mark names the request it was likely to consume when it was
+        created, which a latecomer does not); any other, the pods that say they consume it."""
+        meta = obj["metadata"]
+        counted = places(obj)
+        if counted is not None:
+            return self._pods.placed(meta["namespace"],
+                                     [pod for pod, place in counted.items() if place]) >= pods
+        return self._pods.scheduled_consumers(meta["namespace"], meta["name"]) >= pods
 
 
 class ApiObjects:

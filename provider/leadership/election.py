@@ -22,6 +22,17 @@ from provider.leadership.watch import keep_following
 log = logging.getLogger(__name__)
 
 
+# Where the Lease (and the leader's EndpointSlice) live when the config names no namespace
+# and the process is not in a pod: the namespace deploy/ gives allset.
+DEFAULT_NAMESPACE = "allset"
+
+
+def namespace_of(configured: str) -> str:
+    """The namespace of the Lease and the leader's EndpointSlice: the configured one, else
+    the pod's own (POD_NAMESPACE), else DEFAULT_NAMESPACE."""
+    return configured or os.environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE
+
+
 def identity() -> str:
     """The pod's name when it has one, plus a per-process suffix: a restarted container
     in the same pod is a new candidate, never mistaken for the holder it replaced."""
@@ -35,7 +46,7 @@ class Election:
         from provider.leadership.kube import KubeLeaseStore
 
         settings = config.schema.leader_election
-        namespace = settings.namespace or os.environ.get("POD_NAMESPACE") or "kube-system"
+        namespace = namespace_of(settings.namespace)
         self.timing = Timing(duration_seconds(settings.lease_duration),
                              duration_seconds(settings.renew_deadline),
                              duration_seconds(settings.retry_period))

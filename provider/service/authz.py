@@ -20,8 +20,11 @@ log = logging.getLogger(__name__)
 
 
 class Authorization(grpc.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, identities: Identities) -> None:
+    def __init__(self, identities: Identities,
+                 observe: Callable[[str | None, bytes | None], None] | None = None) -> None:
+        """``observe``: told the Common Name and PEM of each call's client certificate."""
         self._identities = identities
+        self._observe = observe
 
     def intercept_service(self, continuation: Callable[[Any], Any],
                           details: grpc.HandlerCallDetails) -> Any:
@@ -35,6 +38,9 @@ class Authorization(grpc.ServerInterceptor):  # type: ignore[misc]
             common_name = _first(auth, "x509_common_name")
             subject = _first(auth, "x509_subject") or (
                 f"CN={common_name}" if common_name else "(no certificate)")
+            if self._observe is not None:
+                pems = auth.get("x509_pem_cert") or []
+                self._observe(common_name, pems[0] if pems else None)
             why = refusal(self._identities, method, common_name, subject)
             if why is not None:
                 log.warning("refused: %s", why)

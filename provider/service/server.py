@@ -16,6 +16,7 @@ from provider.service.admin import AdminPlans, add_admin
 from provider.service.authz import Authorization
 from provider.service.health import Health
 from provider.service.identities import Identities
+from provider.service.peer_certs import PresentedCertificates
 from provider.service.servicer import CloudProviderServicer
 from provider.wire import externalgrpc_pb2 as pb
 from provider.wire import externalgrpc_pb2_grpc as pb_grpc
@@ -47,7 +48,10 @@ class Server:
         self._stopping = False
         # Over mTLS each method is for one identity (service/identities.py). Plaintext
         # carries no identity to check: it serves loopback only, unless told otherwise.
-        interceptors = [] if credentials is None else [Authorization(identities or Identities())]
+        identities = identities or Identities()
+        self.certificates = PresentedCertificates(provider.metrics.registry, identities)
+        interceptors = [] if credentials is None else [
+            Authorization(identities, observe=self.certificates.saw)]
         self._server = grpc.server(
             ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
             interceptors=interceptors,

@@ -86,17 +86,17 @@ def test_serve_with_bad_config_names_file_and_field(tmp_path: Path) -> None:
 
 
 def test_certs_writes_pki_and_cloud_config(tmp_path: Path) -> None:
-    result = allset("certs", "--out", str(tmp_path), "--server-name", "allset.kube-system.svc",
-                    "--address", "allset.kube-system.svc:8086")
+    result = allset("certs", "--out", str(tmp_path), "--server-name", "allset.allset.svc",
+                    "--address", "allset.allset.svc:8086")
     assert result.returncode == 0, result.stderr
     for name in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key",
                  "operator.crt", "operator.key"):
         assert (tmp_path / name).is_file()
     assert oct((tmp_path / "client.key").stat().st_mode & 0o777) == "0o600"
-    assert "address: allset.kube-system.svc:8086" in result.stdout
+    assert "address: allset.allset.svc:8086" in result.stdout
     assert f"cert: {tmp_path}/client.crt" in result.stdout
     # The status command it prints takes the operator's certificate, not CA's.
-    assert (f"allset status --server allset.kube-system.svc:8086 --cacert {tmp_path}/ca.crt "
+    assert (f"allset status --server allset.allset.svc:8086 --cacert {tmp_path}/ca.crt "
             f"--cert {tmp_path}/operator.crt --key {tmp_path}/operator.key") in result.stdout
 
 

@@ -49,18 +49,18 @@ __all__ = ["k", "world"]
 
 def test_a_whole_stuck_gang_becomes_one_request_owned_by_its_podgroup(k: Cluster) -> None:
     group = k.kube.create(objects.coscheduling_pod_group(NS, "train", 3))
-    k.kube.create(gang_pod("w0", GPU))
-    k.kube.create(gang_pod("w1", GPU))
+    k.admit(gang_pod("w0", GPU))
+    k.admit(gang_pod("w1", GPU))
     stuck(k, "w0", "w1")
     k.pass_once()
     assert k.requests() == []  # 2 of its 3 pods exist
-    # Not asked for yet, but its pods already name the request they will consume: CA
-    # (which scales an unschedulable pod up once it is 2 s old) leaves them to allset.
+    # Not asked for yet, but its pods were marked at creation with the request they will
+    # consume (allset's admission webhook): CA's per-pod scale-up leaves them to allset.
     upcoming = k.request_name("train", 1)
     for pod in ("w0", "w1"):
         assert k.pod(pod)["metadata"]["annotations"][CONSUME] == upcoming
 
-    k.kube.create(gang_pod("ps", CPU))
+    k.admit(gang_pod("ps", CPU))
     k.pass_once()
     assert k.requests() == []  # the scheduler has not tried the third pod yet
     assert k.pod("ps")["metadata"]["annotations"][CONSUME] == upcoming
@@ -84,10 +84,14 @@ def test_a_whole_stuck_gang_becomes_one_request_owned_by_its_podgroup(k: Cluster
     assert spec["nodeSelector"] == {"example.com/gpu": "nvidia-h100-80gb"}
     assert spec["tolerations"] == GPU_TOLERATION
     assert "nodeName" not in spec
-    # The pods consume it (CA's own scale-up leaves them alone); the gang names it.
+    # The pods consume it (CA's own scale-up leaves them alone); the gang names it, and
+    # the request records which pods it counts, in which pod set.
     for pod in ("w0", "w1", "ps"):
         assert k.pod(pod)["metadata"]["annotations"][CONSUME] == name
     assert k.podgroup()["metadata"]["annotations"][REQUEST_ANNOTATION] == name
+    cpu_ref = next(ps["podTemplateRef"]["name"] for ps in request["spec"]["podSets"]
+                   if ps["count"] == 1)
+    assert k.counted(name) == {"w0": gpu_ref, "w1": gpu_ref, "ps": cpu_ref}
 
 
 def test_a_second_pass_changes_nothing(k: Cluster) -> None:
@@ -103,14 +107,14 @@ def test_a_second_pass_changes_nothing(k: Cluster) -> None:
 def test_a_partly_scheduled_gang_asks_only_for_its_pending_pods(k: Cluster) -> None:
     k.kube.create(objects.coscheduling_pod_group(NS, "train", 3))
     for name, req in (("w0", GPU), ("w1", GPU), ("ps", CPU)):
-        k.kube.create(gang_pod(name, req))
+        k.admit(gang_pod(name, req))
     k.kube.bind_pod(NS, "w0", "gpu-node-1")
     k.kube.set_pod_phase(NS, "w0", "Running")
     stuck(k, "w1", "ps")
     k.pass_once()
     (request,) = k.requests()
     assert pod_sets(k, request) == [(1, CPU), (1, GPU)]
-    assert CONSUME not in (k.pod("w0")["metadata"].get("annotations") or {})
+    assert set(k.counted(request["metadata"]["name"]) or {}) == {"w1", "ps"}  # not w0
 
 
 def test_pods_added_after_the_request_ran_its_course_get_a_second_request(k: Cluster
@@ -124,7 +128,7 @@ def test_pods_added_after_the_request_ran_its_course_get_a_second_request(k: Clu
     k.pass_once()
     assert len(k.requests()) == 1  # every pod is on a node: nothing to ask
 
-    k.kube.create(gang_pod("w2", GPU))
+    k.admit(gang_pod("w2", GPU))
     stuck(k, "w2")
     k.pass_once()
     second = k.request_name("train", 2)
@@ -149,7 +153,7 @@ def _two_gangs_gone(k: Cluster) -> list[str]:
     """Gangs "train" and "eval" asked for, then both PodGroups deleted (orphaning)."""
     first = whole_gang(k)
     k.kube.create(objects.coscheduling_pod_group(NS, "eval", 1))
-    k.kube.create(gang_pod("e0", GPU, gang="eval"))
+    k.admit(gang_pod("e0", GPU, gang="eval"))
     stuck(k, "e0")
     k.pass_once()
     names = sorted(r["metadata"]["name"] for r in k.requests())
@@ -213,16 +217,17 @@ def test_a_request_of_another_gang_is_left_alone_by_the_sweep(k: Cluster) -> Non
 
 def test_a_gang_api_not_served_is_ignored_and_not_asked_about_again_soon() -> None:
     with cluster(absent_groups=(VOLCANO.group,)) as k:
-        k.kube.create(gang_pod("v0", GPU, gang="vj", source=SourceName.VOLCANO))
-        k.kube.create(gang_pod("v1", GPU, gang="vj", source=SourceName.VOLCANO))
+        k.admit(gang_pod("v0", GPU, gang="vj", source=SourceName.VOLCANO))
+        k.admit(gang_pod("v1", GPU, gang="vj", source=SourceName.VOLCANO))
         stuck(k, "v0", "v1")
         k.kube.create(objects.coscheduling_pod_group(NS, "train", 1))
-        k.kube.create(gang_pod("w0", GPU))
+        k.admit(gang_pod("w0", GPU))
         stuck(k, "w0")
+        k.kube.reset_counts()  # the webhook's own discovery, when the pods were made
         k.pass_once()
         k.clock.advance(60)
         k.pass_once()
-        # The coscheduling gang is asked for; the Volcano pods are not.
+        # The coscheduling gang is asked for; the Volcano pods are not (nor marked).
         assert [r["metadata"]["name"] for r in k.requests()] == [k.request_name("train", 1)]
         assert CONSUME not in (k.pod("v0")["metadata"].get("annotations") or {})
         # One list of the served groups answers for every source, within its TTL once.
@@ -241,7 +246,7 @@ def test_a_gang_api_installed_later_is_bridged_once_the_groups_are_listed_again(
         k.kube.serve_group(VOLCANO.group)  # Volcano's CRDs are installed
         k.kube.create(objects.volcano_pod_group(NS, "vj", 2))
         for name in ("v0", "v1"):
-            k.kube.create(gang_pod(name, GPU, gang="vj", source=SourceName.VOLCANO))
+            k.admit(gang_pod(name, GPU, gang="vj", source=SourceName.VOLCANO))
         stuck(k, "v0", "v1")
         k.pass_once()
         assert k.requests() == []  # what the last list said stands for its TTL
@@ -253,7 +258,7 @@ def test_a_gang_api_installed_later_is_bridged_once_the_groups_are_listed_again(
 def test_a_volcano_gang_is_asked_for_where_volcano_is_installed(k: Cluster) -> None:
     k.kube.create(objects.volcano_pod_group(NS, "vj", 2))
     for name in ("v0", "v1"):
-        k.kube.create(gang_pod(name, GPU, gang="vj", source=SourceName.VOLCANO))
+        k.admit(gang_pod(name, GPU, gang="vj", source=SourceName.VOLCANO))
     stuck(k, "v0", "v1")
     k.pass_once()
     (request,) = k.requests()
@@ -319,7 +324,7 @@ def test_a_crash_between_naming_the_request_and_creating_it_makes_exactly_one(
     monkeypatch.setattr(k.api, "create_request", create_request)
     k.kube.create(objects.coscheduling_pod_group(NS, "train", 3))
     for name, req in (("w0", GPU), ("w1", GPU), ("ps", CPU)):
-        k.kube.create(gang_pod(name, req))
+        k.admit(gang_pod(name, req))
     stuck(k, "w0", "w1", "ps")
     k.pass_once()
     assert k.requests() == []  # the gang names a request that does not exist
@@ -379,7 +384,7 @@ def test_a_long_dotted_gang_name_still_makes_a_valid_request_name(k: Cluster) ->
     and '.-' is no DNS subdomain (the API server refused the request: 422)."""
     gang = "a" * 39 + ".b" + "c" * 20
     k.kube.create(objects.coscheduling_pod_group(NS, gang, 1))
-    k.kube.create(gang_pod("w0", GPU, gang=gang))
+    k.admit(gang_pod("w0", GPU, gang=gang))
     stuck(k, "w0")
     k.pass_once()
     (request,) = k.requests()
@@ -399,7 +404,7 @@ def test_a_gang_recreated_under_its_name_does_not_inherit_the_old_failed_request
     for pod in ("w0", "w1", "ps"):
         k.kube.delete("pods", pod, NS)
     new = k.kube.create(objects.coscheduling_pod_group(NS, "train", 1))
-    k.kube.create(gang_pod("x0", CPU))
+    k.admit(gang_pod("x0", CPU))
     stuck(k, "x0")
     for _ in range(3):
         k.pass_once()
@@ -428,27 +433,24 @@ def test_a_gang_recreated_over_its_pods_deletes_the_old_request_before_asking_ag
         assert request["metadata"]["name"] != first
         assert request["metadata"]["ownerReferences"][0]["uid"] == new["metadata"]["uid"]
         assert pod_sets(k, request) == [(1, CPU), (2, GPU)]
-        for pod in ("w0", "w1", "ps"):
-            assert k.pod(pod)["metadata"]["annotations"][CONSUME] == \
-                request["metadata"]["name"]
+        assert set(k.counted(request["metadata"]["name"]) or {}) == {"w0", "w1", "ps"}
 
 
 # --- only the acting leader bridges gangs -------------------------------------------------
 
 
-def test_a_bridge_that_may_not_act_asks_for_nothing_and_only_marks_a_new_gangs_pods(
-        k: Cluster) -> None:
+def test_a_bridge_that_may_not_act_writes_nothing(k: Cluster) -> None:
+    """A standby neither asks nor marks: the gang's pods were marked when they were
+    created (the webhook runs on every replica), so no pod depends on which one leads."""
     acting = {"now": False}
     k.bridge.act_while(lambda: acting["now"])
     k.kube.create(objects.coscheduling_pod_group(NS, "train", 3))
     for name, req in (("w0", GPU), ("w1", GPU), ("ps", CPU)):
-        k.kube.create(gang_pod(name, req))
+        k.admit(gang_pod(name, req))
     stuck(k, "w0", "w1", "ps")
+    before = k.kube.resource_version
     k.pass_once()
-    assert k.requests() == []  # whole and stuck: the leader's to ask for
-    assert REQUEST_ANNOTATION not in (k.podgroup()["metadata"].get("annotations") or {})
-    # Its pods name the request they will consume: CA's per-pod scale-up leaves them
-    # alone from the moment this replica (or another) serves CA.
+    assert k.kube.resource_version == before  # whole and stuck: the leader's to ask for
     for pod in ("w0", "w1", "ps"):
         assert k.pod(pod)["metadata"]["annotations"][CONSUME] == k.request_name("train", 1)
     acting["now"] = True

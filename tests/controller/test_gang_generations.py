@@ -1,6 +1,8 @@
 """A gang's open request counts only the pods it planned (issue 32, finding 8): a pod that
 joins the gang once its request is made waits for the gang's next request, told so once,
-while a planned pod and one replacing a planned pod that failed are counted as before."""
+while a planned pod and one replacing a planned pod that failed are counted as before.
+What a request counts is its own record (issue 53: allset writes no pod); a pod's mark is
+what the admission webhook gave it at creation."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 from provider.base.clock import ManualClock
 from provider.controller import conditions as c
 from provider.controller.gang_bridge import REQUEST_ANNOTATION, GangBridge
+from provider.controller.gang_objects import PLACES_ANNOTATION
 from provider.domain.gangs.sources import SOURCES
 from tests.fakes.kube import objects
 from tests.kit.gangs import (
@@ -35,6 +38,11 @@ def notes(k: Cluster, pod: str) -> dict[str, str]:
     return dict(k.pod(pod)["metadata"].get("annotations") or {})
 
 
+def place(k: Cluster, request: str, pod: str) -> str | None:
+    """The pod set ``request`` counts ``pod`` in; "": it waits for the next; None: neither."""
+    return (k.counted(request) or {}).get(pod)
+
+
 def waiting_events(k: Cluster) -> list[dict[str, Any]]:
     return [e for e in k.kube.list("events", NS) if e["reason"] == WAITING]
 
@@ -59,7 +67,7 @@ def template_of(k: Cluster, request: str, requests: dict[str, str]) -> str:
 def join(k: Cluster, pod: str, requests: dict[str, str]) -> None:
     """A pod joins the gang "train" a minute later, and the scheduler finds no room."""
     k.clock.advance(60)
-    k.kube.create(gang_pod(pod, requests))
+    k.admit(gang_pod(pod, requests))
     stuck(k, pod)
 
 
@@ -82,16 +90,16 @@ def test_a_pod_added_while_the_request_is_open_waits_for_the_next_generation(
         k: Cluster) -> None:
     """It was marked as consuming the open request, which planned no place for it: CA left
     it alone, the request never counted it, and it waited until the booking ended. It now
-    consumes the gang's next request, asked for once this one ends, and is told so once."""
+    waits for the gang's next request, asked for once this one ends, and is told so once."""
     first = whole_gang(k)  # 2 GPU pods + 1 CPU pod, planned
     join(k, "w2", GPU)
+    assert notes(k, "w2")[CONSUME] == first  # the webhook's mark: CA leaves it alone
     k.pass_once()
     second = k.request_name("train", 2)
     assert [r["metadata"]["name"] for r in k.requests()] == [first]
-    assert notes(k, "w2")[CONSUME] == second
-    assert POD_SET not in notes(k, "w2")
+    assert place(k, first, "w2") == ""
     for pod in ("w0", "w1", "ps"):
-        assert notes(k, pod)[CONSUME] == first
+        assert place(k, first, pod)
     (told,) = waiting_events(k)
     assert (told["involvedObject"]["kind"], told["involvedObject"]["name"],
             told["involvedObject"]["uid"], told["type"]) == (
@@ -111,8 +119,7 @@ def test_a_pod_added_while_the_request_is_open_waits_for_the_next_generation(
     assert sorted(r["metadata"]["name"] for r in k.requests()) == sorted([first, second])
     made = k.kube.get("provisioningrequests", second, NS)
     assert made is not None and pod_sets(k, made) == [(1, GPU)]
-    assert notes(k, "w2")[CONSUME] == second
-    assert notes(k, "w2")[POD_SET] == template_of(k, second, GPU)
+    assert k.counted(second) == {"w2": template_of(k, second, GPU)}
     assert len(waiting_events(k)) == 1
 
 
@@ -126,18 +133,21 @@ def test_planned_pods_and_a_replacement_of_a_failed_one_are_still_counted(
     join(k, "w1-again", GPU)  # the Job's replacement
     k.pass_once()
     assert notes(k, "w1-again")[CONSUME] == first
+    assert place(k, first, "w1-again") == template_of(k, first, GPU)
     assert waiting_events(k) == []
     assert [r["metadata"]["name"] for r in k.requests()] == [first]
 
 
-def test_each_counted_pod_records_the_pod_set_that_counted_it(k: Cluster) -> None:
+def test_the_request_records_the_pod_set_that_counted_each_pod(k: Cluster) -> None:
     first = whole_gang(k)
     gpu, cpu = template_of(k, first, GPU), template_of(k, first, CPU)
-    assert [notes(k, p).get(POD_SET) for p in ("w0", "w1", "ps")] == [gpu, gpu, cpu]
+    assert k.counted(first) == {"w0": gpu, "w1": gpu, "ps": cpu}
     fail(k, "w1")
     join(k, "w1-again", GPU)
     k.pass_once()
-    assert notes(k, "w1-again")[POD_SET] == gpu
+    # The failed pod is no longer live: it leaves the record, its replacement takes its place.
+    assert k.counted(first) == {"w0": gpu, "w1-again": gpu, "ps": cpu}
+    assert POD_SET not in notes(k, "w1-again")  # no pod is written
     quiet(k)
 
 
@@ -153,9 +163,8 @@ def test_a_place_is_of_its_pod_sets_shape_and_a_pod_on_a_node_holds_its_own(
     join(k, "w2", GPU)
     join(k, "ps-again", CPU)
     k.pass_once()
-    assert notes(k, "ps-again")[CONSUME] == first
-    assert notes(k, "ps-again")[POD_SET] == template_of(k, first, CPU)
-    assert notes(k, "w2")[CONSUME] == k.request_name("train", 2)
+    assert place(k, first, "ps-again") == template_of(k, first, CPU)
+    assert place(k, first, "w2") == ""
     assert [e["involvedObject"]["name"] for e in waiting_events(k)] == ["w2"]
     quiet(k)
 
@@ -165,7 +174,7 @@ def test_a_pod_of_a_shape_the_request_did_not_plan_waits(k: Cluster) -> None:
     fail(k, "w1")  # a GPU place is free, but not for a pod of another shape
     join(k, "big", {"cpu": "32", "memory": "128Gi"})
     k.pass_once()
-    assert notes(k, "big")[CONSUME] == k.request_name("train", 2)
+    assert place(k, first, "big") == ""
     (told,) = waiting_events(k)
     assert "planned no pod of its shape" in told["message"]
     assert first in told["message"]
@@ -173,9 +182,8 @@ def test_a_pod_of_a_shape_the_request_did_not_plan_waits(k: Cluster) -> None:
 
 def test_a_restarted_or_skewed_allset_counts_the_same_pods_and_tells_nothing_again(
         k: Cluster) -> None:
-    """What counted whom is read from the request and the pods' annotations alone: a
-    process that starts afresh (or takes over) with its clock an hour off the API
-    server's writes nothing."""
+    """What counted whom is read from the request's record alone: a process that starts
+    afresh (or takes over) with its clock an hour off the API server's writes nothing."""
     whole_gang(k)
     join(k, "w2", GPU)
     k.pass_once()
@@ -187,11 +195,11 @@ def test_a_restarted_or_skewed_allset_counts_the_same_pods_and_tells_nothing_aga
 
 
 def test_an_event_the_api_refused_is_told_on_a_later_pass_once(k: Cluster) -> None:
-    whole_gang(k)
+    first = whole_gang(k)
     join(k, "w2", GPU)
     k.kube.fail("create", "events")
     k.pass_once()
-    assert notes(k, "w2")[CONSUME] == k.request_name("train", 2)
+    assert place(k, first, "w2") == ""
     assert waiting_events(k) == []
     k.pass_once()
     assert [e["involvedObject"]["name"] for e in waiting_events(k)] == ["w2"]
@@ -212,31 +220,35 @@ def test_pods_the_old_bridge_counted_past_the_plan_wait_after_an_upgrade(k: Clus
 
     for pod in ("w0", "w1", "ps", "w2"):
         k.kube.modify("pods", pod, as_the_old_bridge_marked, NS)
+    # (A request of that bridge has no record of its own: what its pods say is read.)
+    k.kube.modify("provisioningrequests", first,
+                  lambda obj: obj["metadata"]["annotations"].pop(PLACES_ANNOTATION), NS)
     k.pass_once()
-    assert [notes(k, p)[CONSUME] for p in ("w0", "w1", "ps")] == [first] * 3
-    assert [notes(k, p).get(POD_SET) for p in ("w0", "w1", "ps")] == [
-        template_of(k, first, GPU), template_of(k, first, GPU), template_of(k, first, CPU)]
-    assert notes(k, "w2")[CONSUME] == k.request_name("train", 2)
+    assert k.counted(first) == {"w0": template_of(k, first, GPU),
+                                "w1": template_of(k, first, GPU),
+                                "ps": template_of(k, first, CPU), "w2": ""}
     assert [e["involvedObject"]["name"] for e in waiting_events(k)] == ["w2"]
     quiet(k)
 
 
-def test_a_standby_marks_no_pod_of_an_asked_gang(k: Cluster) -> None:
+def test_a_standby_records_nothing_of_an_asked_gang(k: Cluster) -> None:
     """Later generations are the leader's: a standby leaves a pod that joined alone."""
-    whole_gang(k)
+    first = whole_gang(k)
     k.bridge.act_while(lambda: False)
     join(k, "w2", GPU)
     k.pass_once()
-    assert CONSUME not in notes(k, "w2")
+    assert place(k, first, "w2") is None
     assert waiting_events(k) == []
 
 
-def test_a_gang_not_yet_whole_is_marked_with_no_pod_set(k: Cluster) -> None:
+def test_a_pod_of_a_gang_not_yet_whole_is_marked_at_creation(k: Cluster) -> None:
     k.kube.create(objects.coscheduling_pod_group(NS, "train", 3))
-    k.kube.create(gang_pod("w0", GPU))
-    stuck(k, "w0")
-    k.pass_once()
+    k.admit(gang_pod("w0", GPU))
     assert notes(k, "w0")[CONSUME] == k.request_name("train", 1)
+    stuck(k, "w0")
+    before = k.kube.resource_version
+    k.pass_once()
+    assert k.kube.resource_version == before  # nothing to ask for yet, nothing to write
     assert POD_SET not in notes(k, "w0")
 
 
@@ -266,23 +278,24 @@ def test_templates_named_otherwise_are_read_before_a_pod_is_left_to_wait(k: Clus
     k.kube.reset_counts()
     k.pass_once()
     assert k.kube.count("get", "podtemplates") == 1
-    assert [notes(k, p).get(POD_SET) for p in ("w0", "w1")] == [f"{name}-0"] * 2
-    assert notes(k, "w2")[CONSUME] == k.request_name("train", 2)
+    assert k.counted(name) == {"w0": f"{name}-0", "w1": f"{name}-0", "w2": ""}
     k.kube.reset_counts()
     quiet(k)
     assert k.kube.count("get", "podtemplates") == 0
 
 
 def test_a_request_deleted_while_a_pod_waits_is_made_again_without_it(k: Cluster) -> None:
-    """The gang still names it, so the next pass makes it again: for the pods it counted,
-    not for the one told it waits for the next request."""
+    """The gang still names it, so the next pass makes it again, for every pod not on a
+    node: the record of the one told it waits for the next request went with the request
+    (before issue 53 that pod's annotation kept it out)."""
     first = whole_gang(k)
     join(k, "w2", GPU)
     k.pass_once()
+    assert place(k, first, "w2") == ""
     assert k.kube.delete("provisioningrequests", first, NS)
     k.pass_once()
     (again,) = k.requests()
     assert again["metadata"]["name"] == first
-    assert pod_sets(k, again) == [(1, CPU), (2, GPU)]
-    assert notes(k, "w2")[CONSUME] == k.request_name("train", 2)
+    assert pod_sets(k, again) == [(1, CPU), (3, GPU)]
+    assert set(k.counted(first) or {}) == {"w0", "w1", "ps", "w2"}
     quiet(k)

@@ -17,6 +17,7 @@ from provider.controller.gang_hierarchy import (
     GROUP_CLAIMS_ANNOTATION,
     TOPOLOGY_ANNOTATION,
 )
+from provider.controller.gang_objects import places
 from provider.domain.gangs.sources import SOURCES, SourceName
 from provider.service.status import render, status
 from tests.fakes.kube import objects
@@ -145,10 +146,10 @@ def test_a_composite_gang_is_one_request_for_all_its_groups() -> None:
         assert owner(request) == (f"{SCHED}/v1alpha3", "CompositePodGroup", "job")
         assert request["metadata"]["annotations"][GANG_ANNOTATION] == "compositepodgroup/job"
         assert pod_sets(k, request) == [(1, CPU), (2, GPU)]
-        name = request["metadata"]["name"]
-        assert {k.pod(p)["metadata"]["annotations"]["autoscaling.x-k8s.io/"
-                                                    "consume-provisioning-request"]
-                for p in ("a0", "a1", "b0")} == {name}
+        # The request's own record counts all three pods, each in its pod set.
+        counted = places(request)
+        assert counted is not None and set(counted) == {"a0", "a1", "b0"}
+        assert all(counted.values()), counted
 
 
 def test_a_composite_gang_waits_until_enough_of_its_groups_are_whole() -> None:

@@ -63,7 +63,7 @@ def named_twice(k: Cluster) -> tuple[dict[str, Any], dict[str, Any]]:
     ca = k.kube.create(objects.coscheduling_pod_group(NS, "ca", 2))
     vb = k.kube.create(objects.volcano_pod_group(NS, "vb", 2))
     for name in ("p0", "p1"):
-        k.kube.create(two_apis_pod(name, "ca", "vb"))
+        k.admit(two_apis_pod(name, "ca", "vb"))
     stuck(k, "p0", "p1")
     return ca, vb
 
@@ -81,9 +81,9 @@ def two_trains(k: Cluster) -> tuple[dict[str, Any], dict[str, Any]]:
     cosched = k.kube.create(objects.coscheduling_pod_group(NS, "train", 2))
     volcano = k.kube.create(objects.volcano_pod_group(NS, "train", 3))
     for name in ("c0", "c1"):
-        k.kube.create(gang_pod(name, GPU))
+        k.admit(gang_pod(name, GPU))
     for name in ("v0", "v1", "v2"):
-        k.kube.create(gang_pod(name, GPU, source=SourceName.VOLCANO))
+        k.admit(gang_pod(name, GPU, source=SourceName.VOLCANO))
     stuck(k, "c0", "c1", "v0", "v1", "v2")
     return cosched, volcano
 
@@ -111,7 +111,7 @@ def test_podgroups_of_two_apis_with_one_name_get_a_request_each(k: Cluster) -> N
 def test_a_request_is_named_for_its_api_its_gang_and_its_podgroups_uid(k: Cluster) -> None:
     gang = "a" * 39 + ".b" + "c" * 200  # a PodGroup name may be a 253-character subdomain
     group = k.kube.create(objects.volcano_pod_group(NS, gang, 1))
-    k.kube.create(gang_pod("v0", GPU, gang=gang, source=SourceName.VOLCANO))
+    k.admit(gang_pod("v0", GPU, gang=gang, source=SourceName.VOLCANO))
     stuck(k, "v0")
     k.pass_once()
     (request,) = k.requests()
@@ -174,7 +174,7 @@ def test_a_gang_asked_for_under_the_old_name_keeps_that_request_across_the_upgra
     next generation is named the new way."""
     group = k.kube.create(objects.coscheduling_pod_group(NS, "train", 2))
     for name in ("w0", "w1"):
-        k.kube.create(gang_pod(name, GPU))
+        k.admit(gang_pod(name, GPU))
     stuck(k, "w0", "w1")
     old = old_name("train", 1)
     asked_for_by_the_old_bridge(k, group, "coscheduling", ("w0", "w1"), old)
@@ -184,16 +184,17 @@ def test_a_gang_asked_for_under_the_old_name_keeps_that_request_across_the_upgra
         k.cache.relist()
     k.kube.reset_counts()
     k.pass_once()
-    # The gang's request is open and its pods consume it: the only writes record on each
-    # pod the pod set that counts it (the old bridge wrote none), once.
-    assert writes(k) == [("", "patch", "pods")] and k.kube.count("patch", "pods") == 2
+    # The gang's request is open and its pods consume it: the only write records on the
+    # request the pod set that counts each (the old bridge wrote that on the pods), once.
+    assert writes(k) == [("autoscaling.x-k8s.io", "patch", "provisioningrequests")]
+    assert set(k.counted(old) or {}) == {"w0", "w1"}
     k.kube.reset_counts()
     k.pass_once()
     assert [r["metadata"]["name"] for r in k.requests()] == [old]
     assert writes(k) == []
 
     k.set_request_condition(old, c.BOOKING_EXPIRED, "True", c.BOOKING_CONSUMED)
-    k.kube.create(gang_pod("w2", GPU))
+    k.admit(gang_pod("w2", GPU))
     stuck(k, "w2")
     k.pass_once()
     second = k.request_name("train", 2)
@@ -220,7 +221,7 @@ def test_a_gang_whose_old_named_request_belongs_to_another_api_gets_its_own(
     own = by_owner[volcano["metadata"]["uid"]]
     assert own["metadata"]["name"] == k.request_name("train", 1, VOLCANO)
     assert pod_sets(k, own) == [(3, GPU)]
-    assert {consumes(k, p) for p in ("v0", "v1", "v2")} == {own["metadata"]["name"]}
+    assert set(k.counted(own["metadata"]["name"]) or {}) == {"v0", "v1", "v2"}
     assert {consumes(k, p) for p in ("c0", "c1")} == {shared}
 
 
@@ -270,10 +271,10 @@ def test_the_first_source_in_gangs_sources_wins() -> None:
         assert {consumes(k, p) for p in ("p0", "p1")} == {request["metadata"]["name"]}
 
 
-def test_a_standby_marks_a_pod_of_two_apis_for_one_gang_once_and_tells_nothing(
+def test_a_pod_of_two_apis_is_marked_for_one_gang_and_a_standby_tells_nothing(
         k: Cluster) -> None:
-    """A standby marks the pods of a gang never asked for; of two gangs each marked them
-    for its own upcoming request, on every pass."""
+    """The webhook marks a pod of two gang APIs for one gang, the first source's; before,
+    two standbys' gangs each marked them for its own upcoming request, on every pass."""
     k.bridge.act_while(lambda: False)
     named_twice(k)
     k.pass_once()

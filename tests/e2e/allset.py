@@ -140,6 +140,10 @@ nodeGroups:
      gpu: {{type: nvidia-h100-80gb, count: 8}}, cpu: 191, memory: 1900Gi,
      price: {{onDemand: 98.32}},
      taints: [{{key: nvidia.com/gpu, value: present, effect: NoSchedule}}]}}
+  # test_gang_webhook: CPU-only gangs raced against CA's per-pod scale-up (room for a gang
+  # launched twice, so a double launch shows as nodes rather than as a refusal).
+  - {{id: race-cpu, zone: us-east-1b, instanceType: c7i.2xlarge, maxSize: 8, cpu: 7,
+     memory: 15Gi, price: {{onDemand: 0.36}}}}
   # test_kueue_path: a capacity block open from before the session to 3 h after its start;
   # the Workload's maximumExecutionTimeSeconds decides whether a Job may use it.
   - {{id: limit, zone: us-east-1g, instanceType: p5.48xlarge, maxSize: 4, bootTime: 1s,
@@ -173,6 +177,10 @@ class Allset:
         self.tls_args: list[str] = []
         self.credentials: grpc.ChannelCredentials | None = None
         self.admin_socket: Path | None = None
+        # The admission webhook that marks gang pods (``serve --webhook-*``), on a port kept
+        # across restarts, where the API server's webhook configuration points.
+        self.webhook: tuple[Path, Path] | None = None  # its certificate and key
+        self.webhook_port = free_port()
 
     def config(self) -> LoadedConfig:
         return load_config(self.config_path)
@@ -186,6 +194,9 @@ class Allset:
                                                             os.environ.get("PYTHONPATH")]))}
         tls = self.tls_args or ["--insecure"]
         socket = ["--admin-socket", str(self.admin_socket)] if self.admin_socket else []
+        if self.webhook is not None:
+            socket += [f"--webhook-address=127.0.0.1:{self.webhook_port}",
+                       f"--webhook-cert={self.webhook[0]}", f"--webhook-key={self.webhook[1]}"]
         self.proc = Proc("allset", [
             sys.executable, "-m", "provider.cli", "serve", *tls, *socket,
             "--address", self.address, "--config", str(self.config_path),

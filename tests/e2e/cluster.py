@@ -450,6 +450,16 @@ def _readyz(rest: Rest) -> bool:
     return True
 
 
+def install_crd(rest: Rest, crd: Obj) -> None:
+    """Apply ``crd``, wait until the API server serves it, and forget the discovery cached
+    before."""
+    rest.apply(crd)
+    name = crd["metadata"]["name"]
+    wait_for(f"CRD {name} to be established", lambda: _established(
+        rest.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)), 60)
+    rest.forget_discovery()
+
+
 def _established(crd: Obj) -> bool:
     return any(c.get("type") == "Established" and c.get("status") == "True"
                for c in (crd.get("status") or {}).get("conditions") or [])

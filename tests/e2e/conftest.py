@@ -22,17 +22,32 @@ from tests.e2e.cluster import ControlPlane, Parts
 from tests.e2e.kubelet import Kubelet
 from tests.e2e.proxy import Relay
 
-ALLSET_USER = "system:serviceaccount:kube-system:allset"
+ALLSET_USER = "system:serviceaccount:allset:allset"
 
 
 def rbac_documents() -> list[dict[str, Any]]:
-    """deploy/kubernetes/base/rbac.yaml: the ClusterRole allset needs and its binding."""
-    text = (ROOT / "deploy" / "kubernetes" / "base" / "rbac.yaml").read_text()
-    docs = [d for d in yaml.safe_load_all(text) if d]
+    """deploy/kubernetes/base/rbac.yaml: the roles allset needs and their bindings, after
+    the namespace they live in (base/namespace.yaml)."""
+    base = ROOT / "deploy" / "kubernetes" / "base"
+    docs = [d for name in ("namespace.yaml", "rbac.yaml")
+            for d in yaml.safe_load_all((base / name).read_text()) if d]
     subjects = [s for d in docs for s in d.get("subjects") or []]
     assert {f"system:serviceaccount:{s['namespace']}:{s['name']}" for s in subjects} == \
         {ALLSET_USER}, subjects
     return docs
+
+
+def webhook_configuration(url: str, ca_bundle: str) -> dict[str, Any]:
+    """deploy/kubernetes/base/webhook.yaml, calling ``url`` (no Service reaches loopback)
+    with the suite's CA, under a name of its own (test_manifests.py dry-runs deploy's)."""
+    text = (ROOT / "deploy" / "kubernetes" / "base" / "webhook.yaml").read_text()
+    doc: dict[str, Any] = yaml.safe_load(text)
+    for hook in doc["webhooks"]:
+        path = hook["clientConfig"]["service"]["path"]
+        hook["clientConfig"] = {"url": url + path, "caBundle": ca_bundle}
+    doc["metadata"].pop("annotations", None)  # no cert-manager here
+    doc["metadata"]["name"] = "e2e-" + doc["metadata"]["name"]
+    return doc
 
 
 def _parts() -> Parts:
@@ -75,12 +90,17 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             cluster.rest.apply(doc)
         allset = Allset(directory / "allset", cluster.client_kubeconfig(
             "allset", f"https://127.0.0.1:{relay.port}", ALLSET_USER))
+        serving = cluster.pki.issue("allset-webhook", "allset-webhook", server=True)
+        allset.webhook = (serving.cert, serving.key)
         kubelet = Kubelet(cluster.rest, allset.state, allset.config(),
                           boot_seconds=BOOT_SECONDS,
                           never_join={"nojoin": True, "gang-nojoin": True,
                                       "evict-nojoin": True})
         kubelet.start()
         allset.start()
+        # deploy's webhook, by URL: the API server marks gang pods through allset.
+        cluster.rest.apply(webhook_configuration(
+            f"https://127.0.0.1:{allset.webhook_port}", cluster.ca_bundle))
         yield World(cluster, allset, kubelet, relay)
     except BaseException:
         print(cluster.logs_tail(), file=sys.stderr)

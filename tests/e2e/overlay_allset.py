@@ -23,18 +23,21 @@ RBAC = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
 
 def serve_args(deployment: dict[str, Any], config: Path, directory: Path,
-               pki: Any) -> tuple[list[str], Path]:
-    """The Deployment's args, with the pod's paths and ports made this machine's."""
+               pki: Any, webhook: tuple[int, tuple[Path, Path]]) -> tuple[list[str], Path]:
+    """The Deployment's args, with the pod's paths and ports made this machine's; the
+    webhook on ``webhook``'s port and certificate (where the API server calls it)."""
     container = next(c for c in deployment["spec"]["template"]["spec"]["containers"]
                      if c["name"] == "allset")
-    server = pki.issue("kind-allset-serving", "allset.kube-system.svc", server=True)
+    server = pki.issue("kind-allset-serving", "allset.allset.svc", server=True)
     socket = directory / "admin.sock"
     swap = {"--config": str(config), "--address": f"127.0.0.1:{free_port()}",
             "--health-address": f"127.0.0.1:{free_port()}",
             "--metrics-address": f"127.0.0.1:{free_port()}",
             "--state-dir": str(directory / "state"), "--admin-socket": str(socket),
             "--tls-cert": str(server.cert), "--tls-key": str(server.key),
-            "--tls-client-ca": str(pki.ca)}
+            "--tls-client-ca": str(pki.ca),
+            "--webhook-address": f"127.0.0.1:{webhook[0]}",
+            "--webhook-cert": str(webhook[1][0]), "--webhook-key": str(webhook[1][1])}
     args = []
     for arg in container["args"]:
         flag = arg.partition("=")[0]
@@ -59,8 +62,11 @@ def overlay_allset(world: World, docs: list[dict[str, Any]], deployment: dict[st
         rest.apply(doc)
     kubeconfig = world.cluster.client_kubeconfig(
         name, f"https://127.0.0.1:{world.cluster.api_port}", ALLSET_USER)
-    args, socket = serve_args(deployment, config, directory, world.cluster.pki)
-    env = {**os.environ, "POD_NAME": name, "POD_NAMESPACE": "kube-system",
+    assert world.allset.webhook is not None
+    # The suite's allset stops meanwhile: this one serves the webhook in its place.
+    args, socket = serve_args(deployment, config, directory, world.cluster.pki,
+                              (world.allset.webhook_port, world.allset.webhook))
+    env = {**os.environ, "POD_NAME": name, "POD_NAMESPACE": "allset",
            "PYTHONPATH": str(ROOT)}
     proc = Proc(name, [sys.executable, "-m", "provider.cli", *args,
                        "--kubeconfig", str(kubeconfig)], directory / "allset.log", env)

@@ -46,7 +46,7 @@ from tests.e2e.rest import wait_for
 from tests.e2e.test_kueue_path import _placed_on_booked_nodes, _provisioned
 
 LEASE_SECONDS, RENEW_DEADLINE = 15.0, 10.0
-ELECTION = (f"leaderElection: {{mode: on, namespace: kube-system, name: allset, "
+ELECTION = (f"leaderElection: {{mode: on, namespace: allset, name: allset, "
             f"leaseDuration: {LEASE_SECONDS:.0f}s, renewDeadline: {RENEW_DEADLINE:.0f}s, "
             f"retryPeriod: 2s}}\n")
 
@@ -82,7 +82,7 @@ class Replicas:
 
     def holder(self) -> str:
         lease = self.world.cluster.rest.find("coordination.k8s.io/v1", "Lease", "allset",
-                                             "kube-system")
+                                             "allset")
         return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
 
 
@@ -322,7 +322,7 @@ def test_the_documented_inspection_path_on_both_replicas(world: World,
     reads status where CA's is refused, and may not change the cloud."""
     deployed = _deployed_identities()
     pki = world.cluster.pki
-    server = pki.issue("allset-serving", "allset.kube-system.svc", server=True)
+    server = pki.issue("allset-serving", "allset.allset.svc", server=True)
     ca_client = pki.issue("allset-ca-client", deployed["ca"])
     operator = pki.issue("allset-operator", deployed["operator"])
     made: list[Allset] = []

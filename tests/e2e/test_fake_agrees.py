@@ -199,10 +199,10 @@ def _deleted(answer: Obj) -> object:
 
 
 def probe_gang_pods_and_requests(rest: Rest, tag: str) -> object:
-    """GangApi.pending_pods, annotate_pod, create_pod_template, gang_requests,
-    delete_request: pending pods across namespaces by field selector, a strategic merge
-    patch of a pod's annotations (the client's default for a dict), requests listed by
-    label in every namespace and in one, and DELETE of a request."""
+    """GangApi.pending_pods, create_pod_template, annotate_request, gang_requests,
+    delete_request: pending pods across namespaces by field selector, a merge patch of a
+    request's annotations conditional on its resourceVersion (409 once it changed),
+    requests listed by label in every namespace and in one, and DELETE of a request."""
     pod = f"gang-pod-{tag}"
     rest.call("POST", f"/api/v1/namespaces/{NS}/pods", {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": NS},
@@ -210,9 +210,6 @@ def probe_gang_pods_and_requests(rest: Rest, tag: str) -> object:
                  "containers": [{"name": "main", "image": "busybox"}]}})
     pending = rest.call("GET", "/api/v1/pods?fieldSelector=status.phase%3DPending,"
                         f"metadata.name%3D{pod}")
-    patched = rest.call("PATCH", f"/api/v1/namespaces/{NS}/pods/{pod}",
-                        {"metadata": {"annotations": {"k": "v"}}},
-                        "application/strategic-merge-patch+json")
     rest.call("DELETE", f"/api/v1/namespaces/{NS}/pods/{pod}", {"gracePeriodSeconds": 0})
     template = rest.call("POST", f"/api/v1/namespaces/{NS}/podtemplates",
                          objects.pod_template(NS, f"gang-t-{tag}", {"cpu": "1"}))
@@ -225,12 +222,21 @@ def probe_gang_pods_and_requests(rest: Rest, tag: str) -> object:
         if labelled:
             body["metadata"]["labels"] = {"allset.dev/gang": tag}
         rest.call("POST", BASE, body)
+    read = rest.call("GET", f"{BASE}/gang-{tag}-0")["metadata"]["resourceVersion"]
+    record = {"metadata": {"annotations": {"allset.dev/gang-places": '{"p":"t"}'},
+                           "resourceVersion": read}}
+    patched = rest.call("PATCH", f"{BASE}/gang-{tag}-0", record, "application/merge-patch+json")
+    try:
+        rest.call("PATCH", f"{BASE}/gang-{tag}-0", record, "application/merge-patch+json")
+        stale: object = "accepted"
+    except ApiError as err:
+        stale = err.status
     listed = rest.call("GET", "/apis/autoscaling.x-k8s.io/v1/provisioningrequests"
                        f"?labelSelector=allset.dev%2Fgang%3D{tag}")
     in_namespace = rest.call("GET", f"{BASE}?labelSelector=allset.dev%2Fgang%3D{tag}")
     deleted = [_deleted(rest.call("DELETE", f"{BASE}/gang-{tag}-{i}")) for i in (0, 1)]
     return ([p["metadata"]["name"] == pod for p in pending["items"]],
-            patched["metadata"]["annotations"], template["kind"],
+            patched["metadata"]["annotations"], stale, template["kind"],
             [(i["kind"], sorted(i["metadata"]["labels"])) for i in listed["items"]],
             [i["metadata"]["name"] == f"gang-{tag}-0" for i in in_namespace["items"]], deleted)
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.e2e import kueue
+from tests.e2e.cluster import install_crd
 from tests.e2e.conftest import World
 from tests.e2e.look import BOOKING_LABEL, PROVREQ, live, of_group, of_request, reason
 from tests.e2e.rest import ApiError, Obj, Rest, condition, is_true, wait_for
@@ -289,23 +290,12 @@ def test_a_composite_gang_is_one_request_and_its_pods_land(world: World) -> None
                     raise
 
 
-def install_podgroup_crd(rest: Rest) -> None:
-    """Apply podgroup_crd() and wait until the API server serves it."""
-    rest.apply(podgroup_crd())
-    wait_for("the PodGroup CRD to be established", lambda: any(
-        c.get("type") == "Established" and c.get("status") == "True"
-        for c in (rest.get("apiextensions.k8s.io/v1", "CustomResourceDefinition",
-                           "podgroups.scheduling.x-k8s.io").get("status") or {})
-        .get("conditions") or []), 60)
-    rest.forget_discovery()
-
-
 @pytest.fixture
 def coscheduling_crd(world: World) -> Iterator[None]:
     """The CRD, installed after allset started: allset believes "not served" for a few
     minutes (provider/controller/gang_api.py), so it is restarted to look again, as an
     operator who installs a gang scheduler after allset would wait or restart it."""
-    install_podgroup_crd(world.cluster.rest)
+    install_crd(world.cluster.rest, podgroup_crd())
     world.allset.stop()
     world.allset.start()
     yield

@@ -21,11 +21,12 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.cluster import install_crd
 from tests.e2e.conftest import World
 from tests.e2e.overlay_allset import overlay_allset, registered
 from tests.e2e.procs import Proc
 from tests.e2e.rest import ApiError, Obj, Rest, condition, is_true, wait_for
-from tests.e2e.test_gangs import COSCHED, COSCHED_LABEL, gang_request, install_podgroup_crd
+from tests.e2e.test_gangs import COSCHED, COSCHED_LABEL, gang_request, podgroup_crd
 from tests.e2e.test_wake import GROUP, NS, REUSED, WORKER, _get, _request, kind_overlay
 
 KEEP = {**GROUP, "id": "keep-a", "maxSize": 2}
@@ -103,7 +104,7 @@ def _phase(rest: Rest, name: str) -> tuple[str | None, str | None]:
 @pytest.fixture
 def podgroups(world: World) -> Iterator[None]:
     """scheduler-plugins' PodGroup CRD (our minimal one), served before allset starts."""
-    install_podgroup_crd(world.cluster.rest)
+    install_crd(world.cluster.rest, podgroup_crd())
     yield
 
 

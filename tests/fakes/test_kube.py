@@ -676,7 +676,6 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     assert [t for t, _ in k.watch_all_pods(pod_rv, timeout_seconds=1)] == ["BOOKMARK"]
     # The gang bridge's calls (provider/controller/gang_api.py).
     g = GangApi(api)
-    g.annotate_pod(NS, "p1", {"autoscaling.x-k8s.io/consume-provisioning-request": "gang"})
     g.create_pod_template(NS, {"apiVersion": "v1", "kind": "PodTemplate",
                                "metadata": {"name": "gang-0", "namespace": NS},
                                "template": {"spec": {"containers": [
@@ -689,6 +688,8 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
                                                 "count": 1}]}})
     assert [r["metadata"]["name"] for r in g.gang_requests("allset.dev/gang=true")] == \
         ["gang"]
+    read = g.gang_requests("allset.dev/gang=true")[0]["metadata"]
+    g.annotate_request(NS, "gang", {"allset.dev/gang-places": "{}"}, read["resourceVersion"])
     read = g.gang_requests("allset.dev/gang=true")[0]["metadata"]
     # A delete prepared from an older read (another request took the name, or it changed
     # since) is refused by the API server and leaves the request.

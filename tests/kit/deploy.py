@@ -156,3 +156,38 @@ def mount_of(workload: Doc, container: Doc, path: str) -> tuple[Doc, Doc]:
             best = (volume, mount)
     assert best is not None, f"{path} is on no volume of {container['name']}"
     return best
+
+
+# What an overlay of one's own puts in allset-settings on each cloud component
+# (deploy/kubernetes/overlays/<cloud>; docs/operator-guide.md, step 2): the settings key of
+# the identity, the ServiceAccount annotation it becomes, and an example value.
+IDENTITIES = {
+    "aws": ("awsRoleArn", "eks.amazonaws.com/role-arn",
+            "arn:aws:iam::111122223333:role/allset-prod-east"),
+    "gcp": ("gcpServiceAccount", "iam.gke.io/gcp-service-account",
+            "allset@my-project.iam.gserviceaccount.com"),
+}
+EXAMPLE_IMAGE = "example/allset:0.1.0"
+
+
+def cloud_install(directory: Path, cloud: str, *, omit: Sequence[str] = ()) -> Path:
+    """An overlay of one's own on the base and ``cloud``'s component, as the guide writes
+    it: allset-settings with deploy/examples/<cloud>.yaml as config.yaml, an image and the
+    identity; ``omit`` leaves out those settings keys."""
+    directory.mkdir(parents=True, exist_ok=True)
+    key, _, value = IDENTITIES[cloud]
+    settings: dict[str, Any] = {"name": "allset-settings", "namespace": "allset"}
+    if "config.yaml" not in omit:
+        config = (ROOT / "deploy" / "examples" / f"{cloud}.yaml").read_text(encoding="utf-8")
+        (directory / "config.yaml").write_text(config, encoding="utf-8")
+        settings["files"] = ["config.yaml"]
+    literals = [f"{k}={v}" for k, v in (("image", EXAMPLE_IMAGE), (key, value))
+                if k not in omit]
+    if literals:
+        settings["literals"] = literals
+    body = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": [os.path.relpath(DEPLOY / "base", directory)],
+            "components": [os.path.relpath(DEPLOY / "overlays" / cloud, directory)],
+            "configMapGenerator": [settings]}
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(body), encoding="utf-8")
+    return directory

@@ -15,6 +15,8 @@ from provider.base.clock import ManualClock, rfc3339
 from provider.controller import conditions as c
 from provider.controller.gang_api import GangApi
 from provider.controller.gang_bridge import GangBridge, request_name
+from provider.controller.gang_marks import GangMarker
+from provider.controller.gang_objects import places
 from provider.controller.kube import KubeApi
 from provider.controller.pod_cache import PodCache
 from provider.domain.gangs.sources import SOURCES, GangSource, SourceName
@@ -38,6 +40,21 @@ class Cluster:
     bridge: GangBridge
     clock: ManualClock
     cache: PodCache | None  # the controller's pod cache, or None: the bridge lists pods
+    marker: GangMarker  # the admission webhook's decision
+
+    def admit(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """Create ``pod`` as the API server does with allset's webhook in its admission
+        chain: marked first, if it is a gang's."""
+        verdict = self.marker.decide(pod, str(pod["metadata"].get("namespace") or NS))
+        if verdict.annotations:
+            pod["metadata"].setdefault("annotations", {}).update(verdict.annotations)
+        return self.kube.create(pod)
+
+    def counted(self, request: str) -> dict[str, str] | None:
+        """What ``request`` recorded it counts: pod -> its pod set ("" waits for the next)."""
+        found = self.kube.get("provisioningrequests", request, NS)
+        assert found is not None, request
+        return places(found)
 
     def pass_once(self) -> None:
         """One pass of the bridge; with the pod cache, as the controller's sync_once runs
@@ -93,7 +110,8 @@ def cluster(absent_groups: tuple[str, ...] = (), *, cached: bool = True,
         cache = PodCache(KubeApi(client)) if cached else None
         bridge = GangBridge(api, list(sources), clock, pods=cache,
                             sweep_seconds=sweep_seconds)
-        yield Cluster(kube, api, bridge, clock, cache)
+        marker = GangMarker(GangApi(client, monotonic=clock.now), list(sources))
+        yield Cluster(kube, api, bridge, clock, cache, marker)
 
 
 @pytest.fixture(params=["pod-cache", "listed"])
@@ -129,7 +147,7 @@ def whole_gang(k: Cluster) -> str:
     cannot place; one pass asks for it. Returns the request's name."""
     k.kube.create(objects.coscheduling_pod_group(NS, "train", 3))
     for name, req in (("w0", GPU), ("w1", GPU), ("ps", CPU)):
-        k.kube.create(gang_pod(name, req))
+        k.admit(gang_pod(name, req))
     stuck(k, "w0", "w1", "ps")
     k.pass_once()
     (made,) = k.requests()

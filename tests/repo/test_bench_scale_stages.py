@@ -6,7 +6,7 @@ import json
 
 from bench.scale_stages import allset_delays, milestones, read_audit, render
 
-ALLSET, KWOK = "system:serviceaccount:kube-system:allset", "e2e-kwok"
+ALLSET, KWOK = "system:serviceaccount:allset:allset", "e2e-kwok"
 T0 = 1_800_000_000.0
 
 

@@ -10,7 +10,7 @@ import re
 
 import yaml
 
-from tests.kit.deploy import DEPLOY, ROOT, one, render
+from tests.kit.deploy import DEPLOY, IDENTITIES, ROOT
 
 # boto3 client methods that are not EC2 API calls.
 _BOTO_LOCAL = {"close", "get_paginator", "can_paginate", "get_waiter", "meta"}
@@ -28,7 +28,7 @@ def _aws_calls() -> set[str]:
 
 def test_aws_iam_policy_allows_the_adapters_calls_and_scopes_writes_to_the_cluster() -> None:
     policy = json.loads((DEPLOY / "overlays" / "aws" / "iam-policy.json").read_text())
-    config = yaml.safe_load((DEPLOY / "overlays" / "aws" / "config.yaml").read_text())
+    config = yaml.safe_load((ROOT / "deploy" / "examples" / "aws.yaml").read_text())
     cluster, region = config["cluster"], config["cloud"]["aws"]["region"]
     statements = policy["Statement"]
     actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str)
@@ -111,12 +111,12 @@ def test_gcp_custom_role_has_exactly_the_adapters_permissions() -> None:
 
 
 def test_cloud_identities_name_the_configs_account() -> None:
-    gcp = yaml.safe_load((DEPLOY / "overlays" / "gcp" / "config.yaml").read_text())
-    sa = one(render(DEPLOY / "overlays" / "gcp"), "ServiceAccount", "allset")
-    email = sa["metadata"]["annotations"]["iam.gke.io/gcp-service-account"]
+    """The identities the guide's overlays set (tests.kit.deploy.IDENTITIES) belong to the
+    examples' project and account."""
+    gcp = yaml.safe_load((ROOT / "deploy" / "examples" / "gcp.yaml").read_text())
+    email = IDENTITIES["gcp"][2]
     assert email.endswith(f"@{gcp['cloud']['gcp']['project']}.iam.gserviceaccount.com")
-    aws = one(render(DEPLOY / "overlays" / "aws"), "ServiceAccount", "allset")
-    arn = aws["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+    arn = IDENTITIES["aws"][2]
     policy = json.loads((DEPLOY / "overlays" / "aws" / "iam-policy.json").read_text())
     account = arn.split(":")[4]
     assert all(f":{account}:" in a or "::image/" in a or "::snapshot/" in a or a == "*"

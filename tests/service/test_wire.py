@@ -220,9 +220,13 @@ def test_our_proto_keeps_documented_numbers() -> None:
     # k8s.io/api resource/v1 generated.proto (v0.36).
     resource = {
         "ResourceSlice": {"metadata": 1, "spec": 2},
-        "ResourceSliceSpec": {"driver": 1, "pool": 2, "nodeName": 3, "devices": 6},
+        "ResourceSliceSpec": {"driver": 1, "pool": 2, "nodeName": 3, "devices": 6,
+                              "sharedCounters": 8},
+        "CounterSet": {"name": 1, "counters": 2},
+        "Counter": {"value": 1},
+        "DeviceCounterConsumption": {"counterSet": 1, "counters": 2},
         "ResourcePool": {"name": 1, "generation": 2, "resourceSliceCount": 3},
-        "Device": {"name": 1, "attributes": 2, "capacity": 3},
+        "Device": {"name": 1, "attributes": 2, "capacity": 3, "consumesCounters": 4},
         "DeviceAttribute": {"int": 2, "bool": 3, "string": 4, "version": 5},
         "DeviceCapacity": {"value": 1},
     }
