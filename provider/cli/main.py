@@ -190,7 +190,8 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--jobs", type=int, default=2300, help="jobs to generate (default 2300)")
     sim.add_argument("--days", type=float, default=7.0, help="days to generate (default 7)")
     # The names of provider.sim.run.STRATEGIES (imported lazily; a test keeps them equal).
-    sim.add_argument("--strategy", choices=["allset", "per-pod", "ca-atomic", "pinned",
+    sim.add_argument("--strategy", choices=["allset", "per-pod", "ca-atomic",
+                                            "careful-ca-atomic", "pinned",
                                             "pinned-per-pod", "karpenter", "all"],
                      default="all")
     sim.add_argument("--output", choices=["text", "json"], default="text")

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from provider.sim.accounting import Sample, State
 from provider.sim.allset import Allset
 from provider.sim.ca_atomic import CaAtomic
+from provider.sim.careful import CarefulCaAtomic
 from provider.sim.karpenter import Karpenter
 from provider.sim.per_pod import PerPod
 from provider.sim.pinned import Pinned, PinnedPerPod
@@ -20,6 +21,7 @@ STRATEGIES: dict[str, Callable[[int], Strategy]] = {
     "allset": lambda seed: Allset(),
     "per-pod": PerPod,
     "ca-atomic": CaAtomic,
+    "careful-ca-atomic": CarefulCaAtomic,
     "pinned": Pinned,
     "pinned-per-pod": PinnedPerPod,
     "karpenter": Karpenter,
