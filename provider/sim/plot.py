@@ -38,7 +38,8 @@ def claim(rows: Sequence[Row], path: Path,
     ratios = [5.2] * len(rows) + ([3.0] if series else [])
     fig = plt.figure(figsize=(15, height))
     grid = fig.add_gridspec(len(ratios), 3, height_ratios=ratios, width_ratios=[2.4, 1, 1],
-                            hspace=0.75, wspace=0.35)
+                            hspace=0.75, wspace=0.35, top=1 - 0.7 / height,
+                            bottom=0.6 / height)
     for i, (title, best, refs) in enumerate(rows):
         names = sorted(best, key=lambda n: best[n].median("onDemandCost"))
         colours = _colours(names)
@@ -54,7 +55,7 @@ def claim(rows: Sequence[Row], path: Path,
     seeds = max((len(b.runs) for _, best, _ in rows for b in best.values()), default=1)
     fig.suptitle(f"Each strategy at its best scale-down tuning: on-demand spend, wait and "
                  f"reliability ({seeds} seed{'s' if seeds > 1 else ''}; lower left is better)",
-                 fontsize=13)
+                 fontsize=13, y=1 - 0.15 / height)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
@@ -101,14 +102,17 @@ def _bars(ax: Any, title: str, best: Mapping[str, Best], names: Sequence[str],
     spreads = [best[n].spread(key) for n in names]
     mid = [s[0] for s in spreads]
     err = [[s[0] - s[1] for s in spreads], [s[2] - s[0] for s in spreads]]
+    from matplotlib.ticker import MaxNLocator
+
     ys = list(range(len(names)))[::-1]
     ax.barh(ys, mid, xerr=err, color=[colours[n] for n in names], capsize=2, alpha=0.85)
     ax.set_yticks(ys, names, fontsize=8)
-    for y, n, v in zip(ys, names, mid, strict=True):
-        ax.text(v, y, " " + fmt.format(v), va="center", fontsize=8,
+    for y, n, (v, _, high) in zip(ys, names, spreads, strict=True):
+        ax.text(high, y, " " + fmt.format(v), va="center", fontsize=8,
                 fontweight="bold" if n == BASE else "normal")
     ax.set_title(title, fontsize=9)
-    ax.set_xlim(0, max(1.0, max(s[2] for s in spreads)) * 1.3)
+    ax.set_xlim(0, max(1.0, max(s[2] for s in spreads)) * 1.35)
+    ax.xaxis.set_major_locator(MaxNLocator(4, integer=True))
     ax.grid(alpha=0.3, axis="x")
 
 
