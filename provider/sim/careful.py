@@ -33,12 +33,15 @@ first.
   none``, GCP's ``NO_RESERVATION`` affinity), so that reserved capacity is taken only
   through the groups that own it: otherwise an on-demand group's launch lands in a free
   slot and the reservation's own group, which CA sees with room, fails its next scale-up
-  (a partial gang, stranded until Kueue's timeout). Its nodes carry
-  ``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`` (set in its launch
-  template's node labels/annotations by the operator) while the reservation lasts: an
-  idle reserved node bills with the reservation whether it runs or not, so it is kept
-  warm. A capacity block's nodes go at its end (the cloud's), an ODCR's become ordinary
-  on-demand nodes when it ends.
+  (a partial gang, stranded until Kueue's timeout). A reservation-backed group's nodes
+  are kept from scale-down while the reservation lasts: an idle reserved node bills with
+  the reservation whether it runs or not, so it is kept warm. Kubelet cannot set an
+  annotation at registration, so the operator either annotates the group's Nodes
+  ``cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`` (a small controller
+  or a script keyed on the group's node label) or tags the ASG's
+  ``scaledownunneededtime`` beyond the reservation's end (the same per-ASG option as
+  above); either keeps them the same way. A capacity block's nodes go at its end (the
+  cloud's), an ODCR's become ordinary on-demand nodes when it ends.
 * ``--scale-down-delay-after-add`` stays CA's flag (type local), as there is no per-group
   option for it; the sweep moves it."""
 
