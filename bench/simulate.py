@@ -216,7 +216,8 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--markdown", type=Path, metavar="FILE",
                         help="write docs/simulation.md's tables here")
     parser.add_argument("--plot", type=Path, metavar="FILE.png",
-                        help="plot the first trace's runs with the first seed")
+                        help="plot each trace's strategies: spend against wait p95, stranded "
+                        "GPU-hours and interruptions")
     args = parser.parse_args(argv)
     if args.seeds is not None and args.seeds < 1:
         parser.error("--seeds must be at least 1")
@@ -354,16 +355,16 @@ def _own_cpu() -> float:
 
 
 def _plot(table: Table, titles: Mapping[str, str], path: Path) -> None:
-    from provider.sim.plot import plot
-    from provider.sim.run import Result
+    """The claim of provider/sim/plot.py, one row per trace (each strategy as the trace
+    sets it; bench/tuning.py plots them at their best tuning)."""
+    from provider.sim.bound import References
+    from provider.sim.plot import claim
+    from provider.sim.tuning import best_of
 
-    first, seed = table.traces[0], table.seeds[0]
-    runs = [r for r in table.runs if r.trace == first and r.seed == seed and r.samples]
-    if not runs:
-        print("--plot: no time series (runs read from JSON carry none)", file=sys.stderr)
-        return
-    plot([Result(r.label, r.figures, {}, r.samples, r.get("wallSeconds")) for r in runs],
-         path, title=f"{titles.get(first, first)}, seed {seed}")
+    known = {t.name: t for t in (*TRACES, *QUICK, BIG)}
+    rows = [(titles.get(t, t), best_of(table.runs, t), References.of(known[t].make()))
+            for t in table.traces if t in known]
+    claim(rows, path)
     print(f"plot: {path}")
 
 

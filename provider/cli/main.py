@@ -239,11 +239,22 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--jobs", type=int, default=2300, help="jobs to generate (default 2300)")
     sim.add_argument("--days", type=float, default=7.0, help="days to generate (default 7)")
     # The names of provider.sim.run.STRATEGIES (imported lazily; a test keeps them equal).
-    sim.add_argument("--strategy", choices=["allset", "per-pod", "ca-atomic", "pinned",
+    sim.add_argument("--strategy", choices=["allset", "per-pod", "ca-atomic",
+                                            "careful-ca-atomic", "pinned",
                                             "pinned-per-pod", "karpenter", "all"],
                      default="all")
     sim.add_argument("--output", choices=["text", "json"], default="text")
-    sim.add_argument("--plot", type=Path, metavar="FILE.png", help="plot the fleet over time")
+    sim.add_argument("--plot", type=Path, metavar="FILE.png",
+                     help="plot the claim: each strategy's on-demand spend against its wait "
+                     "p95, its stranded GPU-hours and interrupted jobs (with --seeds, their "
+                     "range), and spend over time")
+    sim.add_argument("--seeds", type=int, default=1, metavar="N",
+                     help="run N seeds from --seed and report each figure's median and range "
+                     "(default 1)")
+    sim.add_argument("--tune", action="store_true",
+                     help="run every scale-down tuning of the fair comparison (CA's defaults, "
+                     "1 min, 10 s) and keep each strategy's best: the least median on-demand "
+                     "spend at a wait p95 of at most 10 min")
     sim.add_argument("--seed", type=int, default=0,
                      help="seed of the run's random draws: tie-breaks, boot times, when "
                      "a failure is seen (default 0)")

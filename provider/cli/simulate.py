@@ -6,17 +6,25 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from provider.cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from provider.sim.run import Result
+    from provider.sim.spread import Run
+    from provider.sim.trace import TraceModel
 
 
 def simulate(args: argparse.Namespace) -> int:
     import json
 
+    from provider.sim.bound import References
     from provider.sim.generate import generate
     from provider.sim.report import as_json, text
-    from provider.sim.run import STRATEGIES, simulate, with_runtimes
+    from provider.sim.run import STRATEGIES, with_runtimes
     from provider.sim.trace import load_trace
+    from provider.sim.tuning import best_of, report
 
     if args.trace is not None:
         trace, name = load_trace(args.trace), str(args.trace)
@@ -25,25 +33,64 @@ def simulate(args: argparse.Namespace) -> int:
             raise UsageError("--jobs must be at least 1 and --days positive")
         trace = generate(args.generate, args.jobs, args.days)
         name = f"generated (seed {args.generate}, {args.jobs} jobs, {args.days:g} days)"
+    if args.seeds < 1:
+        raise UsageError("--seeds must be at least 1")
     if args.runtimes is not None:
         trace = with_runtimes(trace, args.runtimes == "declared")
     if args.plot is not None:
         _check_plot(args.plot)
     names = list(STRATEGIES) if args.strategy == "all" else [args.strategy]
-    results = []
-    for i, n in enumerate(names, 1):
-        progress = _Progress(f"simulating {n} ({i}/{len(names)})") \
-            if sys.stderr.isatty() else None
-        results.append(simulate(trace, n, args.seed, progress))
+    runs, results = _runs(trace, names, range(args.seed, args.seed + args.seeds), args.tune)
+    best = best_of(runs, "trace")
+    # Each strategy's first seed at its best tuning: the detailed table and the series.
+    first = {n: results[(b.runs[0].label, b.runs[0].seed)] for n, b in best.items()}
+    refs = References.of(trace)
     if args.plot is not None:
-        from provider.sim.plot import plot
+        from provider.sim.plot import claim
 
-        plot(results, args.plot, title=name)
+        horizon = trace.settings.horizon if trace.settings.horizon is not None else max(
+            (j.arrival for j in trace.jobs), default=0.0)
+        claim([(f"{name}: {len(trace.jobs)} jobs", best, refs)], args.plot,
+              series=({n: r.samples for n, r in first.items()}, horizon / 3600))
     if args.output == "json":
-        print(json.dumps(as_json(results, {"source": name, "jobs": len(trace.jobs)}), indent=2))
+        body = as_json(list(first.values()), {"source": name, "jobs": len(trace.jobs),
+                                              "references": refs.as_json()})
+        for n, b in best.items():
+            body["strategies"][n]["tuning"] = b.tuning
+            body["strategies"][n]["seeds"] = {str(r.seed): r.figures for r in b.runs}
+        print(json.dumps(body, indent=2))
     else:
-        print(text(results, title=f"{name}: {len(trace.jobs)} jobs"))
+        print(text(list(first.values()), title=f"{name}: {len(trace.jobs)} jobs"))
+        print()
+        print(report(best, "each strategy at its best tuning, over the seeds run" if (
+            args.tune or args.seeds > 1) else "each strategy as the trace sets it", refs))
     return 0
+
+
+def _runs(trace: TraceModel, names: list[str], seeds: range, tune: bool
+          ) -> tuple[list[Run], dict[tuple[str, int], Result]]:
+    """Every strategy on every seed (and, with ``tune``, every scale-down tuning)."""
+    from provider.sim.run import simulate
+    from provider.sim.spread import Run
+    from provider.sim.tuning import TUNINGS, label, tuned
+
+    runs: list[Run] = []
+    results: dict[tuple[str, int], Result] = {}
+    tunings = [t.name for t in TUNINGS] if tune else [None]
+    total, count = len(names) * len(seeds) * len(tunings), 0
+    for n in names:
+        for tuning in tunings:
+            model = trace if tuning is None else tuned(tuning, trace)
+            row = n if tuning is None else label(n, tuning)
+            for seed in seeds:
+                count += 1
+                what = row if len(seeds) == 1 else f"{row}, seed {seed}"
+                progress = _Progress(f"simulating {what} ({count}/{total})") \
+                    if sys.stderr.isatty() else None
+                result = simulate(model, n, seed, progress)
+                results[(row, seed)] = result
+                runs.append(Run.of("trace", row, seed, result))
+    return runs, results
 
 
 class _Progress:

@@ -390,7 +390,7 @@ MIP_SECONDS = 2.0  # safety net: a larger MIP answers with its best solution so 
 _started = False
 
 
-def _new_highs() -> highspy.Highs:
+def new_highs() -> highspy.Highs:
     """A silent HiGHS instance. Its first construction prints a banner on stdout, which
     would corrupt `allset plan --output json` and, on stderr, reads as noise in a CLI's
     output: it goes to /dev/null."""
@@ -482,7 +482,7 @@ def _mip(p: Problem, start: Solution | None = None) -> Solution | None:
         if idx:
             rows.append((-_INF, float(q.free), idx, val))
 
-    h = _new_highs()
+    h = new_highs()
     n = len(cols_lb)
     h.addVars(n, np.array(cols_lb, dtype=np.float64), np.array(cols_ub, dtype=np.float64))
     if integer:

@@ -89,6 +89,21 @@ def baseline_groups(trace: TraceModel) -> list[GroupSpec]:
     return out
 
 
+def reservation_groups(trace: TraceModel) -> list[GroupSpec]:
+    """A reservation-backed group for each reservation a trace group can run: the group's
+    zone, instance type and fabric match (a group naming the reservation is preferred)."""
+    out: list[GroupSpec] = []
+    for r in trace.reservations:
+        itype = trace.shapes[r.shape].instance_type
+        fits = [g for g in trace.groups
+                if g.zone == r.zone and g.fabric == r.fabric
+                and trace.shapes[g.shape].instance_type == itype]
+        fits.sort(key=lambda g: r.id not in g.reservations)
+        if fits:
+            out.append(reserved_group(fits[0], r))
+    return out
+
+
 def priorities(cloud: PlainCloud) -> dict[int, Sequence[str]]:
     """The priority expander's ConfigMap (data.priorities) the operator writes: first the
     groups whose nodes land in a reservation (the reservation-backed ones, and those whose
@@ -173,8 +188,8 @@ class Autoscaler:
         self.sizes: dict[str, int] = dict.fromkeys(self.cloud.groups, 0)
         self.backoff: dict[str, Backoff] = {g: Backoff() for g in self.cloud.groups}
         self._reservations = {r.id: r for r in world.trace.reservations}
-        config = priorities(self.cloud) if priority_config is None else priority_config
-        self.priorities = [(p, [re.compile(x) for x in rx]) for p, rx in config.items()]
+        self.set_priorities(priorities(self.cloud) if priority_config is None
+                            else priority_config)
         self._loop_at = math.inf
         self._loop: object | None = None  # the strategy's loop, woken when a failure is seen
         self._placeholders: Counter[str] = Counter()  # nodes that failed, not seen yet
@@ -235,6 +250,10 @@ class Autoscaler:
     def next_backoff_end(self) -> float | None:
         ends = [b.until for b in self.backoff.values() if b.until > self.world.now]
         return min(ends) if ends else None
+
+    def set_priorities(self, config: Mapping[int, Sequence[str]]) -> None:
+        """The priority expander's ConfigMap (data.priorities)."""
+        self.priorities = [(p, [re.compile(x) for x in rx]) for p, rx in config.items()]
 
     def priority(self, group: GroupSpec) -> int | None:
         """The highest priority whose regexes match the group's id; None: no match."""

@@ -58,6 +58,11 @@ BACKOFF_BASE = 60.0
 BACKOFF_MAX = 1800.0
 
 
+# Empty nodes the request's pods take, the group that scales up for the rest (None: no
+# scale-up), and by how many nodes.
+Placement = tuple[list[Node], GroupSpec | None, int]
+
+
 @dataclass(slots=True)
 class Request:
     job: Job
@@ -76,7 +81,8 @@ class CaAtomic:
         self._attempts: dict[int, int] = {}  # job -> attempt of its last request
         self._provreq_turn = True
         self._counts = {"requests": 0, "capacityNotFound": 0, "partialScaleUps": 0,
-                        "gangTimeouts": 0, "expired": 0, "retries": 0, "deactivated": 0}
+                        "gangTimeouts": 0, "expired": 0, "retries": 0, "deactivated": 0,
+                        "capacityFound": 0, "reusedNodes": 0}
 
     def attach(self, world: World) -> None:
         self.world = world
@@ -145,9 +151,30 @@ class CaAtomic:
 
     def _one(self, req: Request) -> None:
         job = req.job
-        managed = self.managed(job)
+        placement = self.placement(job, self.managed(job))
+        if placement is None:  # Provisioned=False, CapacityIsNotFound: retried later
+            self._counts["capacityNotFound"] += 1
+            req.failures += 1
+            req.retry_at = self.world.now + min(RETRY_MAX,
+                                                RETRY_INITIAL * 2 ** (req.failures - 1))
+            return
+        del self._queue[job.index]
+        placed, group, count = placement
+        for n in placed:
+            self.world.take(n, job)
+        self._counts["reusedNodes"] += len(placed)
+        if group is None:
+            self._counts["capacityFound"] += 1  # every pod fits on nodes that are there
+        elif self.ca.launch(group, count, job) < count:
+            self._counts["partialScaleUps"] += 1
+        self._admitted(job)
+
+    def placement(self, job: Job, managed: dict[str, int]) -> Placement | None:
+        """Where CA puts the request's pods: empty nodes they take, and the group that
+        scales up (None: no scale-up needed) by how many; None: CapacityIsNotFound. Here,
+        as the plain model has it, a group that alone can host every pod, its own empty
+        nodes first, then new ones."""
         count = sum(managed.values())
-        # CA simulates the pods on empty nodes of the group first, then on new ones.
         idle: dict[str, list[Node]] = {}
         for n in self.world.idle():
             idle.setdefault(n.group, []).append(n)
@@ -156,22 +183,10 @@ class CaAtomic:
                   and self.ca.max_size(g) - self.ca.sizes[g.id] + len(idle.get(g.id, [])) >= count
                   and (job.spec.topology != "fabric" or g.fabric is not None)]
         if not groups:
-            self._counts["capacityNotFound"] += 1
-            req.failures += 1
-            req.retry_at = self.world.now + min(RETRY_MAX,
-                                                RETRY_INITIAL * 2 ** (req.failures - 1))
-            return
+            return None
         group = self.ca.expand(groups)
-        del self._queue[job.index]
         reused = idle.get(group.id, [])[:count]
-        for n in reused:
-            self.world.take(n, job)
-        got = len(reused)
-        if got < count:
-            got += self.ca.launch(group, count - got, job)
-        if got < count:
-            self._counts["partialScaleUps"] += 1
-        self._admitted(job)
+        return reused, (group if len(reused) < count else None), count - len(reused)
 
     def _admitted(self, job: Job) -> None:
         """Provisioned=True (or no request needed): Kueue admits the gang, its other pods

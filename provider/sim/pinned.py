@@ -45,29 +45,14 @@ import math
 from collections.abc import Iterable
 from functools import partial
 
-from provider.sim.baseline import Autoscaler, baseline_groups, domain, reserved_group
+from provider.sim.baseline import Autoscaler, baseline_groups, domain, reservation_groups
 from provider.sim.ca_atomic import CaAtomic
 from provider.sim.per_pod import PerPod
 from provider.sim.scaleup import PodScaleUp
-from provider.sim.trace import GroupSpec, TraceModel
+from provider.sim.trace import GroupSpec
 from provider.sim.world import Job, Node, World
 
 REFILL = 60.0  # seconds between an Auto Scaling group's tries to reach its min size
-
-
-def pinned_groups(trace: TraceModel) -> list[GroupSpec]:
-    """A reservation-backed group for each reservation a trace group can run: the group's
-    zone, instance type and fabric match (a group naming the reservation is preferred)."""
-    out: list[GroupSpec] = []
-    for r in trace.reservations:
-        itype = trace.shapes[r.shape].instance_type
-        fits = [g for g in trace.groups
-                if g.zone == r.zone and g.fabric == r.fabric
-                and trace.shapes[g.shape].instance_type == itype]
-        fits.sort(key=lambda g: r.id not in g.reservations)
-        if fits:
-            out.append(reserved_group(fits[0], r))
-    return out
 
 
 class ReservedPool:
@@ -77,7 +62,7 @@ class ReservedPool:
                  counts: dict[str, int]) -> None:
         self.world = world
         trace = world.trace
-        pinned = pinned_groups(trace)
+        pinned = reservation_groups(trace)
         reservations = {r.id: r for r in trace.reservations}
         self.reservation = {g.id: reservations[g.reservations[0]] for g in pinned}
         on_demand = [g for g in baseline_groups(trace) if not g.reservations]

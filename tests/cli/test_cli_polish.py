@@ -24,7 +24,7 @@ def test_version() -> None:
 
 
 def test_highs_prints_no_banner() -> None:
-    code = "from provider.planner.solver import _new_highs; _new_highs(); _new_highs()"
+    code = "from provider.planner.solver import new_highs; new_highs(); new_highs()"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60,
                           check=False)

@@ -30,10 +30,10 @@ def test_gpu_hours_add_up(strategy: str) -> None:
     assert f["interruptions"] == 0
     assert f["busyGpuHours"] == pytest.approx(work)
     # After the drain every node is scaled down: nothing left running or billed on demand.
-    # allset keeps idle reserved nodes up while their reservation lasts (they bill with
-    # it either way): only those may be left.
+    # allset and careful-ca-atomic keep idle reserved nodes up while their reservation
+    # lasts (they bill with it either way): only those may be left.
     left = world.cloud.live_instances()
-    if strategy == "allset":
+    if strategy in ("allset", "careful-ca-atomic"):
         assert all(i.tags.reservation is not None for i in left)
         assert {i.id for i in left} == set(world.nodes)
     else:

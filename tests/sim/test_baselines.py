@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 
 from provider.domain.cloud import InsufficientCapacity
-from provider.sim.baseline import Autoscaler, baseline_groups
+from provider.sim.baseline import Autoscaler, baseline_groups, reservation_groups
 from provider.sim.generate import generate
-from provider.sim.pinned import pinned_groups
 from provider.sim.trace import load_trace
 from provider.sim.world import START, World
 from tests.sim.kit import BOOT, group, job, run, trace
@@ -238,6 +237,6 @@ def test_the_reference_and_generated_traces_give_the_baselines_the_block() -> No
         reserved = {g.id: g.max_size for g in baseline_groups(t) if g.reservations}
         assert reserved == {"h100-c-pg-res-cb-h100-c-1": 32}
         # pinned: every reservation, open ones included, in the group it can run in
-        assert {g.id for g in pinned_groups(t)} == {
+        assert {g.id for g in reservation_groups(t)} == {
             "h100-a-pg-res-cr-h100-a-pg", "h100-b-res-cr-h100-b", "a100-a-res-cr-a100-a",
             "h100-c-pg-res-cb-h100-c-1"}

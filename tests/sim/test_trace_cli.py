@@ -88,6 +88,26 @@ def test_simulate_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert first["hours"] == 0 and last["onDemandGpus"] == 0
     assert last["onDemandCost"] == pytest.approx(allset["onDemandCost"])
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Issue 57: the references beside the runs, ordered as they must be.
+    refs = body["trace"]["references"]
+    assert 0 < refs["fluid"] <= refs["noMigration"] < refs["noMigrationWithBoots"]
+    assert allset["tuning"] == "the trace's settings" and set(allset["seeds"]) == {"0"}
+    assert allset["waitP50Seconds"] == pytest.approx(allset["waitP50Minutes"] * 60)
+    assert "waitP99Minutes" in allset
+
+
+def test_simulate_seeds_and_tunings(capsys: pytest.CaptureFixture[str]) -> None:
+    # Two seeds and the three tunings of the fair comparison: each strategy is reported at
+    # its best, with every seed's figures, and allset's lead below the cheapest baseline.
+    code = main(["simulate", "--generate", "4", "--jobs", "20", "--days", "0.25",
+                 "--strategy", "allset", "--seeds", "2", "--tune", "--output", "json"])
+    assert code == 0
+    allset = json.loads(capsys.readouterr().out)["strategies"]["allset"]
+    assert allset["tuning"] in ("CA defaults (10 min)", "1 min", "10 s")
+    assert set(allset["seeds"]) == {"0", "1"}
+    assert main(["simulate", "--generate", "4", "--jobs", "20", "--days", "0.25",
+                 "--strategy", "per-pod", "--seeds", "0"]) == 1
+    assert "--seeds must be at least 1" in capsys.readouterr().err
 
 
 def test_simulate_text_one_strategy(tmp_path: Path, capsys: pytest.CaptureFixture[str]
