@@ -28,7 +28,7 @@ from provider.controller.gang_bridge import REQUEST_ANNOTATION, generation_of, r
 from provider.controller.gang_objects import request_state
 from provider.domain.demand import CLASS_NAME
 from provider.domain.gangs.decide import RequestPhase
-from provider.domain.gangs.sources import GangSource, naming
+from provider.domain.gangs.sources import COMPOSITE, GangSource, SourceName, naming
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,8 @@ class GangMarker:
         notes = (pod.get("metadata") or {}).get("annotations") or {}
         if any(notes.get(k) for k in c.CONSUME_ANNOTATIONS):
             return Verdict({}, "consumes a request already")  # Kueue's, or a person's
-        found = naming(pod, self._served())
+        served = self._served()
+        found = naming(pod, [s for s in served if not s.composite])
         if found is None:
             return Verdict({}, "names no gang")
         source, gang = found.gang.source, found.gang.name
@@ -61,6 +62,7 @@ class GangMarker:
             obj = self._api.gang(source, namespace, gang)
             if obj is not None and source.min_member(obj) is None:
                 return Verdict({}, f"{found.gang} is not a gang")
+            source, gang, obj = self._unit(source, gang, obj, namespace, served)
             upcoming = self._upcoming(source, namespace, gang, obj)
         except Exception as err:  # the mark matters, the request it names less so
             log.warning("gang pod of %s/%s: %s; marked all the same", namespace,
@@ -73,13 +75,33 @@ class GangMarker:
         """The configured sources the cluster serves. When the API server cannot say, the
         ones it served when it last could (all of them, before it ever did): a pod of a
         gang left to CA would be open to the double launch this mark is for."""
+        # Groups of gangs come with the native source, as the bridge reads them
+        # (gang_served.ServedApis.resolve).
+        sources = self._sources
+        if any(s.name is SourceName.NATIVE for s in sources):
+            sources = (*sources, COMPOSITE)
         try:
-            found = [self._api.served(s) for s in self._sources]
+            found = [self._api.served(s) for s in sources]
         except Exception as err:
             log.warning("which gang APIs are served is not known (%s): using the last "
                         "known", err)
-            found = [self._api.was_served(s) for s in self._sources]
-        return [s for s in found if s is not None and not s.composite]
+            found = [self._api.was_served(s) for s in sources]
+        return [s for s in found if s is not None]
+
+    def _unit(self, source: GangSource, gang: str, obj: Mapping[str, Any] | None,
+              namespace: str, served: Sequence[GangSource]
+              ) -> tuple[GangSource, str, Mapping[str, Any] | None]:
+        """The gang whose request the pod will consume: its PodGroup's CompositePodGroup
+        when that is a gang (the bridge asks for the whole hierarchy in one request), else
+        the PodGroup itself."""
+        composite = next((s for s in served if s.composite), None)
+        parent = ((obj or {}).get("spec") or {}).get("parentCompositePodGroupName")
+        if composite is None or not isinstance(parent, str) or not parent:
+            return source, gang, obj
+        group = self._api.gang(composite, namespace, parent)
+        if group is None or composite.min_member(group) is None:
+            return source, gang, obj
+        return composite, parent, group
 
     def _upcoming(self, source: GangSource, namespace: str, gang: str,
                   obj: Mapping[str, Any] | None) -> str:

@@ -150,6 +150,12 @@ def test_a_composite_gang_is_one_request_for_all_its_groups() -> None:
         counted = places(request)
         assert counted is not None and set(counted) == {"a0", "a1", "b0"}
         assert all(counted.values()), counted
+        # The admission webhook marks such pods with the composite's request, not their
+        # PodGroup's (a request the bridge never makes).
+        name = request["metadata"]["name"]
+        assert {k.marker.decide(k.pod(p), NS).annotations.get(
+            "autoscaling.x-k8s.io/consume-provisioning-request") for p in ("a0", "a1", "b0")
+                } == {name}
 
 
 def test_a_composite_gang_waits_until_enough_of_its_groups_are_whole() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket as sockets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from provider.controller.sim_nodes import REGISTERED_BY
 from tests.e2e.allset import ROOT
 from tests.e2e.conftest import ALLSET_USER, World
 from tests.e2e.procs import Proc, free_port
-from tests.e2e.rest import Rest
+from tests.e2e.rest import Rest, wait_for
 
 RBAC = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 
@@ -73,6 +74,10 @@ def overlay_allset(world: World, docs: list[dict[str, Any]], deployment: dict[st
     world.allset.stop()  # both would act on the same requests
     try:
         proc.start()
+        # The API server calls the webhook for every gang pod and refuses the pod while
+        # nobody listens (failurePolicy Fail): a test's first pod waits for it.
+        wait_for("the test's allset to serve the webhook", lambda: _listens(
+            world.allset.webhook_port), 60, explain=proc.tail)
         yield proc, socket
     finally:
         proc.stop(30)
@@ -82,3 +87,9 @@ def overlay_allset(world: World, docs: list[dict[str, Any]], deployment: dict[st
             if doc["metadata"]["name"] == "allset-simulated-nodes":
                 rest.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"], None)
         world.allset.start()
+
+
+def _listens(port: int) -> bool | None:
+    with contextlib.suppress(OSError), sockets.create_connection(("127.0.0.1", port), 1):
+        return True
+    return None
