@@ -59,7 +59,7 @@ class GangMarker:
             return Verdict({}, "names no gang")
         source, gang = found.gang.source, found.gang.name
         try:
-            obj = self._api.gang(source, namespace, gang)
+            obj: Mapping[str, Any] | None = self._api.gang(source, namespace, gang)
             if obj is not None and source.min_member(obj) is None:
                 return Verdict({}, f"{found.gang} is not a gang")
             source, gang, obj = self._unit(source, gang, obj, namespace, served)
