@@ -55,13 +55,22 @@ CALLS: tuple[Call, ...] = (
     # Kueue: the owning Workload's maximumExecutionTimeSeconds is a request's runtime.
     Call(KUEUE_GROUP, WORKLOADS, ("get",)),
     Call("", "nodes", ("list", "watch", "patch")),
-    # patch: the gang bridge marks a gang's pods as consuming its request.
-    Call("", "pods", ("list", "watch", "patch")),
+    # patch: the gang bridge marks a gang's pods as consuming its request; get/patch: a
+    # YuniKorn gang's object is its application's originator pod.
+    Call("", "pods", ("get", "list", "watch", "patch")),
     # Gangs: read minMember, write the request's state as an annotation.
     Call("scheduling.k8s.io", "podgroups", ("get", "patch")),
     Call("scheduling.x-k8s.io", "podgroups", ("get", "patch")),
     Call("scheduling.volcano.sh", "podgroups", ("get", "patch")),
+    Call("scheduling.run.ai", "podgroups", ("get", "patch")),
     Call("scheduling.k8s.io", "compositepodgroups", ("get", "patch")),
+    # The queues a gang's scheduler admits it through (provider/controller/gang_queues.py):
+    # Volcano's and KAI's Queues, the PriorityClass that makes a KAI gang non-preemptible,
+    # and YuniKorn's queue configuration (its two ConfigMaps, by name).
+    Call("scheduling.volcano.sh", "queues", ("get",)),
+    Call("scheduling.run.ai", "queues", ("get",)),
+    Call("scheduling.k8s.io", "priorityclasses", ("get",)),
+    Call("", "configmaps", ("get",), names=("yunikorn-configs", "yunikorn-defaults")),
     Call("", "events", ("create",)),
     # Leader election (provider/leadership): the Lease, and routing CA to the leader.
     # RBAC cannot name an object on create, so create is granted on the kind.
