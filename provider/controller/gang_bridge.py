@@ -51,7 +51,7 @@ from provider.controller.gang_objects import (
     template_name,
     template_shape,
 )
-from provider.controller.gang_queues import HeldGangs, QueueReader
+from provider.controller.gang_queues import HELD, Held, HeldGangs, QueueReader
 from provider.controller.gang_served import Observer, ServedApis
 from provider.controller.kube import Conflict, event
 from provider.domain.demand import CLASS_NAME
@@ -293,6 +293,8 @@ class GangBridge:
             self._standby(key, obj, members)
             return
         current = self._current(key, obj, pods, members)
+        if current is HELD:
+            return  # its request is to be made again, once its queue has room
         if current is not None:
             obj = self._report(key, obj, current)
             if current.phase is RequestPhase.OPEN:  # before this pass marks any pod
@@ -326,12 +328,9 @@ class GangBridge:
     def _queue_holds(self, key: GangKey, obj: Mapping[str, Any],
                      pods: Sequence[Mapping[str, Any]]) -> bool:
         """Would the gang's scheduler keep it out of its queue now? Then it is not asked
-        for: nodes bought for it would idle. The gang says why (annotation and a Warning
-        Event, reason QueueWouldNotAdmit, once per change of what it says) and is looked at
-        again on every pass, so it is asked for once its queue has room. Its pods stay
-        marked with the request they will consume, out of CA's per-pod scale-up."""
-        refusal = self._queues.refusal(key.source, obj,
-                                       [p for p in pods if not scheduled(p)])
+        for (its nodes would idle) and says why (annotation, Warning Event of reason
+        QueueWouldNotAdmit); every pass looks again. Its pods stay marked as consuming."""
+        refusal = self._queues.refusal(key.source, obj, [p for p in pods if not scheduled(p)])
         if refusal is None:
             return False
         why = refusal.text()
@@ -438,7 +437,7 @@ class GangBridge:
 
     def _current(self, key: GangKey, obj: Mapping[str, Any],
                  pods: Sequence[Mapping[str, Any]], members: Sequence[Member]
-                 ) -> RequestState | None:
+                 ) -> RequestState | Held | None:
         """The gang's request, as the gang names it: whatever its name's form, so a gang
         asked for before names carried the API and uid keeps its request. ``pods``: the
         gang's live pods; ``members``: theirs."""
@@ -451,9 +450,12 @@ class GangBridge:
         if found is None:
             # Named but not there: created by a pass that died, or deleted by a person.
             # Either way the gang is asked for again under the same name, for its pods not
-            # on a node but those told they wait for the next request.
+            # on a node but those told they wait for the next request, once its queue
+            # would admit it.
             stuck = [p for p, m in zip(pods, members, strict=True)
                      if not m.scheduled and m.consuming != successor]
+            if stuck and self._queue_holds(key, obj, pods):
+                return HELD
             made = self._create(key, obj, str(name), stuck) if stuck else ()
             return RequestState(str(name), generation, RequestPhase.OPEN, pod_sets=made,
                                 successor=successor)

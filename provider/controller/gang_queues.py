@@ -17,6 +17,7 @@ is not YAML. Each is said once in the log."""
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -40,6 +41,15 @@ YUNIKORN_CONFIG_MAPS = ("yunikorn-configs", "yunikorn-defaults")
 _MAX_DEPTH = 16  # queue ancestors followed at most
 
 Pod = Mapping[str, Any]
+
+
+class Held(enum.Enum):
+    """A gang its queue holds back: nothing more is done for it on this pass."""
+
+    HELD = "held"
+
+
+HELD = Held.HELD
 
 
 class QueueReader:

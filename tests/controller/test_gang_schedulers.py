@@ -96,16 +96,22 @@ def test_a_kai_gang_over_its_queues_gpu_limit_waits_for_room(k: Cluster) -> None
     assert not str(notes.get(STATUS_ANNOTATION) or "").startswith(q.REASON)
 
 
-def test_a_volcano_gang_over_its_queues_capability_gets_no_request_until_room(
-        k: Cluster) -> None:
-    k.kube.create(objects.volcano_queue("research", capability={"nvidia.com/gpu": "16"},
-                                        allocated={"nvidia.com/gpu": "8"}))
+def volcano_gang(k: Cluster, queue: str = "") -> None:
+    """A Volcano PodGroup of 2 x 8 GPUs in ``queue`` (Volcano's default when empty), stuck."""
     group = objects.volcano_pod_group(NS, "vj", 2)
-    group["spec"]["queue"] = "research"
+    if queue:
+        group["spec"]["queue"] = queue
     k.kube.create(group)
     for name in ("v0", "v1"):
         k.kube.create(gang_pod(name, GPU, gang="vj", source=SourceName.VOLCANO))
     stuck(k, "v0", "v1")
+
+
+def test_a_volcano_gang_over_its_queues_capability_gets_no_request_until_room(
+        k: Cluster) -> None:
+    k.kube.create(objects.volcano_queue("research", capability={"nvidia.com/gpu": "16"},
+                                        allocated={"nvidia.com/gpu": "8"}))
+    volcano_gang(k, "research")
     for _ in range(2):
         k.pass_once()
     assert k.requests() == []
@@ -232,3 +238,31 @@ def test_the_metric_counts_gangs_held_by_their_queue_while_they_are() -> None:
         bridge.pass_once()
         assert len(k.requests()) == 1
         assert held() == 0 and provider.gangs_held == {}
+
+
+def test_a_request_deleted_by_hand_is_made_again_only_once_its_queue_has_room(
+        k: Cluster) -> None:
+    """The adversary's seed 8 (Q1): a gang named its request, the request was deleted by
+    hand, and the next pass made it again under its name though the queue had closed."""
+    volcano_gang(k)
+    k.pass_once()
+    (request,) = k.requests()
+    name = request["metadata"]["name"]
+
+    def closed(obj: dict[str, Any]) -> None:
+        obj["status"]["state"] = "Closed"
+
+    k.kube.modify("queues", "default", closed, group=VOLCANO.group)
+    k.kube.delete("provisioningrequests", name, NS)
+    k.pass_once()
+    assert k.requests() == []
+    said = k.podgroup("vj", VOLCANO.group)["metadata"]["annotations"][STATUS_ANNOTATION]
+    assert said.startswith(f"{q.REASON}: Volcano queue default: it is Closed")
+    assert all(k.pod(p)["metadata"]["annotations"][CONSUME] == name for p in ("v0", "v1"))
+
+    def opened(obj: dict[str, Any]) -> None:
+        obj["status"]["state"] = "Open"
+
+    k.kube.modify("queues", "default", opened, group=VOLCANO.group)
+    k.pass_once()
+    assert [r["metadata"]["name"] for r in k.requests()] == [name]
