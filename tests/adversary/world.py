@@ -58,6 +58,7 @@ from tests.adversary.election import WORLD_TIME, cooperative_election
 from tests.adversary.endpoint import Endpoint
 from tests.adversary.kube import KubeLink, Ledger
 from tests.adversary.passes import WORKERS
+from tests.adversary.queues import QueueWorld
 from tests.adversary.sched import (
     CoopEvent,
     CoopLock,
@@ -141,7 +142,7 @@ cloud:
     quotas:
       - {{name: od-gpu8, unit: instances, limit: 7, instanceTypes: [gpu8]}}
 # Every gang API, in this order of precedence for a pod that names gangs of two.
-gangs: {{sources: [podgroup, coscheduling, volcano]}}
+gangs: {{sources: [podgroup, coscheduling, volcano, kai, yunikorn]}}
 nodeGroups:
 """
 
@@ -307,12 +308,14 @@ class World:
     # key (its every creation under that name), and the pods named by two gang APIs.
     counted: dict[str, set[str]] = field(default_factory=dict)
     overlapping: set[str] = field(default_factory=set)
+    queues: QueueWorld = field(init=False)  # Volcano's and KAI's queues, and Q1's record
     # Called after each switch a clock move makes (the invariants are checked after every
     # switch, as in a drain); True: one broke, stop.
     after_switch: Callable[[], bool] = lambda: False
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.kube, self.lease, lambda: self.step_no, self.log)
+        self.queues = QueueWorld(self.kube)
         WORLD_TIME.now = self.now
         self.endpoint.serve(self.route)
 
@@ -473,6 +476,7 @@ class World:
             return create(key, gang, name, pods)
 
         bridge._create = created  # type: ignore[method-assign]
+        self.queues.watch(bridge)
         return bridge
 
     def _cloud_refused(self) -> None:
@@ -635,6 +639,7 @@ class World:
             gpu = objects.pod_template(NAMESPACE, name, GPU_REQUESTS, select)
             gpu["template"]["spec"]["tolerations"] = GPU_TOLERATIONS
             self.kube.create(gpu)
+        self.queues.create()
 
 
 def pod_id(pod: Mapping[str, Any]) -> str:
