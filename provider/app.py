@@ -131,6 +131,7 @@ class Provider:
         # Each configured gang API: the version the cluster serves it in, or None (the
         # gang bridge's finding, for `allset status`).
         self.gang_apis: dict[str, str | None] = {}
+        self.gangs_held: dict[str, str] = {}  # gang -> why its queue holds it back
         self.metrics.collect_fleet(self.fleet_figures)
         self._refresh_lock = threading.Lock()
         # Guards only who watches and what they last heard; never held across I/O, so the
@@ -328,6 +329,15 @@ class Provider:
         """The gang bridge found gang API ``api`` served in ``version`` (None: not served)."""
         self.gang_apis[api] = version
         self.metrics.gang_api.labels(api=api).set(0 if version is None else 1)
+
+    def gang_held(self, gang: str, why: str | None) -> None:
+        """The gang bridge holds ``gang`` back because its queue would not admit it
+        (``why``), or no longer does (None)."""
+        if why is None:
+            self.gangs_held.pop(gang, None)
+        else:
+            self.gangs_held[gang] = why
+        self.metrics.gangs_held.set(len(self.gangs_held))
 
     def note_ca_unneeded(self, group_id: str, seconds: float | None) -> None:
         if seconds is not None and group_id in self.groups:

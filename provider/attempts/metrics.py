@@ -76,6 +76,10 @@ class Metrics:
         self.gang_api = Gauge("allset_gang_api_served", "1 while the cluster serves this "
                               "gang API (in any version the gang bridge reads), 0 while it "
                               "does not: its gangs get no request.", ["api"], registry=r)
+        self.gangs_held = Gauge("allset_gangs_held_by_queue", "Gangs the gang bridge does "
+                                "not ask for because their scheduler's queue would not "
+                                "admit them now (reason QueueWouldNotAdmit on each).",
+                                registry=r)
         self.scale_in_saved = Counter(
             "allset_scale_in_saved_usd", "Estimated USD saved by on-demand and spot nodes "
             "CA deleted after their group's unneeded time rather than CA's default.",

@@ -342,6 +342,7 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
     from provider.controller.controller import Controller
     from provider.controller.gang_api import GangApi
     from provider.controller.gang_bridge import GangBridge
+    from provider.controller.gang_queues import QueueReader
     from provider.controller.kube import READ_TIMEOUT, KubeApi, write_timeout_for
     from provider.controller.requests import Backoff
     from provider.controller.startup import RetryingStart, StartFailed, explain
@@ -362,10 +363,13 @@ def _controller(args: argparse.Namespace, provider: Any) -> Any:
                                    duration_seconds(election.renew_deadline),
                                    duration_seconds(election.retry_period))
         kube = KubeApi(api, write_timeout=writes, read_timeout=READ_TIMEOUT)
-        bridge = GangBridge(GangApi(api, write_timeout=writes),
+        gang_api = GangApi(api, write_timeout=writes)
+        bridge = GangBridge(gang_api,
                             [SOURCES[s] for s in gangs.sources], provider.clock,
                             resync_seconds=duration_seconds(gangs.resync),
-                            sweep_seconds=300.0, served=provider.gang_api_served) \
+                            sweep_seconds=300.0, served=provider.gang_api_served,
+                            queues=QueueReader(gang_api, gangs.yunikorn_namespace),
+                            held=provider.gang_held) \
             if gangs.sources else None
         return Controller(
             provider,

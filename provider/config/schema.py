@@ -589,12 +589,23 @@ class Gangs(Model):
     """Gangs of PodGroup APIs turned into requests of class atomic-reserved.allset.dev."""
 
     sources: list[SourceName] = Field(
-        default_factory=lambda: list(SourceName), description="gang APIs watched: podgroup "
+        default_factory=lambda: list[SourceName](
+            s for s in SourceName if s is not SourceName.YUNIKORN),
+        description="gang APIs watched: podgroup "
         "(Kubernetes' Workload / PodGroup, behind its feature gates), coscheduling "
-        "(scheduler-plugins), volcano; each only where the cluster serves it; [] turns the "
-        "bridge off. In order of precedence: a pod that names gangs of two APIs belongs to "
-        "the gang of the one listed first")
+        "(scheduler-plugins), volcano, kai (NVIDIA KAI Scheduler), and, only when listed, "
+        "yunikorn (task groups on pods: allset writes its gang's state on the "
+        "application's originator pod, a right over pods its manifests do not grant; "
+        "docs/provisioning-requests.md); each only where the cluster serves it; [] turns "
+        "the bridge off. In order "
+        "of precedence: a pod that names gangs of two APIs belongs to the gang of the one "
+        "listed first. A Volcano, KAI or YuniKorn gang is asked for only while its queue "
+        "would admit it")
     resync: Duration = Field("10s", description="how often pending gang pods are looked at")
+    yunikorn_namespace: str = Field(
+        "yunikorn", description="namespace of YuniKorn's ConfigMaps (yunikorn-configs, "
+        "yunikorn-defaults), whose queues.yaml gives the queue limits a YuniKorn gang is "
+        "held to")
 
     @model_validator(mode="after")
     def _once(self) -> Gangs:

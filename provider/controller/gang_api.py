@@ -55,6 +55,8 @@ class GangApi:
         APIGroupList), asked again every few minutes, and at once after a read found a
         version gone (``forget_served``: an upgraded cluster); a GET of each group
         version's own document was one request per source."""
+        if not source.group:
+            return source  # the core API (a YuniKorn gang is read from its pods)
         now = self._monotonic()
         if now - self._listed_at >= _SERVED_TTL:
             try:
@@ -73,6 +75,34 @@ class GangApi:
             if f"{source.group}/{version}" in self._served:
                 return source.at(version)
         return None
+
+    def cluster_object(self, group: str, version: str, plural: str, name: str
+                       ) -> dict[str, Any] | None:
+        """A cluster-scoped object (a scheduler's Queue, a PriorityClass), or None when it
+        does not exist; Unserved when its API is not served at all."""
+        try:
+            found: dict[str, Any] = call(self._custom.get_cluster_custom_object, group,
+                                          version, plural, name)
+        except Gone as err:
+            if _resource_gone(err):
+                raise Unserved(f"{plural}.{group}/{version} is not served") from err
+            return None
+        return found
+
+    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = call(self._core.read_namespaced_config_map, name,
+                                          namespace, _preload_content=False)
+        except Gone:
+            return None
+        return found
+
+    def scheduled_by(self, scheduler: str) -> list[dict[str, Any]]:
+        """Every pod of every namespace that names ``scheduler`` (spec.schedulerName)."""
+        body: dict[str, Any] = call(self._core.list_pod_for_all_namespaces,
+                                     field_selector=f"spec.schedulerName={scheduler}",
+                                     _preload_content=False)
+        return list(body.get("items", []))
 
     def forget_served(self) -> None:
         """The served versions are asked for again on the next ``served``."""
@@ -101,7 +131,13 @@ class GangApi:
         return list(body.get("items", []))
 
     def gang(self, source: GangSource, namespace: str, name: str) -> dict[str, Any] | None:
+        """The gang object: a PodGroup, or (a source of the core API: YuniKorn) the pod that
+        is its application's originator."""
         try:
+            if not source.group:
+                pod: dict[str, Any] = call(self._core.read_namespaced_pod, name, namespace,
+                                           _preload_content=False)
+                return pod
             found: dict[str, Any] = call(self._custom.get_namespaced_custom_object,
                                           source.group, source.version, namespace,
                                           source.plural, name,
@@ -123,6 +159,11 @@ class GangApi:
         meta: dict[str, Any] = {"annotations": dict(annotations)}
         if resource_version:
             meta["resourceVersion"] = resource_version
+        if not source.group:
+            pod: dict[str, Any] = call(self._core.patch_namespaced_pod, name, namespace,
+                                       {"metadata": meta}, _preload_content=False,
+                                       _request_timeout=self._write_timeout)
+            return pod
         written: dict[str, Any] = call(
             self._custom.patch_namespaced_custom_object, source.group, source.version,
             namespace, source.plural, name, {"metadata": meta},
@@ -196,6 +237,10 @@ class GangApi:
     def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
         call(self._core.create_namespaced_event, namespace, dict(event),
              _request_timeout=self._write_timeout)
+
+
+class Unserved(Exception):
+    """The API of what was asked for is not served by this cluster."""
 
 
 def _resource_gone(err: Gone) -> bool:

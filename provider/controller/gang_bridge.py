@@ -57,9 +57,11 @@ from provider.controller.gang_objects import (
     template_name,
     template_shape,
 )
+from provider.controller.gang_queues import HELD, Held, HeldGangs, QueueReader
 from provider.controller.gang_served import Observer, ServedApis
 from provider.controller.kube import Conflict, event
 from provider.domain.demand import CLASS_NAME
+from provider.domain.gangs import queues as q
 from provider.domain.gangs.decide import (
     Ask,
     Mark,
@@ -67,6 +69,7 @@ from provider.domain.gangs.decide import (
     PodSet,
     RequestPhase,
     RequestState,
+    Wait,
     decide,
 )
 from provider.domain.gangs.sources import GangRef, GangSource, Naming, SourceName, naming
@@ -200,11 +203,15 @@ class _ListedPods:
 class GangBridge:
     def __init__(self, api: GangApi, sources: Sequence[GangSource], clock: Clock, *,
                  resync_seconds: float = 10.0, pods: PodSource | None = None,
-                 sweep_seconds: float = 0.0, served: Observer | None = None) -> None:
+                 sweep_seconds: float = 0.0, served: Observer | None = None,
+                 queues: QueueReader | None = None,
+                 held: Callable[[str, str | None], None] | None = None) -> None:
         """``sweep_seconds``: how often requests of gone gangs are looked for (each pass
         by default; the garbage collector does it first, so a service sweeps rarely).
         ``served``: told which version of each gang API the cluster serves, whenever that
-        changes (provider/controller/gang_served.py)."""
+        changes (provider/controller/gang_served.py). ``queues``: reads the queue a gang's
+        scheduler admits it through (provider/controller/gang_queues.py); ``held``: told
+        ``(gang, why)`` while its queue holds a gang back, ``(gang, None)`` once not."""
         self._api = api
         self._served = ServedApis(api, served)
         self._reads = Reads(api)  # this pass's (pass_once makes a new one)
@@ -218,6 +225,8 @@ class GangBridge:
         self._acting: Callable[[], bool] = lambda: True  # on its own (tests): always
         self._conflicts = ConflictTeller(api, clock)
         self._latecomers = LatecomerTeller(api, clock)
+        self._queues = queues or QueueReader(api)
+        self._held = HeldGangs(held)
 
     def wake(self) -> None:
         """A pod that may belong to a gang appeared or changed: pass now, before CA's own
@@ -268,6 +277,7 @@ class GangBridge:
         native = next((s for s in sources if s.name is SourceName.NATIVE), None)
         self._reads = reads = Reads(self._api, native, composite)
         keys: set[GangKey] = set()
+        self._held.begin_pass()
         overlaps: list[tuple[dict[str, Any], Naming]] = []
         for pod in self._pods.pending():
             found = naming(pod, sources)
@@ -291,6 +301,7 @@ class GangBridge:
             except Exception as err:
                 log.warning("gang %s/%s (%s): %s", key.namespace, key.name, key.source.name,
                             err)
+        self._held.end_pass()  # a standby holds none back: it asks for nothing
         if acting:
             self._tell_conflicts(overlaps, sources)
         now = self._clock.now()
@@ -328,6 +339,8 @@ class GangBridge:
         else:
             pods = [p for p in namespace_pods if live(p) and _belongs(p, key, sources)]
         current = self._current(key, obj, pods, tuple(member(p) for p in pods))
+        if isinstance(current, Held):
+            return  # its request is to be made again, once its queue has room
         members = _as_counted(tuple(member(p) for p in pods), current)
         state = current.state if current is not None else None
         if state is not None:
@@ -342,11 +355,29 @@ class GangBridge:
             # said nothing of its shape are read (reads only a pass that would defer).
             state = self._read_shapes(key.namespace, state)
             decision = decide(members, min_member, state, short)
+        if isinstance(decision, Ask) and self._queue_holds(key, obj, pods):
+            decision = Wait("its queue would not admit it now")
         if isinstance(decision, Ask):
             self._ask(key, obj, decision, pods)
         elif isinstance(decision, Mark) and current is not None:
             self._record(key, current, decision, members)
             self._defer(key, decision, pods)
+
+    def _queue_holds(self, key: GangKey, obj: Mapping[str, Any],
+                     pods: Sequence[Mapping[str, Any]]) -> bool:
+        """Would the gang's scheduler keep it out of its queue now? Then it is not asked
+        for (its nodes would idle) and says why (annotation, Warning Event of reason
+        QueueWouldNotAdmit); every pass looks again. Its pods stay marked (by the
+        webhook, at their creation)."""
+        refusal = self._queues.refusal(key.source, obj, [p for p in pods if not scheduled(p)])
+        if refusal is None:
+            return False
+        why = refusal.text()
+        if self._held.hold(f"{key.namespace}/{_gang_id(key)}", why):
+            log.info("gang %s/%s (%s) not asked for: %s", key.namespace, key.name,
+                     key.source.name, why)
+        self._tell(key, obj, q.REASON, why, request="", warning=True)
+        return True
 
     def _ask(self, key: GangKey, obj: Mapping[str, Any], decision: Ask,
              pods: Sequence[Mapping[str, Any]]) -> None:
@@ -357,8 +388,11 @@ class GangBridge:
         # The gang names its request before the request exists: a crash in between finds
         # the name and creates the same request, never a second one. Only onto the gang as
         # read: a deposed leader's late write never renames its request.
+        notes = (obj.get("metadata") or {}).get("annotations") or {}
+        held = str(notes.get(STATUS_ANNOTATION) or "").startswith(q.REASON + ":")
         self._api.annotate_gang(key.source, key.namespace, key.name,
-                                {REQUEST_ANNOTATION: name},
+                                {REQUEST_ANNOTATION: name,
+                                 **({STATUS_ANNOTATION: None} if held else {})},
                                 str((obj.get("metadata") or {}).get("resourceVersion") or ""))
         self._create(key, obj, name, stuck)
 
@@ -426,7 +460,7 @@ class GangBridge:
 
     def _current(self, key: GangKey, obj: Mapping[str, Any],
                  pods: Sequence[Mapping[str, Any]], members: Sequence[Member]
-                 ) -> Current | None:
+                 ) -> Current | Held | None:
         """The gang's request, as the gang names it: whatever its name's form, so a gang
         asked for before names carried the API and uid keeps its request. ``pods``: the
         gang's live pods; ``members``: theirs, as their annotations say."""
@@ -440,9 +474,12 @@ class GangBridge:
             # Named but not there: created by a pass that died, or deleted by a person.
             # Either way the gang is asked for again under the same name, for its pods not
             # on a node but those told they wait for the next request (a record gone with
-            # the request: only a pod whose annotation names the successor is known to).
+            # the request: only a pod whose annotation names the successor is known to),
+            # once its queue would admit it.
             stuck = [p for p, m in zip(pods, members, strict=True)
                      if not m.scheduled and m.consuming != successor]
+            if stuck and self._queue_holds(key, obj, pods):
+                return HELD
             made = self._create(key, obj, str(name), stuck) if stuck else ()
             state = RequestState(str(name), generation, RequestPhase.OPEN, pod_sets=made,
                                  successor=successor)
@@ -529,21 +566,28 @@ class GangBridge:
         stands after."""
         if not state.reason:
             return obj
-        text = f"{state.reason}: {state.message}"[:1024]
-        notes = (obj.get("metadata") or {}).get("annotations") or {}
-        if notes.get(STATUS_ANNOTATION) == text:
-            return obj
-        written = self._api.annotate_gang(key.source, key.namespace, key.name,
-                                          {STATUS_ANNOTATION: text})
         warning = state.phase is RequestPhase.FAILED or state.reason not in (
             c.CAPACITY_IS_PROVISIONED, c.WAITING_FOR_NODES, c.BOOKING_CONSUMED)
+        return self._tell(key, obj, state.reason, state.message, request=state.name,
+                          warning=warning)
+
+    def _tell(self, key: GangKey, obj: Mapping[str, Any], reason: str, message: str, *,
+              request: str, warning: bool) -> dict[str, Any]:
+        """``reason: message`` on the gang as annotation STATUS_ANNOTATION and an Event,
+        unless it says that already; the gang as it stands after."""
+        text = f"{reason}: {message}"[:1024]
+        notes = (obj.get("metadata") or {}).get("annotations") or {}
+        if notes.get(STATUS_ANNOTATION) == text:
+            return dict(obj)
+        written = self._api.annotate_gang(key.source, key.namespace, key.name,
+                                          {STATUS_ANNOTATION: text})
         meta = obj.get("metadata") or {}
         involved = {"apiVersion": key.source.api_version, "kind": key.source.kind,
                     "name": key.name, "namespace": key.namespace, "uid": meta.get("uid")}
+        said = f"request {request}: {message}" if request else message
         try:
             self._api.create_event(key.namespace, event(
-                involved, state.reason, f"request {state.name}: {state.message}",
-                warning=warning, stamp=rfc3339(self._clock.now())))
+                involved, reason, said, warning=warning, stamp=rfc3339(self._clock.now())))
         except Exception as err:  # best effort: the annotation is the record
             log.warning("event for gang %s/%s not recorded: %s", key.namespace, key.name, err)
         return written

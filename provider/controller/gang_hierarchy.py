@@ -11,9 +11,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from provider.controller.gang_api import GangApi
-from provider.domain.gangs import native
+from provider.domain.gangs import native, topology
 from provider.domain.gangs.sources import GangRef, GangSource, SourceName, naming
-from provider.domain.provreq import GROUP_CLAIMS_ANNOTATION, TOPOLOGY_ANNOTATION
+from provider.domain.provreq import (
+    GROUP_CLAIMS_ANNOTATION,
+    NETWORK_TOPOLOGY_ANNOTATION,
+    PREFERRED_TOPOLOGY_ANNOTATION,
+    TOPOLOGY_ANNOTATION,
+)
 
 # kube-scheduler allows hierarchies 4 deep (WorkloadMaxTreeDepth, scheduling/v1beta1); a
 # chain longer than this, or one that comes back on itself, is not followed further.
@@ -118,7 +123,17 @@ class Reads:
         return native.short_of(native.Tree(composites, groups), unit.name)
 
     def request_notes(self, unit: GangRef, gang: Mapping[str, Any]) -> dict[str, str]:
-        """What a native gang's request carries besides pods (nothing for other APIs)."""
+        """What a gang's request carries besides pods: a native gang's disruption mode and
+        topology keys, a KAI gang's topology levels, a Volcano gang's network topology
+        (provider/domain/gangs/topology.py); nothing for other APIs."""
+        if unit.source.name is SourceName.KAI:
+            required, preferred = topology.kai_levels(gang)
+            return {key: level for key, level in ((TOPOLOGY_ANNOTATION, required),
+                                                 (PREFERRED_TOPOLOGY_ANNOTATION, preferred))
+                    if level}
+        if unit.source.name is SourceName.VOLCANO:
+            network = topology.volcano_network(gang)
+            return {NETWORK_TOPOLOGY_ANNOTATION: network.render()} if network else {}
         if unit.source.name is not SourceName.NATIVE:
             return {}
         notes = {DISRUPTION_ANNOTATION: native.disruption_mode(gang).value}

@@ -67,9 +67,9 @@ class ServedApis:
                 "its gangs get no request, and CA may scale their pods one by one" if warn
                 else "its gangs are read as their PodGroups")
         elif before is None:
-            log.info("gang API %s read as %s/%s", label, source.group, version)
+            log.info("gang API %s read as %s", label, source.at(version).api_version)
         else:
-            log.info("gang API %s now read as %s/%s (was %s)", label, source.group, version,
-                     before)
+            log.info("gang API %s now read as %s (was %s)", label,
+                     source.at(version).api_version, before)
         if self._observer is not None:
             self._observer(label, version, looked)

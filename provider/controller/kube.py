@@ -56,13 +56,22 @@ CALLS: tuple[Call, ...] = (
     Call(KUEUE_GROUP, WORKLOADS, ("get",)),
     Call("", "nodes", ("list", "watch", "patch")),
     # No patch: allset's admission webhook marks a gang's pods when they are created
-    # (provider/controller/gang_marks.py), so nothing of allset writes a pod (issue 53).
-    Call("", "pods", ("list", "watch")),
+    # (provider/controller/gang_marks.py), so nothing of allset's manifests lets it write
+    # a pod (issue 53). get: a YuniKorn gang's object is its application's originator pod.
+    Call("", "pods", ("get", "list", "watch")),
     # Gangs: read minMember, write the request's state as an annotation.
     Call("scheduling.k8s.io", "podgroups", ("get", "patch")),
     Call("scheduling.x-k8s.io", "podgroups", ("get", "patch")),
     Call("scheduling.volcano.sh", "podgroups", ("get", "patch")),
+    Call("scheduling.run.ai", "podgroups", ("get", "patch")),
     Call("scheduling.k8s.io", "compositepodgroups", ("get", "patch")),
+    # The queues a gang's scheduler admits it through (provider/controller/gang_queues.py):
+    # Volcano's and KAI's Queues, the PriorityClass that makes a KAI gang non-preemptible,
+    # and YuniKorn's queue configuration (its two ConfigMaps, by name).
+    Call("scheduling.volcano.sh", "queues", ("get",)),
+    Call("scheduling.run.ai", "queues", ("get",)),
+    Call("scheduling.k8s.io", "priorityclasses", ("get",)),
+    Call("", "configmaps", ("get",), names=("yunikorn-configs", "yunikorn-defaults")),
     Call("", "events", ("create",)),
     # Leader election (provider/leadership): the Lease, and routing CA to the leader.
     # RBAC cannot name an object on create, so create is granted on the kind.
@@ -77,6 +86,12 @@ CALLS: tuple[Call, ...] = (
     # re-assertion's while the watch is down or after a conflict.
     Call("discovery.k8s.io", "endpointslices", ("get", "list", "watch", "update"),
          namespaced=True, names=(LEADER_SLICE,)),
+)
+# Calls that only an opt-in feature makes, whose right the operator grants beside deploy's:
+# the yunikorn gang source writes its gang's request and state on the application's
+# originator pod (docs/provisioning-requests.md, "YuniKorn is opt-in").
+OPT_IN_CALLS: tuple[Call, ...] = (
+    Call("", "pods", ("patch",)),
 )
 
 # Only with cloud.fake.registerNodes (provider/controller/sim_nodes.py), granted by

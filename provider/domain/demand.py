@@ -10,6 +10,7 @@ from types import MappingProxyType
 
 from provider.domain.cloud import CapacityType
 from provider.domain.devices.claims import Claim
+from provider.domain.gangs.topology import NetworkTopology
 from provider.domain.model import Resources, Taint
 
 CLASS_NAME = "atomic-reserved.allset.dev"
@@ -137,8 +138,12 @@ class Demand:
     cross_zone_cost_per_gpu_hour: float | None = None
     cross_zone_cost_from: str = "the request"
     # Node labels every node of the gang must share a value of (a native PodGroup's
-    # schedulingConstraints.topology keys). Carried, not yet planned by.
+    # schedulingConstraints.topology keys, a KAI PodGroup's requiredTopologyLevel), those it
+    # would rather share (KAI's preferredTopologyLevel), and the HyperNode tiers a Volcano
+    # gang may span (provider/domain/gangs/topology.py). Carried, not yet planned by.
     topology_keys: tuple[str, ...] = ()
+    preferred_topology_keys: tuple[str, ...] = ()
+    network_topology: NetworkTopology | None = None
 
     @property
     def runtime_to_outlast(self) -> float | None:

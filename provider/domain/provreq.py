@@ -31,6 +31,7 @@ from provider.domain.devices.from_api import (
     pod_claims,
 )
 from provider.domain.devices.quantity import quantity_milli
+from provider.domain.gangs.topology import NetworkTopology
 from provider.domain.model import Resources
 from provider.domain.pods import container_requests, pod_requests
 from provider.domain.shapes import Problems, items, mapping, text
@@ -49,6 +50,11 @@ MAX_COUNT = 2**31 - 1
 # not once per pod (scheduling/v1beta1 of k8s.io/api v0.37.2, PodGroupResourceClaim).
 TOPOLOGY_ANNOTATION = "allset.dev/topology-keys"
 GROUP_CLAIMS_ANNOTATION = "allset.dev/group-claims"
+# Also written by the gang bridge, for KAI and Volcano gangs (provider/domain/gangs/
+# topology.py): the node labels the gang would rather share (KAI's preferred level), and a
+# Volcano gang's bound on the HyperNode tiers it spans (``mode=hard,highestTierAllowed=2``).
+PREFERRED_TOPOLOGY_ANNOTATION = "allset.dev/preferred-topology-keys"
+NETWORK_TOPOLOGY_ANNOTATION = "allset.dev/network-topology"
 
 
 class BadRequest(Exception):
@@ -269,6 +275,8 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
         for o in r.options for s in o.selectors)
     if too_costly is not None:
         problems.append(("spec.podSets", too_costly))
+    network = _network_topology(_annotations(request).get(NETWORK_TOPOLOGY_ANNOTATION),
+                                problems)
     if problems:
         raise BadRequest(name, problems)
     demand = Demand(
@@ -286,8 +294,22 @@ def demand_from(request: Mapping[str, Any], templates: Mapping[str, Mapping[str,
         data_zone=params.data_zone,
         cross_zone_cost_per_gpu_hour=params.cross_zone_cost_per_gpu_hour,
         topology_keys=_listed(_annotations(request).get(TOPOLOGY_ANNOTATION)),
+        preferred_topology_keys=_listed(
+            _annotations(request).get(PREFERRED_TOPOLOGY_ANNOTATION)),
+        network_topology=network,
     )
     return demand, params
+
+
+def _network_topology(value: Any, problems: Problems) -> NetworkTopology | None:
+    if not value:
+        return None
+    try:
+        return NetworkTopology.parse(str(value))
+    except ValueError as err:
+        problems.append((f"metadata.annotations[{NETWORK_TOPOLOGY_ANNOTATION}]",
+                         f"{value!r}: {err} (e.g. mode=hard,highestTierAllowed=2)"))
+        return None
 
 
 def pod_set_from(name: str, count: int, template: Mapping[str, Any], namespace: str = "default",

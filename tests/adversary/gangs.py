@@ -1,23 +1,29 @@
-"""The adversary's moves on gangs, the gang bridge's world: PodGroups of the three gang
-APIs (Kubernetes' own, scheduler-plugins coscheduling, Volcano) created with their pods and
-deleted (with the garbage collector's cascade, or orphaning their requests), gangs of one
+"""The adversary's moves on gangs, the gang bridge's world: gangs of the five gang
+APIs (Kubernetes' own, scheduler-plugins coscheduling, Volcano, KAI Scheduler: PodGroups;
+YuniKorn: an originator pod declaring a task group, and its placeholders) created with their
+pods and deleted (with the garbage collector's cascade, or orphaning their requests), gangs of one
 name in two APIs, pods named by gangs of two APIs at once, pods added to a gang and
 deleted, and the kube-scheduler's cycle: trying pending pods, and binding a gang's pods
-onto the Nodes booked for its request."""
+onto the Nodes booked for its request; and the Volcano and KAI queues' room changing
+(tests/adversary/queues.py)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 from provider.controller import conditions as c
+from provider.domain.gangs import yunikorn
 from provider.domain.gangs.sources import (
     COSCHEDULING_LABEL,
+    KAI_ANNOTATION,
     SOURCES,
     VOLCANO_ANNOTATION,
     GangSource,
     SourceName,
 )
+from tests.adversary.queues import KAI_QUEUE
 from tests.adversary.world import (
     GPU_REQUESTS,
     GPU_TOLERATIONS,
@@ -40,17 +46,40 @@ def pod_group(source: GangSource, name: str, size: int) -> Json:
         return objects.native_pod_group(NAMESPACE, name, size)
     if source.name is SourceName.COSCHEDULING:
         return objects.coscheduling_pod_group(NAMESPACE, name, size)
+    if source.name is SourceName.KAI:
+        return objects.kai_pod_group(NAMESPACE, name, size, KAI_QUEUE)
+    if source.name is SourceName.YUNIKORN:
+        return originator(name, size)
     return objects.volcano_pod_group(NAMESPACE, name, size)
 
 
-def name_gang(pod: Json, source: GangSource, gang: str) -> None:
-    """Name ``gang`` in ``pod`` the way ``source``'s API reads it."""
+def originator(name: str, size: int) -> Json:
+    """A YuniKorn application's first pod: it declares one task group of ``size``."""
+    groups = [{"name": "workers", "minMember": size, "minResource": CPU_REQUESTS}]
+    pod = objects.pod(NAMESPACE, name, {yunikorn.TASK_GROUPS_ANNOTATION: json.dumps(groups),
+                                        yunikorn.TASK_GROUP_NAME_ANNOTATION: "workers"},
+                      labels={"applicationId": name}, requests=CPU_REQUESTS)
+    pod["spec"]["schedulerName"] = yunikorn.SCHEDULER_NAME
+    return pod
+
+
+def name_gang(pod: Json, source: GangSource, gang: str, uid: str = "") -> None:
+    """Name ``gang`` in ``pod`` the way ``source``'s API reads it (a YuniKorn placeholder
+    names it by its owner, the originator pod of uid ``uid``)."""
+    meta = pod["metadata"]
     if source.name is SourceName.NATIVE:
         pod["spec"]["schedulingGroup"] = {"podGroupName": gang}
     elif source.name is SourceName.COSCHEDULING:
-        pod["metadata"].setdefault("labels", {})[COSCHEDULING_LABEL] = gang
+        meta.setdefault("labels", {})[COSCHEDULING_LABEL] = gang
+    elif source.name is SourceName.KAI:
+        meta.setdefault("annotations", {})[KAI_ANNOTATION] = gang
+    elif source.name is SourceName.YUNIKORN:
+        meta.setdefault("annotations", {})[yunikorn.PLACEHOLDER_ANNOTATION] = "true"
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": gang,
+                                    "uid": uid or f"gone-{gang}"}]
+        pod["spec"]["schedulerName"] = yunikorn.SCHEDULER_NAME
     else:
-        pod["metadata"].setdefault("annotations", {})[VOLCANO_ANNOTATION] = gang
+        meta.setdefault("annotations", {})[VOLCANO_ANNOTATION] = gang
 
 
 class GangMoves:
@@ -64,13 +93,21 @@ class GangMoves:
             "gang.delete": (0.8, self.delete),
             "gang.pod_delete": (0.8, self.pod_delete),
             "kube.schedule": (2.0, self.schedule),
+            "queue.change": (0.8, lambda: self.w.queues.change(self.w.rng)),
         }
 
     # --- reads ----------------------------------------------------------------------------
 
     def gangs(self) -> list[tuple[GangSource, Json]]:
         return [(s, g) for s in SOURCES.values()
-                for g in self.w.kube.list(s.plural, NAMESPACE, group=s.group)]
+                for g in self.w.kube.list(s.plural, NAMESPACE, group=s.group)
+                if s.name is not SourceName.YUNIKORN or _declares(g)]
+
+    def _gang(self, source: GangSource, name: str) -> Json | None:
+        found = self.w.kube.get(source.plural, name, NAMESPACE, group=source.group)
+        if found is None or (source.name is SourceName.YUNIKORN and not _declares(found)):
+            return None
+        return found
 
     def gang_pods(self) -> list[Json]:
         """Live pods that name a gang of any API."""
@@ -85,7 +122,7 @@ class GangMoves:
         rng = self.w.rng
         source = rng.choice(list(SOURCES.values()))
         name = rng.choice(GANG_NAMES)
-        if self.w.kube.get(source.plural, name, NAMESPACE, group=source.group) is not None:
+        if self._gang(source, name) is not None:
             return f"{source.name.value}/{name} grows: {self._pod(source, name)}"
         if len(self.gangs()) >= MAX_GANGS:
             return "enough gangs"
@@ -103,12 +140,12 @@ class GangMoves:
         if gpu:
             pod["spec"]["nodeSelector"] = {"example.com/gpu": GPU_TYPE}
             pod["spec"]["tolerations"] = GPU_TOLERATIONS
-        name_gang(pod, source, gang)
+        name_gang(pod, source, gang, self._uid(source, gang))
         also = ""
         if rng.random() < OVERLAP:
             other = rng.choice([s for s in SOURCES.values() if s is not source])
             second = rng.choice(GANG_NAMES)
-            name_gang(pod, other, second)
+            name_gang(pod, other, second, self._uid(other, second))
             also = f" (also {other.name.value}/{second})"
         made = self.w.kube.create(pod)
         if also:
@@ -116,6 +153,10 @@ class GangMoves:
         if rng.random() < 0.8:  # the scheduler tried it at once (else at its next cycle)
             self.w.kube.set_pod_unschedulable(NAMESPACE, pod["metadata"]["name"])
         return f"{pod['metadata']['name']}{'' if gpu else ' cpu'}{also}"
+
+    def _uid(self, source: GangSource, gang: str) -> str:
+        found = self._gang(source, gang)
+        return str(found["metadata"]["uid"]) if found is not None else ""
 
     def delete(self) -> str:
         """A PodGroup deleted: the garbage collector deletes what it owns (its requests,
@@ -130,7 +171,7 @@ class GangMoves:
         if self.w.rng.random() < 0.5:
             return f"{source.name.value}/{name} deleted, its requests orphaned"
         owned = [(plural, o["metadata"]["name"]) for plural in ("provisioningrequests",
-                                                               "podtemplates")
+                                                               "podtemplates", "pods")
                  for o in self.w.kube.list(plural, NAMESPACE)
                  if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences")
                         or [])]
@@ -187,3 +228,8 @@ def _room(pod: Json, nodes: list[Json], taken: set[str | None]) -> str | None:
                 meta["name"].startswith("gpu") == gpu:
             return str(meta["name"])
     return None
+
+
+def _declares(pod: Json) -> bool:
+    """A pod that is a YuniKorn gang: it declares task groups (an originator)."""
+    return yunikorn.members(pod) is not None and not yunikorn.is_placeholder(pod)

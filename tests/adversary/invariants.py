@@ -340,6 +340,10 @@ def b1_pod_in_one_request(s: State, final: bool) -> list[str]:
             for pod, keys in sorted(by_pod.items()) if len(keys) > 1]
 
 
+def q1_queue_admits(s: State, final: bool) -> list[str]:
+    return list(s.queue_overruns)
+
+
 def g1_provisioned_gang_kept(s: State, final: bool) -> list[str]:
     return list(s.gang_kills)
 
@@ -506,6 +510,8 @@ INVARIANTS: tuple[Invariant, ...] = (
               "terminated, whoever acts after it", i6_owed_anywhere, DEBT_ON_INSTANCE),
     Invariant("B1", "a pod belongs to at most one gang's request: never counted in two "
               "open requests the gang bridge created", b1_pod_in_one_request),
+    Invariant("Q1", "the gang bridge asks for a Volcano or KAI gang only while its queue has "
+              "room for it", q1_queue_admits),
     Invariant("I9", "at most one process passes the fence at any moment", i9_one_passes_the_fence),
     Invariant("I10", "no Kubernetes write of a deposed leader changes an attempt record "
               "written since under a later lease epoch", i10_no_deposed_record),

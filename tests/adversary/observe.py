@@ -169,6 +169,7 @@ class Observer:
             fence_passers=self._fence_passers(),
             record_writes=tuple(writes),
             gang_kills=gang_kills,
+            queue_overruns=tuple(w.queues.overruns),
             replicas=not w.solo,
             acting=tuple((i.tag, i.replica.name) for i in acting) if final else (),
             routed=(r.name if (r := w.routed()) is not None else None) if final else None,
@@ -428,6 +429,12 @@ class Observer:
             "variant requests held for a sibling": len(self.variant_held),
             "pods named by two gang APIs": len(w.overlapping),
             "pods named by two gang APIs asked for": len(w.overlapping & asked),
+            "gang requests created for KAI gangs": sum(
+                "/kai-" in k for k in w.counted),
+            "gang requests created for YuniKorn gangs": sum(
+                "/yunikorn-" in k for k in w.counted),
+            "gangs held back by their queue (passes)": w.queues.held,
+            "requests for queued gangs judged by Q1": w.queues.judged,
         })
         return out
 

@@ -146,6 +146,7 @@ class State:
     must_end_anywhere: frozenset[str] = frozenset()  # marked for deletion by any process
     fence_passers: tuple[str, ...] = ()  # live processes that pass the fence now (I9)
     record_writes: tuple[RecordWrite, ...] = ()  # attempt-record changes since last step
+    queue_overruns: tuple[str, ...] = ()  # requests made for gangs their queue had no room for
     gang_kills: tuple[str, ...] = ()  # a Provisioned gang's nodes allset ended unasked
     replicas: bool = False  # a world of replicas (not one process)
     acting: tuple[tuple[str, str], ...] = ()  # at quiescence: (process, its replica) acting

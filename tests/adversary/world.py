@@ -59,6 +59,7 @@ from tests.adversary.election import WORLD_TIME, cooperative_election
 from tests.adversary.endpoint import Endpoint
 from tests.adversary.kube import KubeLink, Ledger
 from tests.adversary.passes import WORKERS
+from tests.adversary.queues import QueueWorld
 from tests.adversary.sched import (
     CoopEvent,
     CoopLock,
@@ -151,7 +152,7 @@ cloud:
     quotas:
       - {{name: od-gpu8, unit: instances, limit: 7, instanceTypes: [gpu8]}}
 # Every gang API, in this order of precedence for a pod that names gangs of two.
-gangs: {{sources: [podgroup, coscheduling, volcano]}}
+gangs: {{sources: [podgroup, coscheduling, volcano, kai, yunikorn]}}
 nodeGroups:
 """
 
@@ -335,12 +336,14 @@ class World:
     counted: dict[str, set[str]] = field(default_factory=dict)
     overlapping: set[str] = field(default_factory=set)
     truth: Truth = field(default_factory=Truth)  # taints, stops, Workloads (issue 50)
+    queues: QueueWorld = field(init=False)  # Volcano's and KAI's queues, and Q1's record
     # Called after each switch a clock move makes (the invariants are checked after every
     # switch, as in a drain); True: one broke, stop.
     after_switch: Callable[[], bool] = lambda: False
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.kube, self.lease, lambda: self.step_no, self.log)
+        self.queues = QueueWorld(self.kube)
         WORLD_TIME.now = self.now
         self.endpoint.serve(self.route)
 
@@ -507,6 +510,7 @@ class World:
             return create(key, gang, name, pods)
 
         bridge._create = created  # type: ignore[method-assign]
+        self.queues.watch(bridge)
         return bridge
 
     def _cloud_refused(self) -> None:
@@ -669,6 +673,7 @@ class World:
             gpu = objects.pod_template(NAMESPACE, name, GPU_REQUESTS, select)
             gpu["template"]["spec"]["tolerations"] = GPU_TOLERATIONS
             self.kube.create(gpu)
+        self.queues.create()
 
 
 def pod_id(pod: Mapping[str, Any]) -> str:

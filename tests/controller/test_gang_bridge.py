@@ -244,6 +244,7 @@ def test_a_gang_api_installed_later_is_bridged_once_the_groups_are_listed_again(
         k.pass_once()
         assert k.kube.discoveries("/apis") == 1
         k.kube.serve_group(VOLCANO.group)  # Volcano's CRDs are installed
+        k.kube.create(objects.volcano_queue("default"))  # and its default queue made
         k.kube.create(objects.volcano_pod_group(NS, "vj", 2))
         for name in ("v0", "v1"):
             k.admit(gang_pod(name, GPU, gang="vj", source=SourceName.VOLCANO))

@@ -112,14 +112,15 @@ def test_allset_status_and_the_metric_say_which_gang_apis_are_served() -> None:
         k.pass_once()
     found = status(provider)
     assert found["gangApis"] == {"compositepodgroup": None, "coscheduling": "v1alpha1",
-                                 "podgroup": "v1beta1", "volcano": None}
+                                 "kai": "v2alpha2", "podgroup": "v1beta1", "volcano": None,
+                                 "yunikorn": "v1"}
     assert "GANG APIS: compositepodgroup NOT SERVED (its gangs get no request), " \
-        "coscheduling v1alpha1, podgroup v1beta1, volcano NOT SERVED (its gangs get no " \
-        "request)" in render(found)
+        "coscheduling v1alpha1, kai v2alpha2, podgroup v1beta1, volcano NOT SERVED (its " \
+        "gangs get no request), yunikorn v1" in render(found)
     served = {s.labels["api"]: s.value for m in provider.metrics.registry.collect()
               for s in m.samples if s.name == "allset_gang_api_served"}
     assert served == {"podgroup": 1.0, "compositepodgroup": 0.0, "coscheduling": 1.0,
-                      "volcano": 0.0}
+                      "volcano": 0.0, "kai": 1.0, "yunikorn": 1.0}
 
 
 # --- groups of gangs --------------------------------------------------------------------------

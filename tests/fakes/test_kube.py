@@ -16,7 +16,7 @@ from kubernetes.client.rest import ApiException
 from urllib3.exceptions import MaxRetryError, ProtocolError
 
 from provider.controller.gang_api import GangApi
-from provider.controller.kube import CALLS, GROUP, PLURAL, Conflict, KubeApi
+from provider.controller.kube import CALLS, GROUP, OPT_IN_CALLS, PLURAL, Conflict, KubeApi
 from provider.domain.gangs.sources import COMPOSITE, SOURCES
 from tests.fakes.kube import FakeKube, objects
 
@@ -702,9 +702,11 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     assert all(g.served(source) for source in SOURCES.values())
     assert [p["metadata"]["name"] for p in g.pending_pods()] == ["p1"]
     assert [p["metadata"]["name"] for p in g.pods(NS)] == ["p1"]
-    for source in SOURCES.values():
-        kube.create({"apiVersion": source.api_version, "kind": "PodGroup",
-                     "metadata": {"namespace": NS, "name": "gang"}, "spec": {}})
+    for source in SOURCES.values():  # YuniKorn's gang object is a pod (its originator)
+        kube.create({"apiVersion": source.api_version, "kind": source.kind,
+                     "metadata": {"namespace": NS, "name": "gang"},
+                     "spec": {"containers": [{"name": "c", "image": "x"}]}
+                     if source.kind == "Pod" else {}})
         written = g.annotate_gang(source, NS, "gang", {"allset.dev/provisioning": "x"})
         found = g.gang(source, NS, "gang")
         assert found is not None and found["metadata"]["annotations"] == {
@@ -720,6 +722,25 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
     g.annotate_gang(COMPOSITE, NS, "top", {"allset.dev/provisioning": "x"})
     assert (g.gang(COMPOSITE, NS, "top") or {})["spec"]["schedulingPolicy"] == {
         "gang": {"minGroupCount": 2}}
+    # The queues a gang's scheduler admits it through (provider/controller/gang_queues.py).
+    kube.create(objects.volcano_queue("default"))
+    kube.create(objects.kai_queue("team-a", gpu=(8, -1)))
+    kube.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                 "metadata": {"name": "train"}, "value": 100})
+    kube.create({"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"namespace": "yunikorn", "name": "yunikorn-configs"},
+                 "data": {"queues.yaml": "partitions: []"}})
+    assert (g.cluster_object("scheduling.volcano.sh", "v1beta1", "queues", "default") or
+            {})["kind"] == "Queue"
+    assert (g.cluster_object("scheduling.run.ai", "v2", "queues", "team-a") or {})[
+        "spec"]["resources"]["gpu"]["quota"] == 8
+    assert g.cluster_object("scheduling.run.ai", "v2", "queues", "gone") is None
+    assert (g.cluster_object("scheduling.k8s.io", "v1", "priorityclasses", "train") or
+            {})["value"] == 100
+    assert (g.config_map("yunikorn", "yunikorn-configs") or {})["data"] == {
+        "queues.yaml": "partitions: []"}
+    assert g.config_map("yunikorn", "yunikorn-defaults") is None
+    assert g.scheduled_by("yunikorn") == []
     g.create_event(NS, objects.event(NS, request, "Accepted", "gang"))
     k.create_event(NS, objects.event(NS, request, "Accepted", "planning"))
     assert k.get_dra_object("resourceclaimtemplates", NS, "big")["kind"] == \
@@ -735,7 +756,8 @@ def test_every_call_of_kube_api_is_served_and_matches_the_rbac_table(kube: FakeK
 
     # The controller's part of CALLS; the Lease and EndpointSlice calls are
     # provider/leadership's, which this fake does not serve.
-    granted = {(c.group, verb, c.resource) for c in CALLS for verb in c.verbs
+    granted = {(c.group, verb, c.resource) for c in (*CALLS, *OPT_IN_CALLS)
+               for verb in c.verbs
                if c.group not in ("coordination.k8s.io", "discovery.k8s.io")}
     assert set(kube.calls) == granted
 

@@ -106,6 +106,8 @@ def cluster(absent_groups: tuple[str, ...] = (), *, cached: bool = True,
         return dt.datetime.fromtimestamp(clock.now(), dt.UTC)
 
     with FakeKube(clock=now, absent_groups=absent_groups) as kube, kube.client() as client:
+        if "scheduling.volcano.sh" not in absent_groups:
+            kube.create(objects.volcano_queue("default"))  # Volcano's install makes it
         api = GangApi(client, monotonic=clock.now)
         cache = PodCache(KubeApi(client)) if cached else None
         bridge = GangBridge(api, list(sources), clock, pods=cache,

@@ -21,6 +21,15 @@
 - Volcano: annotation `scheduling.k8s.io/group-name` on the pod, PodGroup
   `scheduling.volcano.sh/v1beta1` with `spec.minMember` (volcano.sh/apis,
   pkg/apis/scheduling/v1beta1).
+- NVIDIA KAI Scheduler: annotation `pod-group-name` on the pod (PodGroupAnnotationForPod,
+  pkg/common/constants/constants.go of github.com/NVIDIA/KAI-scheduler v0.12.0; its
+  pod-grouper writes it), PodGroup `scheduling.run.ai/v2alpha2` with `spec.minMember`
+  and `spec.queue` (pkg/apis/scheduling/v2alpha2/podgroup_types.go).
+- Apache YuniKorn: no gang object. The gang is an application's task groups, declared on
+  its pods (provider/domain/gangs/yunikorn.py); YuniKorn makes a placeholder pod per
+  member, owned by the application's originator pod, and those placeholders are what ask
+  for nodes. A placeholder names its gang through that owner reference, and the
+  originator pod is read as the gang object: its task groups give the size.
 
 A pod may name gangs of more than one API (a label one tool wrote, an annotation another's
 controller added): it belongs to one, the first of the sources in the order given (the
@@ -34,14 +43,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from provider.domain.gangs import yunikorn
+
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
+KAI_ANNOTATION = "pod-group-name"
 
 
 class SourceName(enum.StrEnum):
     NATIVE = "podgroup"  # Kubernetes' own Workload / PodGroup API
     COSCHEDULING = "coscheduling"
     VOLCANO = "volcano"
+    KAI = "kai"
+    YUNIKORN = "yunikorn"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +73,7 @@ class GangSource:
 
     @property
     def api_version(self) -> str:
-        return f"{self.group}/{self.version}"
+        return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
     def label(self) -> str:
@@ -82,6 +96,10 @@ class GangSource:
             return "spec.schedulingGroup.podGroupName"
         if self.name is SourceName.COSCHEDULING:
             return f"label {COSCHEDULING_LABEL}"
+        if self.name is SourceName.KAI:
+            return f"annotation {KAI_ANNOTATION}"
+        if self.name is SourceName.YUNIKORN:
+            return "a YuniKorn placeholder's owner (its application's originator pod)"
         return f"annotation {VOLCANO_ANNOTATION}"
 
     def gang_of(self, pod: Mapping[str, Any]) -> str | None:
@@ -94,6 +112,10 @@ class GangSource:
             return _name(group.get("podGroupName"))
         if self.name is SourceName.COSCHEDULING:
             return _name((meta.get("labels") or {}).get(COSCHEDULING_LABEL))
+        if self.name is SourceName.KAI:
+            return _name((meta.get("annotations") or {}).get(KAI_ANNOTATION))
+        if self.name is SourceName.YUNIKORN:
+            return yunikorn.originator(pod)
         return _name((meta.get("annotations") or {}).get(VOLCANO_ANNOTATION))
 
     def min_member(self, obj: Mapping[str, Any]) -> int | None:
@@ -105,6 +127,8 @@ class GangSource:
                 "minGroupCount")
         elif self.name is SourceName.NATIVE:
             value = ((spec.get("schedulingPolicy") or {}).get("gang") or {}).get("minCount")
+        elif self.name is SourceName.YUNIKORN:
+            value = yunikorn.members(obj)
         else:
             value = spec.get("minMember")
         return value if isinstance(value, int) and value > 0 else None
@@ -151,6 +175,11 @@ SOURCES: Mapping[SourceName, GangSource] = {
                                         "v1alpha1", "podgroups", "PodGroup", builtin=False),
     SourceName.VOLCANO: GangSource(SourceName.VOLCANO, "scheduling.volcano.sh", "v1beta1",
                                    "podgroups", "PodGroup", builtin=False),
+    SourceName.KAI: GangSource(SourceName.KAI, "scheduling.run.ai", "v2alpha2", "podgroups",
+                               "PodGroup", builtin=False),
+    # The gang object is a Pod (the application's originator), in the core API.
+    SourceName.YUNIKORN: GangSource(SourceName.YUNIKORN, "", "v1", "pods", "Pod",
+                                    builtin=True),
 }
 
 # Kubernetes' groups of gangs: read where the native API is, in the versions that have them.

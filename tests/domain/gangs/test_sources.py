@@ -13,6 +13,8 @@ from provider.domain.gangs.sources import (
     SourceName,
     naming,
 )
+from tests.domain.gangs.test_yunikorn import guide_pod as yunikorn_guide_pod
+from tests.domain.gangs.test_yunikorn import placeholder as yunikorn_placeholder
 
 NATIVE = SOURCES[SourceName.NATIVE]
 COSCHED = SOURCES[SourceName.COSCHEDULING]
@@ -44,3 +46,29 @@ def test_a_source_not_given_names_nothing() -> None:
     assert naming(pod(native="n", volcano="vb"), [VOLCANO]) == Naming(GangRef(VOLCANO, "vb"))
     assert naming(pod(native="n"), [COSCHED, VOLCANO]) is None
     assert str(GangRef(COSCHED, "ca")) == "coscheduling/ca"
+
+
+def test_a_kai_pod_names_its_pod_group_by_annotation() -> None:
+    """KAI's pod-grouper writes ``pod-group-name`` on each pod (KAI-scheduler v0.12.0,
+    pkg/common/constants, PodGroupAnnotationForPod); a pod that a Volcano annotation names
+    too belongs to the source listed first."""
+    kai = SOURCES[SourceName.KAI]
+    named = pod()
+    named["metadata"]["annotations"]["pod-group-name"] = "pg-train-0"
+    assert naming(named, list(SOURCES.values())) == Naming(GangRef(kai, "pg-train-0"))
+    assert kai.api_version == "scheduling.run.ai/v2alpha2"
+    assert kai.min_member({"spec": {"minMember": 3, "queue": "team-a"}}) == 3
+    both = pod(volcano="vb")
+    both["metadata"]["annotations"]["pod-group-name"] = "pg"
+    assert naming(both, [VOLCANO, kai]) == Naming(GangRef(VOLCANO, "vb"), (GangRef(kai, "pg"),))
+
+
+def test_placeholders_belong_to_the_originators_gang_and_real_pods_to_none() -> None:
+    sources = list(SOURCES.values())
+    found = naming(yunikorn_placeholder("driver-0"), sources)
+    assert found is not None and found.gang.source.name is SourceName.YUNIKORN
+    assert found.gang.name == "driver-0"
+    assert naming(yunikorn_guide_pod(), sources) is None
+    gang = SOURCES[SourceName.YUNIKORN]
+    assert gang.api_version == "v1" and gang.kind == "Pod"
+    assert gang.min_member(yunikorn_guide_pod()) == 2

@@ -108,6 +108,38 @@ def volcano_pod_group(namespace: str, name: str, min_member: int) -> Json:
             "spec": {"minMember": min_member}}
 
 
+def kai_pod_group(namespace: str, name: str, min_member: int, queue: str = "team-a",
+                  **spec: Any) -> Json:
+    """KAI Scheduler's PodGroup (scheduling.run.ai/v2alpha2); its pods carry the annotation
+    ``pod-group-name: <name>``. ``spec``: more of it (``topologyConstraint``,
+    ``preemptibility``, ``priorityClassName``)."""
+    return {"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
+            "metadata": {"namespace": namespace, "name": name},
+            "spec": {"minMember": min_member, "queue": queue, **spec}}
+
+
+def kai_queue(name: str, parent: str = "", **resources: tuple[float, float]) -> Json:
+    """KAI's Queue (scheduling.run.ai/v2): ``resources``: (quota, limit) of gpu (GPUs), cpu
+    (millicpus) and memory (MB), each -1 for unlimited."""
+    spec: Json = {"resources": {k: {"quota": quota, "limit": limit, "overQuotaWeight": 1}
+                                for k, (quota, limit) in resources.items()}}
+    if parent:
+        spec["parentQueue"] = parent
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name},
+            "spec": spec}
+
+
+def volcano_queue(name: str, capability: Mapping[str, str] | None = None,
+                  allocated: Mapping[str, str] | None = None, state: str = "Open") -> Json:
+    """Volcano's Queue (scheduling.volcano.sh/v1beta1)."""
+    spec: Json = {"weight": 1}
+    if capability is not None:
+        spec["capability"] = dict(capability)
+    return {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue",
+            "metadata": {"name": name}, "spec": spec,
+            "status": {"state": state, "allocated": dict(allocated or {})}}
+
+
 def event(namespace: str, involved: Json, reason: str, message: str,
           type_: str = "Normal") -> Json:
     """A core/v1 Event about ``involved`` (an object as the API returned it)."""

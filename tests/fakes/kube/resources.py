@@ -119,6 +119,29 @@ VOLCANO_POD_GROUPS = Resource("scheduling.volcano.sh", ("v1beta1",), "podgroups"
                               namespaced=True, status_subresource=False, custom=True,
                               delete_returns_object=False)
 
+# NVIDIA KAI Scheduler (github.com/NVIDIA/KAI-scheduler v0.12.0,
+# deployments/kai-scheduler/crds/): PodGroup scheduling.run.ai/v2alpha2, Namespaced, with a
+# status subresource (scheduling.run.ai_podgroups.yaml); Queue scheduling.run.ai/v2,
+# Cluster-scoped, with a status subresource (scheduling.run.ai_queues.yaml).
+KAI_POD_GROUPS = Resource("scheduling.run.ai", ("v2alpha2",), "podgroups", "PodGroup",
+                          namespaced=True, status_subresource=True, custom=True,
+                          delete_returns_object=False)
+KAI_QUEUES = Resource("scheduling.run.ai", ("v2",), "queues", "Queue", namespaced=False,
+                      status_subresource=True, custom=True, delete_returns_object=False)
+# Volcano's Queue (scheduling.volcano.sh/v1beta1): Cluster-scoped, ``subresources:
+# {status: {}}`` (volcano.sh/volcano v1.10.0, config/crd/volcano/bases/
+# scheduling.volcano.sh_queues.yaml).
+VOLCANO_QUEUES = Resource("scheduling.volcano.sh", ("v1beta1",), "queues", "Queue",
+                          namespaced=False, status_subresource=True, custom=True,
+                          delete_returns_object=False)
+# scheduling.k8s.io/v1 PriorityClass and core ConfigMap: built-ins (the API reference's
+# scheduling-resources/priority-class-v1 and config-and-storage-resources/config-map-v1).
+PRIORITY_CLASSES = Resource("scheduling.k8s.io", ("v1",), "priorityclasses", "PriorityClass",
+                            namespaced=False, status_subresource=False, custom=False,
+                            delete_returns_object=False)
+CONFIG_MAPS = Resource("", ("v1",), "configmaps", "ConfigMap", namespaced=True,
+                       status_subresource=False, custom=False, delete_returns_object=False)
+
 # Kueue's Workload (kueue.x-k8s.io): a CRD, Namespaced, served as v1beta1 and v1beta2
 # (v1beta2 stored) with a status subresource, in Kueue v0.17.0's
 # config/components/crd/bases/kueue.x-k8s.io_workloads.yaml. Kueue owns the requests it
@@ -131,7 +154,8 @@ RESOURCES: tuple[Resource, ...] = (PROVISIONING_REQUESTS, POD_TEMPLATES, NODES, 
                                    LEASES, ENDPOINT_SLICES, RESOURCE_CLAIM_TEMPLATES,
                                    RESOURCE_CLAIMS, DEVICE_CLASSES, NATIVE_POD_GROUPS,
                                    COMPOSITE_POD_GROUPS, COSCHEDULING_POD_GROUPS,
-                                   VOLCANO_POD_GROUPS, WORKLOADS)
+                                   VOLCANO_POD_GROUPS, WORKLOADS, KAI_POD_GROUPS, KAI_QUEUES,
+                                   VOLCANO_QUEUES, PRIORITY_CLASSES, CONFIG_MAPS)
 BY_KEY = {(r.group, r.plural): r for r in RESOURCES}
 GROUPS = frozenset(r.group for r in RESOURCES if r.group)
 GROUP_VERSIONS = frozenset(f"{r.group}/{v}" for r in RESOURCES if r.group for v in r.versions)
