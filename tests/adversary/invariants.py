@@ -157,11 +157,13 @@ def i13_one_gang_per_node(s: State, final: bool) -> list[str]:
 
 def v1_one_gang_per_workload(s: State, final: bool) -> list[str]:
     """Of the requests of one Kueue workload's variants that stand (not being deleted), at
-    most one holds live nodes not marked for deletion."""
+    most one holds live nodes not marked for deletion. A request whose Workload allset was
+    refused a read of (403: its RBAC without Kueue's rule) is not held to it: only that
+    Workload says whether the request is a variant, and of which parent."""
     doomed = s.marked | s.terminate_called
     holding: dict[str, list[str]] = defaultdict(list)
     for r in s.requests:
-        if r.parent is None or r.deleting:
+        if r.parent is None or r.deleting or r.uid in s.workload_unread:
             continue
         if any(i.tags.request == r.key and s.attempt_uid.get(i.tags.attempt) == r.uid
                and i.id not in doomed for i in s.live()):

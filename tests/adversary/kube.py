@@ -98,6 +98,9 @@ class Ledger:
     written_in: dict[str, int] = field(default_factory=dict)
     # request key -> when the task behind the last write of it began (its reads are since)
     prepared: dict[str, float] = field(default_factory=dict)
+    # Kueue Workload name -> the last step a read of it by allset was answered 403 (its
+    # RBAC without Kueue's rule): whether a request's owner is a variant, allset cannot know.
+    workload_denied: dict[str, int] = field(default_factory=dict)
 
     def records(self) -> dict[str, Record]:
         out = {}
@@ -231,6 +234,8 @@ class KubeLink:
         response = send()
         response.read()  # the whole answer now: its caller may read it much later
         if method not in WRITES:
+            if response.status == 403 and "/workloads/" in path:
+                ledger.workload_denied[path.rsplit("/", 1)[-1]] = ledger.step()
             return response
         deposed = lease != (sender.identity(), epoch)
         if deposed and leading:

@@ -63,6 +63,7 @@ class Observer:
     provisioned_keys: set[str] = field(default_factory=set)
     reused_keys: set[str] = field(default_factory=set)  # Provisioned on idle nodes, in part
     variant_held: set[str] = field(default_factory=set)  # uids held for a sibling variant
+    first_seen: dict[str, int] = field(default_factory=dict)  # request uid -> step
     # Request attempts seen in flight while another request's ran in the same process.
     concurrent: set[str] = field(default_factory=set)
     holds: set[tuple[str, str, str]] = field(default_factory=set)  # (process, holder, rid)
@@ -154,6 +155,7 @@ class Observer:
             refused=tuple(w.cloud.refused),
             ca=self._ca(inc) if final else (),
             requests=tuple(requests),
+            workload_unread=self._workload_unread(requests),
             check_requests=frozenset(fresh),
             lost_meanwhile=lost_meanwhile,
             **self._ending(inc),
@@ -331,19 +333,33 @@ class Observer:
                                    prov is not None and prov.true, ended,
                                    c.booking_value(NAMESPACE, meta["name"]),
                                    bool(meta.get("deletionTimestamp")),
-                                   attempt, reused(r), count, self._parent(meta)))
+                                   attempt, reused(r), count, self._parent(meta),
+                                   _owner_workload(meta)))
         return out
+
+    def _workload_unread(self, requests: list[RequestSeen]) -> frozenset[str]:
+        """Requests whose Kueue Workload some process of allset was refused (403) a read
+        of since the request was made (the adversary's kueue.forbid): whether it is a
+        variant, and of which parent, is on that Workload only (Kueue v0.19.2,
+        pkg/workload/concurrentadmission: GetParentWorkloadName reads the variant
+        Workload's ownerReferences), so allset cannot have known its siblings."""
+        step = self.world.step_no
+        denied = self.world.ledger.workload_denied
+        out = set()
+        for r in requests:
+            seen = self.first_seen.setdefault(r.uid, step)
+            if r.workload is not None and denied.get(r.workload, -1) >= seen:
+                out.add(r.uid)
+        return frozenset(out)
 
     def _parent(self, meta: dict[str, Any]) -> str | None:
         """The parent Workload of the variant Workload that owns the request, if any."""
-        for ref in meta.get("ownerReferences") or []:
-            if ref.get("kind") != "Workload":
-                continue
-            found = self.world.kube.get("workloads", ref["name"], NAMESPACE,
-                                        group="kueue.x-k8s.io")
-            for up in ((found or {}).get("metadata") or {}).get("ownerReferences") or []:
-                if up.get("kind") == "Workload":
-                    return str(up["name"])
+        name = _owner_workload(meta)
+        found = None if name is None else self.world.kube.get(
+            "workloads", name, NAMESPACE, group="kueue.x-k8s.io")
+        for up in ((found or {}).get("metadata") or {}).get("ownerReferences") or []:
+            if up.get("kind") == "Workload":
+                return str(up["name"])
         return None
 
     def _nodes(self) -> list[NodeSeen]:
@@ -480,3 +496,11 @@ def ca_group_of(world: World, provider_id: str) -> str:
     reply = world.endpoint.stub.NodeGroupForNode(pb.NodeGroupForNodeRequest(node=node),
                                                  timeout=30)
     return str(reply.nodeGroup.id)
+
+
+def _owner_workload(meta: dict[str, Any]) -> str | None:
+    """The name of the Kueue Workload that owns a request (None: none does)."""
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == "Workload":
+            return str(ref["name"])
+    return None

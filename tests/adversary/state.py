@@ -40,6 +40,7 @@ class RequestSeen:
     # The parent of the Kueue Workload that owns it, when that Workload is a variant
     # (ConcurrentAdmission): requests of one parent are siblings.
     parent: str | None = None
+    workload: str | None = None  # the name of the Kueue Workload that owns it
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,9 @@ class State:
     refused: tuple[str, ...] = ()  # reservation launches the cloud refused, not injected
     ca: tuple[GroupSeen, ...] = ()
     requests: tuple[RequestSeen, ...] = ()
+    # uids of requests whose Workload allset was refused (403) a read of since the request
+    # was made: allset could not tell whether they are variants (V1 does not hold them).
+    workload_unread: frozenset[str] = frozenset()
     check_requests: frozenset[str] = frozenset()  # uids whose Provisioned must hold now
     # Instances whose Node (or they) went after the write that made their request
     # Provisioned was prepared: its pass could not have seen that (checked at quiescence).

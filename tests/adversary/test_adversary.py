@@ -23,7 +23,7 @@ import pytest
 
 from provider.domain.cloud import CapacityType, CloudInstance, InstanceState, OwnerTags
 from tests.adversary.cloud import LaunchRecord
-from tests.adversary.invariants import INVARIANTS, check, i5_slot_once
+from tests.adversary.invariants import INVARIANTS, check, i5_slot_once, v1_one_gang_per_workload
 from tests.adversary.kube import RecordWrite
 from tests.adversary.run import run_seed
 from tests.adversary.sched import Crashed, Scheduler, yield_point
@@ -406,6 +406,18 @@ def test_i5_counts_slots_held_for_a_window_with_those_claimed_and_used() -> None
                                   held=(("ml/a", "cb", 1),), claims=(("a7", "cb", 1),))
     assert i5_slot_once(running, False) == []
     assert i5_slot_once(dataclasses.replace(running, held=(("ml/a", "cb", 2),)), False)
+
+
+def test_v1_does_not_hold_a_request_whose_workload_allset_may_not_read() -> None:
+    """Seeds 39, 96, 118, 137 and 150 of the merged moves: a variant request made while
+    Workloads answered 403 (kueue.forbid) launched beside its sibling. Whether a request's
+    Workload is a variant, and of which parent, is said only by that Workload, so allset
+    could not know the two were siblings: no broken promise. Two variants allset could
+    read still break V1."""
+    unread = dataclasses.replace(BROKEN["V1"], workload_unread=frozenset({"u2"}))
+    assert v1_one_gang_per_workload(unread, False) == []
+    other = dataclasses.replace(BROKEN["V1"], workload_unread=frozenset({"u7"}))
+    assert v1_one_gang_per_workload(other, False)
 
 
 @pytest.mark.parametrize("name", [inv.name for inv in INVARIANTS])
