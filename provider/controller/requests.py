@@ -26,7 +26,7 @@ from provider.controller import source_labels
 from provider.controller.gang import ATTEMPT_DETAIL, PLANNED_DETAIL, REUSED_DETAIL, planned, reused
 from provider.controller.gang_objects import places
 from provider.controller.idle import WORKLOAD_ANNOTATION, workload_ref
-from provider.controller.kube import KUEUE_GROUP, Gone, KubeApi
+from provider.controller.kube import KUEUE_GROUP, Forbidden, Gone, KubeApi
 from provider.controller.nodes import Node, NodeCache, is_ready, taints_of
 from provider.controller.pod_cache import PodCache
 from provider.controller.request_metrics import RequestMetrics
@@ -126,7 +126,8 @@ class RequestHandler:
         self._w = Writer(kube, provider.clock)
         self._tracked: dict[str, Tracked] = {}
         self._lock = threading.Lock()
-        self._variants = Variants()  # Kueue's ConcurrentAdmission: one gang a workload
+        # Kueue's ConcurrentAdmission: one gang a workload.
+        self._variants = Variants(provider.clock.monotonic)
         # Every request the controller has listed (its cache): where siblings are found.
         self._requests = requests  # every request of our class, as last listed or watched
         self._idle_look: tuple[float, list[IdleNode]] | None = None
@@ -300,7 +301,7 @@ class RequestHandler:
             # settles them within its grace period; then the gang is planned afresh.
             return self._accepted(obj, accept, SUSPECTS_DELAY)
         key = key_of(obj)
-        siblings = self._variants.siblings(key, self._requests(), self._workload)
+        siblings = self._variants.siblings(key, self._requests(), self._workload_read)
         holder = self._variants.holder(key, siblings, self._holds)
         if holder is not None:
             # Another variant of its Kueue workload is being served (provider/controller/
@@ -720,8 +721,8 @@ class RequestHandler:
                     f"PodTemplate {name!r} not found in namespace {namespace}",
                 )]) from None
         demand, params = demand_from(obj, templates, ApiObjects(self._kube))
-        workload = self._workload(obj)
-        self._variants.note(key_of(obj), uid_of(obj), workload)
+        workload, refused = self._workload_read(obj)
+        self._variants.note(key_of(obj), uid_of(obj), workload, refused)
         spec = (workload or {}).get("spec") or {}
         limit = spec.get("maximumExecutionTimeSeconds")
         # Kueue deactivates the workload when it has run that long, so the gang never needs
@@ -737,18 +738,22 @@ class RequestHandler:
             demand, queue=f"{namespace}/{queue}" if isinstance(queue, str) and queue
             else None), params
 
-    def _workload(self, obj: Obj) -> Obj | None:
+    def _workload_read(self, obj: Obj) -> tuple[Obj | None, bool]:
         """The Kueue Workload that owns the request (Kueue's admission check creates it so),
-        read once per demand build for its runtime limit and its queue; None when there is
-        none, it is gone, or allset may not read Workloads."""
+        read once per demand build for its runtime limit and its queue, and whether the
+        read was refused (403: allset may not read Workloads); None when there is none, it
+        is gone, or the read was refused."""
         meta = obj.get("metadata") or {}
         for ref in meta.get("ownerReferences") or []:
             api_version = str(ref.get("apiVersion") or "")
             if ref.get("kind") != "Workload" or not api_version.startswith(KUEUE_GROUP + "/"):
                 continue
-            return self._kube.get_workload(api_version, str(meta.get("namespace")),
-                                           str(ref.get("name")))
-        return None
+            try:
+                return self._kube.read_workload(api_version, str(meta.get("namespace")),
+                                                str(ref.get("name"))), False
+            except Forbidden:
+                return None, True
+        return None, False
 
     def _consumed(self, obj: Obj, pods: int) -> bool:
         """Are ``pods`` of the request's pods on nodes? A gang's request counts the pods it

@@ -17,16 +17,28 @@ sibling of its parent has an attempt in flight, nodes launched for it, or nodes 
 it. The others wait without a cloud call (Provisioned=False, reason
 WaitingForSiblingVariant) and are looked at again every few seconds: when the one served
 fails without nodes, the next may try; when Kueue picks a variant, it deletes the others'
-requests (or admits the one allset provisioned) and their wait ends with them."""
+requests (or admits the one allset provisioned) and their wait ends with them.
+
+A request whose Workload allset may not read (RBAC without Kueue's rule: 403) cannot be told
+from a workload of its own, and is served as one; its Workload is read again every
+REREAD_SECONDS, so once the right is back it is held to its siblings like any variant (a
+refusal once remembered as "no parent" for the request's life let a sibling launch beside
+it after the right came back)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 RECHECK_SECONDS = 5.0  # a held sibling looks again this often
+REREAD_SECONDS = 30.0  # a Workload allset was refused is read again after this long
+
+# What a request's Workload read gave: the Workload (None: none, or gone) and whether the
+# read was refused (403).
+WorkloadRead = tuple[Mapping[str, Any] | None, bool]
 
 
 def parent_of(workload: Mapping[str, Any] | None) -> str | None:
@@ -46,48 +58,69 @@ class Variants:
     request the controller has listed, not only those handled since this process began: after
     a restart the sibling that holds a gang may not have been looked at yet."""
 
-    def __init__(self) -> None:
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
+        self._monotonic = monotonic
         # request key -> (its uid, its parent Workload or None), read once per request
         self._parent: dict[str, tuple[str, str | None]] = {}
+        self._refused: dict[str, float] = {}  # request key -> when its Workload read was refused
         self._acting: dict[tuple[str, str], str] = {}  # (namespace, parent) -> acting now
 
-    def note(self, key: str, uid: str, workload: Mapping[str, Any] | None) -> None:
-        """Request ``key`` (of ``uid``) is owned by ``workload`` (None: by no Workload
-        allset could read)."""
+    def note(self, key: str, uid: str, workload: Mapping[str, Any] | None,
+             refused: bool = False) -> None:
+        """Request ``key`` (of ``uid``) is owned by ``workload`` (None: by no Workload);
+        ``refused``: allset may not read it now, so it is read again later."""
         with self._lock:
             self._parent[key] = (uid, parent_of(workload))
+            if refused:
+                self._refused[key] = self._monotonic()
+            else:
+                self._refused.pop(key, None)
+
+    def _stale(self, key: str, uid: str) -> bool:
+        """Is ``key`` unknown, of another uid, or refused long enough ago to read again?"""
+        with self._lock:
+            known = self._parent.get(key)
+            refused = self._refused.get(key)
+        return known is None or known[0] != uid or (
+            refused is not None and self._monotonic() - refused >= REREAD_SECONDS)
 
     def forget(self, key: str) -> None:
         with self._lock:
             found = self._parent.pop(key, None)
+            self._refused.pop(key, None)
             if found is not None and found[1] is not None:
                 group = (key.partition("/")[0], found[1])
                 if self._acting.get(group) == key:
                     del self._acting[group]
 
     def siblings(self, key: str, requests: Iterable[dict[str, Any]],
-                 workload_of: Callable[[dict[str, Any]], Mapping[str, Any] | None]
+                 workload_of: Callable[[dict[str, Any]], WorkloadRead]
                  ) -> list[tuple[str, str]]:
         """The (key, uid) of the other requests of ``key``'s parent Workload; a request
-        not seen before has its Workload read once (outside any lock)."""
+        not seen before, or whose Workload read was refused a while ago, has its Workload
+        read (outside any lock)."""
+        listed = list(requests)
+        namespace = key.partition("/")[0]
+        for obj in listed:  # ``key``'s own Workload first, if it was refused
+            meta = obj.get("metadata") or {}
+            uid = str(meta.get("uid"))
+            if f"{meta.get('namespace')}/{meta.get('name')}" == key and self._stale(key, uid):
+                self.note(key, uid, *workload_of(obj))
         with self._lock:
             mine = self._parent.get(key)
         if mine is None or mine[1] is None:
             return []
-        namespace = key.partition("/")[0]
         out = []
-        for obj in requests:
+        for obj in listed:
             meta = obj.get("metadata") or {}
             other, uid = f"{meta.get('namespace')}/{meta.get('name')}", str(meta.get("uid"))
             if other == key or meta.get("namespace") != namespace:
                 continue
+            if self._stale(other, uid):
+                self.note(other, uid, *workload_of(obj))
             with self._lock:
                 known = self._parent.get(other)
-            if known is None or known[0] != uid:
-                self.note(other, uid, workload_of(obj))
-                with self._lock:
-                    known = self._parent.get(other)
             if known is not None and known[1] == mine[1]:
                 out.append((other, uid))
         return out

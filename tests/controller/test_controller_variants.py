@@ -122,3 +122,23 @@ def test_after_a_restart_the_sibling_with_nodes_still_holds(world: World) -> Non
     assert launched_for(world) == {f"{NS}/job-z": 2}
     held = world.condition(c.PROVISIONED, "job-a")
     assert held is not None and held.reason == c.WAITING_FOR_VARIANT
+
+
+def test_a_variant_served_while_workloads_were_unreadable_holds_once_they_are(
+        world: World) -> None:
+    """job-a is made while allset may not read Workloads (403): it cannot be told from a
+    workload of its own and is served. Once the right is back, job-b, its sibling, waits
+    for it; when the refusal was remembered for job-a's life, job-b launched a second
+    gang beside it."""
+    world.kube.fail("get", "workloads", code=403, times=10**6)
+    parent = workload(world, "job")
+    request_of(world, "job-a", workload(world, "job-a", parent))
+    world.sync()
+    assert launched_for(world) == {f"{NS}/job-a": 2}
+    world.kube.unfail("get", "workloads")
+    world.h.clock.advance(60)
+    request_of(world, "job-b", workload(world, "job-b", parent))
+    world.sync()
+    assert launched_for(world) == {f"{NS}/job-a": 2}
+    held = world.condition(c.PROVISIONED, "job-b")
+    assert held is not None and held.reason == c.WAITING_FOR_VARIANT
