@@ -179,15 +179,16 @@ def _lasts(inputs: Inputs, node: IdleNode) -> bool:
     """The rules a launch into the node's reservation obeys (gang.Inputs._usable), with
     no boot to wait for: capacity whose end ends its instances and that ends under the
     gang's runtime, or that its owner may reclaim, is not planned unless the gang allows
-    interruption. A node of capacity whose end only ends launches (an ODCR) runs on past
-    it, so it hosts any gang."""
-    if node.reservation is None or inputs.demand.allow_interruption:
+    interruption; even then it must not have ended (its node is being terminated, the
+    listing may lag), as a launch must outlast its boot. A node of capacity whose end only
+    ends launches (an ODCR) runs on past it, so it hosts any gang."""
+    if node.reservation is None:
         return True
     demand, view = inputs.demand, inputs.view
     for r in view.reservations:
         if r.id != node.reservation:
             continue
-        if r.interruptible:
+        if r.interruptible and not demand.allow_interruption:
             return False
         return r.ends_at is None or not r.ends_instances or \
             r.ends_at >= view.now + (demand.runtime_to_outlast or 0.0)

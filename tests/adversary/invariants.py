@@ -454,8 +454,9 @@ ONE_YIELD_SECONDS = STARVE_SECONDS
 def i17_outlasting_capacity(s: State, final: bool) -> list[str]:
     """I17: a gang is never launched into capacity whose end ends its instances unless it
     was sent early enough for its nodes' boot and its declared runtime to end first (a
-    wait for room in the cloud included; one yield point's time allowed). Capacity whose
-    end ends only launches is not bound so: what runs in it runs on."""
+    wait for room in the cloud included; one yield point's time allowed). A request that
+    allows interruption is owed its boot only: it has no entry in ``runtimes``. Capacity
+    whose end ends only launches is not bound so: what runs in it runs on."""
     out = []
     for rec in s.launches:
         end = s.ending.get(rec.reservation or "")

@@ -276,17 +276,15 @@ class Observer:
 
     def _ending(self, inc: Incarnation) -> dict[str, Any]:
         """What I17 and N1 read: the ends of capacity whose end ends its instances, the
-        groups' boot times, the runtimes the adversary's requests declared, and the part
-        failures that were refusals for room."""
+        groups' boot times, the runtimes the adversary's requests declared (none for one
+        that allows interruption), and the part failures that were refusals for room."""
         w = self.world
         fake_cfg = inc.config.schema.cloud.fake
         ending = {r.id: r.ends_at.timestamp() for r in (fake_cfg.reservations if fake_cfg
                                                           else ())
                   if r.ends_at is not None and (r.ends_instances if r.ends_instances
                                                 is not None else r.kind == "capacity-block")}
-        margin = inc.config.schema.runtimes.margin
-        runtimes = {uid: float(p["expectedRuntimeSeconds"]) * margin
-                    for uid, p in w.request_params.items() if "expectedRuntimeSeconds" in p}
+        runtimes = runtimes_to_outlast(w.request_params, inc.config.schema.runtimes.margin)
         room = tuple(f"{o.attempt} ({tag}): {f.error}" for tag, o in w.outcomes
                      for f in o.failures if f.error.code == "Busy")
         return {"ending": ending, "boot": {g.id: g.boot_seconds for g in inc.config.groups},
@@ -504,3 +502,13 @@ def _owner_workload(meta: dict[str, Any]) -> str | None:
         if ref.get("kind") == "Workload":
             return str(ref["name"])
     return None
+
+
+def runtimes_to_outlast(params: dict[str, dict[str, str]], margin: float) -> dict[str, float]:
+    """Request uid -> how long capacity whose end ends its instances must last after its
+    nodes are up (I17): the declared runtime stretched by the config's margin. A request
+    that allows interruption is owed its nodes' boot only (docs/planning.md "Time"; the
+    planner's Demand.runtime_to_outlast), so it has none here."""
+    return {uid: float(p["expectedRuntimeSeconds"]) * margin for uid, p in params.items()
+            if "expectedRuntimeSeconds" in p
+            and p.get("allowInterruption", "").lower() != "true"}

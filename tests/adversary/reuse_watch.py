@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from provider.config.schema import FakeReservation
 from provider.controller import conditions as c
 from provider.controller.consumers import Consumers, gang_owner
 from provider.controller.idle import WORKLOAD_ANNOTATION, WORKLOAD_TTL
@@ -30,8 +31,10 @@ from tests.adversary.workloads import FOREIGN_KEYS, STRANGERS, kept, live
 from tests.adversary.world import NAMESPACE, Incarnation, World, pod_id
 
 Json = dict[str, Any]
-# Reservations the keep policy holds nodes of for ever (no end): r-a's and r-c's.
-LASTING = frozenset({"r-a", "r-c"})
+# Reservations whose nodes the keep policy holds warm: r-a's for ever (it has no end),
+# r-c's until its end (issue 52 gave it one; after it they are ordinary nodes billed
+# on-demand, a stopped one left to CA's unready scale-down as any other).
+KEPT_IN = frozenset({"r-a", "r-c"})
 # Refusals and protections the product made, seen through its own functions (per seed).
 SEEN: dict[str, set[str]] = {"tainted": set(), "annotation": set(), "gang": set()}
 
@@ -260,12 +263,24 @@ class ReuseWatch:
         return tuple(out)
 
     def _stopped_warm(self, instances: dict[str, CloudInstance]) -> tuple[str, ...]:
-        """Stopped nodes the keep policy holds (a lasting reservation) whose Node is
+        """Stopped nodes the keep policy holds (a reservation that lasts) whose Node is
         there (so a label pass sees them): at quiescence each is deleted."""
         names = {n["metadata"]["name"] for n in self._nodes}
+        lasting = self._lasting()
         return tuple(sorted(i.id for i in instances.values()
                             if i.state is InstanceState.STOPPED and i.tags.committed
-                            and i.tags.reservation in LASTING and i.name in names))
+                            and i.tags.reservation in lasting and i.name in names))
+
+    def _lasting(self) -> frozenset[str]:
+        """Of KEPT_IN, those not ended by the cloud's clock nor by any living process's
+        (a replica's wall clock may be stepped ahead: it judges a reservation's end by
+        its own, Provider._warm_policy)."""
+        alive = self.w.alive()
+        if not alive:
+            return frozenset()
+        fake = alive[0].config.schema.cloud.fake
+        latest = max([self.w.now(), *(i.replica.clock.now() for i in alive)])
+        return lasting_at(fake.reservations if fake is not None else (), latest)
 
     # --- coverage ---------------------------------------------------------------------------
 
@@ -319,3 +334,10 @@ def _consumes(pod: Json, booking: str, owner: tuple[str, str, str] | None) -> st
             if source.name.value == owner[1] and source.gang_of(pod) == owner[2]:
                 return f"of its gang {owner[1]}/{owner[2]}"
     return None
+
+
+def lasting_at(reservations: Iterable[FakeReservation], now: float) -> frozenset[str]:
+    """Which reservations of KEPT_IN still last at ``now``: a stopped node of one is the
+    keep policy's to delete (I16)."""
+    return frozenset(r.id for r in reservations if r.id in KEPT_IN
+                     and (r.ends_at is None or r.ends_at.timestamp() > now))

@@ -13,6 +13,7 @@ with the command its report prints."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import os
 import threading
@@ -21,10 +22,19 @@ from pathlib import Path
 
 import pytest
 
+from provider.config.schema import FakeReservation
 from provider.domain.cloud import CapacityType, CloudInstance, InstanceState, OwnerTags
 from tests.adversary.cloud import LaunchRecord
-from tests.adversary.invariants import INVARIANTS, check, i5_slot_once, v1_one_gang_per_workload
+from tests.adversary.invariants import (
+    INVARIANTS,
+    check,
+    i5_slot_once,
+    i17_outlasting_capacity,
+    v1_one_gang_per_workload,
+)
 from tests.adversary.kube import RecordWrite
+from tests.adversary.observe import runtimes_to_outlast
+from tests.adversary.reuse_watch import lasting_at
 from tests.adversary.run import run_seed
 from tests.adversary.sched import Crashed, Scheduler, yield_point
 from tests.adversary.state import (
@@ -438,3 +448,41 @@ def test_i14_takes_a_taint_the_pods_tolerate_and_a_request_that_allows_the_type(
                         (("nvidia.com/gpu", "present", "NoSchedule"),
                          ("soon", "x", "PreferNoSchedule")), 8)
     assert check(dataclasses.replace(GOOD, gang_nodes=(fine,)), True) == []
+
+
+def test_i17_owes_a_gang_that_allows_interruption_its_boot_only() -> None:
+    """Seed 52's break (and 164's, 192's): a request that allows interruption was sent into
+    the block at 358, 18 s past the last start its declared runtime of 300 s would set
+    (block end 700, boot 60). The planner owes such a gang its boot only
+    (docs/planning.md "Time"), so the checker records no runtime for it; it still owes
+    the boot, and a request that does not allow interruption still owes its runtime."""
+    params = {"u1": {"expectedRuntimeSeconds": "300", "allowInterruption": "true"},
+              "u2": {"expectedRuntimeSeconds": "300", "allowInterruption": "false"}}
+    runtimes = runtimes_to_outlast(params, 1.0)
+    assert runtimes == {"u2": 300.0}
+
+    def sent(uid: str, at: float) -> State:
+        launch = dataclasses.replace(_launch("r-1", "0.0", ("i1",), request="ml/a"),
+                                     request_uid=uid, reservation="cb", at=at)
+        return dataclasses.replace(GOOD, launches=(launch,), ending={"cb": 700.0},
+                                   boot={"g": 60.0}, runtimes=runtimes)
+
+    assert i17_outlasting_capacity(sent("u1", 358.0), False) == []
+    assert i17_outlasting_capacity(sent("u1", 650.0), False)  # past end less boot
+    assert i17_outlasting_capacity(sent("u2", 358.0), False)
+
+
+def test_i16_asks_deletion_of_stopped_nodes_only_while_their_reservation_lasts() -> None:
+    """Seed 31's break: a node of r-c kept warm, stopped by the cloud; r-c ended before
+    allset's next pass, so the node was no longer the keep policy's (its protection was
+    taken off, CA's unready scale-down deletes it as any other). The checker took r-c for
+    a reservation without end, as it was before issue 52 gave it one."""
+    def reservation(rid: str, ends: float | None) -> FakeReservation:
+        return FakeReservation(id=rid, zone="z-a", instance_type="cpu2", count=2,
+                               ends_at=None if ends is None
+                               else dt.datetime.fromtimestamp(ends, dt.UTC))
+
+    config = [reservation("r-a", None), reservation("r-c", 1000.0),
+              reservation("other", None)]
+    assert lasting_at(config, 999.0) == {"r-a", "r-c"}
+    assert lasting_at(config, 1000.0) == {"r-a"}

@@ -116,6 +116,27 @@ def test_an_idle_node_whose_reservation_ends_under_the_run_is_not_booked() -> No
     assert parts(result) == [("gpu", "reserved", 1, 1, {"workers": 8})]
 
 
+def test_an_idle_node_of_capacity_that_has_ended_it_is_not_booked_even_if_interruptible(
+) -> None:
+    # A gang that allows interruption may take capacity that ends under its run, but not
+    # capacity whose end ending its instances has come (its node is being terminated; the
+    # listing lags): a launch must outlast its boot, a reused node the present moment.
+    now = world_now()
+    interruptible = dataclasses.replace(demand(workers(8)), expected_runtime_seconds=3600.0,
+                                        allow_interruption=True)
+    ended = World([gpu_group("gpu")], [dataclasses.replace(
+        reservation("r", free=0), total=1, ends_at=now - 1.0)])
+    result = plan(interruptible, ended.view(), ended.matcher, idle=idle("gpu", 1, RES, "r"))
+    assert parts(result) == [("gpu", "on-demand", 1, 0, {"workers": 8})]
+    gone = World([gpu_group("gpu")])  # no longer listed: ended, its end unknown here
+    result = plan(interruptible, gone.view(), gone.matcher, idle=idle("gpu", 1, RES, "r"))
+    assert parts(result) == [("gpu", "on-demand", 1, 0, {"workers": 8})]
+    later = World([gpu_group("gpu")], [dataclasses.replace(
+        reservation("r", free=0), total=1, ends_at=now + 60.0)])
+    result = plan(interruptible, later.view(), later.matcher, idle=idle("gpu", 1, RES, "r"))
+    assert parts(result) == [("gpu", "reserved", 1, 1, {"workers": 8})]
+
+
 def test_only_the_rest_is_launched() -> None:
     world = World([gpu_group("gpu"), cpu_group("cpu")])
     result = plan(demand(ps(2), workers(32)), world.view(), world.matcher,
