@@ -48,7 +48,7 @@ class Vendor:
 NVIDIA = Vendor("nvidia", NVIDIA_GPU, dra_driver="gpu.nvidia.com")
 VENDORS: Mapping[str, Vendor] = {v.name: v for v in (
     NVIDIA,
-    Vendor("amd", AMD_GPU),
+    Vendor("amd", AMD_GPU, dra_driver="gpu.amd.com"),
     Vendor("habana", GAUDI),
     Vendor("intel", INTEL_GPU),
     Vendor("aws", NEURON, NEURON_CORE),
