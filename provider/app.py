@@ -11,7 +11,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 from provider.attempts.executor import Executor as AttemptExecutor
 from provider.attempts.executor import Journal, MemoryJournal, Observer, PartRunner, ThreadRunner
-from provider.attempts.figures import reserved_gpus, scale_in_saving, spend_per_hour
+from provider.attempts.figures import reserved_gpus, scale_in_saving, spend_per_hour, team_spend
 from provider.attempts.gangs import GangAttempts
 from provider.attempts.ids import attempt_id
 from provider.attempts.metrics import FleetFigures, Metrics
@@ -307,10 +307,13 @@ class Provider:
                 del self._booker[pid]
 
     def fleet_figures(self) -> FleetFigures:
-        """Reserved GPUs per zone (paid, up, busy) and spend per hour per source and group."""
+        """Reserved GPUs per zone (paid, up, busy), spend per hour per source and group, and
+        per team (namespace), source and use."""
         idle = {n.provider_id for n in self.idle()}
+        owners = self.config.schema.costs.reservation_owners
         return (reserved_gpus(self.ledger.snapshot, self.groups.values(), self.fleet, idle),
-                spend_per_hour(self.fleet))
+                spend_per_hour(self.fleet),
+                team_spend(self.fleet, self.bookings(), idle, owners))
 
     def _count_saving(self, group_id: str, doomed: Sequence[CloudInstance]) -> None:
         group = self.groups.get(group_id)

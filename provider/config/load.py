@@ -238,6 +238,7 @@ def _node_group(cfg: NodeGroupConfig, shape: Shape | None = None) -> NodeGroup:
         max_size=cfg.max_size,
         on_demand_price=cfg.price.on_demand,
         spot_price=cfg.price.spot,
+        reserved_price=cfg.price.reserved,
         capacity_types=tuple(CapacityType(c) for c in cfg.capacity_types),
         gpu_type=gpu_type,
         gpu_count=gpu_count,

@@ -23,6 +23,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from provider.config.aws import AwsCloud, AwsGroup
 from provider.config.base import Model
+from provider.config.costs import Costs
 from provider.config.gcp import GcpCloud, GcpGroup
 from provider.config.paths import phrased
 from provider.config.units import duration_seconds, quantity_milli
@@ -244,6 +245,10 @@ class Price(Model):
 
     on_demand: float = Field(0.0, ge=0, description="USD per node-hour on demand")
     spot: float | None = Field(None, ge=0, description="USD per node-hour on spot")
+    reserved: float = Field(0.0, ge=0, description="USD per node-hour a reserved slot costs "
+                            "(its share of the reservation's bill): charged to the team "
+                            "whose node it is in the spend metrics, never weighed by the "
+                            "planner (a reservation bills whether it is used or not)")
 
 
 class TaintConfig(Model):
@@ -667,6 +672,7 @@ class Config(Model):
     locality: Locality = Field(Locality(), description="the cost of running away from a "
                                "request's data")
     gangs: Gangs = Field(Gangs(), description="pending PodGroup gangs become requests")
+    costs: Costs = Field(Costs(), description="whom the per-team spend metrics charge")
     node_groups: list[NodeGroupConfig] = Field(min_length=1, description="the node "
                                                "groups CA sees")
 

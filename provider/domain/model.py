@@ -116,6 +116,9 @@ class NodeGroup:
     accelerator_resource: str = GPU_RESOURCE
     fabric: str | None = None
     spot_price: float | None = None
+    # What a reserved slot costs an hour (its share of the reservation's bill): charged to
+    # teams in the spend metrics, never planned with (price() is 0: it bills anyway).
+    reserved_price: float = 0.0
     scale_up: ScaleUpMode = ScaleUpMode.ATOMIC
     labels: Mapping[str, str] = field(default_factory=lambda: _frozen(None))
     taints: tuple[Taint, ...] = ()
