@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from provider.cli.demo import demo_config
 from provider.config.errors import ConfigError
 from provider.config.load import load_config_text
 from provider.domain.demand import PodSet, Toleration
@@ -169,3 +170,15 @@ def test_a_resource_named_outright_overrides_the_types_vendor() -> None:
     assert dl1.allocatable.get("habana.ai/gaudi") == 8 * MILLI
     assert dl1.allocatable.get("nvidia.com/gpu") == 0
     assert dl1.devices == ()  # no DRA driver of Gaudi's is modelled: nothing published
+
+
+def test_the_demos_trainium_group_fills_its_reservation_first() -> None:
+    demo = demo_config()
+    world = World(list(demo.groups), [reservation("cr-trn2-c", "us-east-1c", free=2,
+                                                  itype="trn2.48xlarge")])
+    gang = demand(asking("workers", 3, "aws.amazon.com/neuron", 16,
+                         tolerate="aws.amazon.com/neuron"))
+    assert parts(plan(gang, world.view(), world.matcher)) == [
+        ("trn2-c", "reserved", "cr-trn2-c", 2, {"workers": 2}),
+        ("trn2-c", "on-demand", None, 1, {"workers": 1}),
+    ]
