@@ -114,6 +114,7 @@ class Provider:
             metrics=self.metrics)
         self._booked: dict[str, set[str]] = {}  # request -> provider ids it holds
         self._booker: dict[str, str] = {}  # provider id -> the request that books it
+        self._queue_of: dict[str, str] = {}  # request -> its Kueue LocalQueue, if any
         self._booked_lock = threading.Lock()
         # Whether a request (key, uid) still holds its committed gang: True, False, or
         # None while not known yet (the controller has not listed requests since start).
@@ -290,15 +291,17 @@ class Provider:
 
     # --- bookings: nodes a ProvisioningRequest holds until its pods land ---------------------
 
-    def book(self, request: str, provider_ids: set[str]) -> None:
+    def book(self, request: str, provider_ids: set[str], queue: str | None = None) -> None:
         with self._booked_lock:
             self._drop(request)
             self._booked[request] = set(provider_ids)
             self._booker.update(dict.fromkeys(provider_ids, request))
+            self._queue_of[request] = queue or ""
 
     def unbook(self, request: str) -> set[str]:
         with self._booked_lock:
             self._drop(request)
+            self._queue_of.pop(request, None)
             return self._booked.pop(request, set())
 
     def _drop(self, request: str) -> None:
@@ -307,13 +310,13 @@ class Provider:
                 del self._booker[pid]
 
     def fleet_figures(self) -> FleetFigures:
-        """Reserved GPUs per zone (paid, up, busy), spend per hour per source and group, and
-        per team (namespace), source and use."""
+        """Reserved GPUs per zone, spend per hour per source and group, and per team."""
         idle = {n.provider_id for n in self.idle()}
-        owners = self.config.schema.costs.reservation_owners
+        with self._booked_lock:  # the requests' queues as their bookings stand
+            booker, queues = dict(self._booker), dict(self._queue_of)
         return (reserved_gpus(self.ledger.snapshot, self.groups.values(), self.fleet, idle),
-                spend_per_hour(self.fleet),
-                team_spend(self.fleet, self.bookings(), idle, owners))
+                spend_per_hour(self.fleet), team_spend(
+                    self.fleet, booker, queues, idle, self.config.schema.costs.reservation_owners))
 
     def _count_saving(self, group_id: str, doomed: Sequence[CloudInstance]) -> None:
         group = self.groups.get(group_id)

@@ -95,17 +95,19 @@ class TeamSpend:
     usd_per_hour: float
 
 
-TeamKey = tuple[str, CapacityType, Use]  # (namespace, capacity source, use)
+# (namespace, Kueue LocalQueue as namespace/name or "", capacity source, use)
+TeamKey = tuple[str, str, CapacityType, Use]
 
 
-def team_spend(fleet: Fleet, bookings: Mapping[str, str], idle: Collection[str],
-               owners: Mapping[str, str]) -> dict[TeamKey, TeamSpend]:
-    """Nodes and USD per hour by namespace (team), capacity source and use. ``bookings``:
-    provider id -> the request ("namespace/name") that books it; ``idle``: idle nodes'
-    provider ids; ``owners``: reservation id -> the namespace its idle nodes are charged
-    to. A node bills at its source's price: a reserved one at its group's reserved price
-    (its share of a reservation that bills anyway), so teams see what their reserved
-    capacity is worth, and the owner sees what the reservation's idle nodes waste."""
+def team_spend(fleet: Fleet, bookings: Mapping[str, str], queues: Mapping[str, str],
+               idle: Collection[str], owners: Mapping[str, str]) -> dict[TeamKey, TeamSpend]:
+    """Nodes and USD per hour by namespace (team), queue, capacity source and use.
+    ``bookings``: provider id -> the request ("namespace/name") that books it; ``queues``:
+    request -> the LocalQueue it came through; ``idle``: idle nodes' provider ids;
+    ``owners``: reservation id -> the namespace its idle nodes are charged to. A node bills
+    at its source's price: a reserved one at its group's reserved price (its share of a
+    reservation that bills anyway), so teams see what their reserved capacity is worth,
+    and the owner sees what the reservation's idle nodes waste."""
     out: dict[TeamKey, TeamSpend] = {}
     for group in fleet.groups():
         for node in fleet.view(group.id).nodes:
@@ -114,18 +116,19 @@ def team_spend(fleet: Fleet, bookings: Mapping[str, str], idle: Collection[str],
                 continue
             source = inst.tags.source
             request = bookings.get(inst.provider_id)
+            queue = ""
             if node.state is NodeState.CREATING:
                 use, team = Use.BOOTING, ""
             elif request is not None:
-                use, team = Use.BOOKED, request.split("/", 1)[0]
+                use, team, queue = Use.BOOKED, request.split("/", 1)[0], queues.get(request, "")
             elif inst.provider_id in idle:
                 use, team = Use.IDLE, owners.get(inst.tags.reservation or "", "") \
                     if source is CapacityType.RESERVED else ""
             else:
                 use, team = Use.RUNNING, ""
-            was = out.get((team, source, use), TeamSpend(0, 0.0))
-            out[team, source, use] = TeamSpend(was.nodes + 1,
-                                               was.usd_per_hour + _hourly(group, source))
+            was = out.get((team, queue, source, use), TeamSpend(0, 0.0))
+            out[team, queue, source, use] = TeamSpend(
+                was.nodes + 1, was.usd_per_hour + _hourly(group, source))
     return out
 
 

@@ -134,7 +134,7 @@ ATTEMPT_LABELS = tuple(
 FleetFigures = tuple[list[ReservedGpus], dict[tuple[str, str], float],
                      dict[TeamKey, TeamSpend]]
 # The labels of the per-team figures; a namespace is "" for nodes charged to nobody.
-TEAM_LABELS = ("namespace", "source", "use")
+TEAM_LABELS = ("namespace", "queue", "source", "use")
 
 
 class _FleetCollector(Collector):
@@ -164,21 +164,23 @@ class _FleetCollector(Collector):
 
 
 def _team_families(teams: Mapping[TeamKey, TeamSpend]) -> Iterator[GaugeMetricFamily]:
-    """Per team: one series per (namespace, source, use) that has nodes now, so the label
-    set is bounded by the namespaces with requests and the owners the config names."""
+    """Per team: one series per (namespace, queue, source, use) that has nodes now, so the
+    label set is bounded by the namespaces and queues with requests and the owners the
+    config names."""
     usd = GaugeMetricFamily(
         "allset_team_spend_usd_per_hour", "USD per hour of allset's nodes by the namespace "
-        "(team) they are charged to, capacity source and use: booked (by a "
-        "ProvisioningRequest of the namespace), idle (a reserved one charged to its "
-        "reservation's owner, costs.reservationOwners; else to namespace \"\"), booting, "
-        "running (booked by no request). A reserved node at its group's price.reserved.",
+        "(team) they are charged to, Kueue LocalQueue (namespace/name, \"\" for none), "
+        "capacity source and use: booked (by a ProvisioningRequest of the namespace), "
+        "idle (a reserved one charged to its reservation's owner, "
+        "costs.reservationOwners; else to namespace \"\"), booting, running (booked by no "
+        "request). A reserved node at its group's price.reserved.",
         labels=list(TEAM_LABELS))
     nodes = GaugeMetricFamily(
         "allset_team_nodes", "allset's nodes by the namespace (team) they are charged to, "
-        "capacity source and use (as allset_team_spend_usd_per_hour).",
+        "queue, capacity source and use (as allset_team_spend_usd_per_hour).",
         labels=list(TEAM_LABELS))
-    for (team, source, use), figure in sorted(teams.items()):
-        labels = [team, str(source), str(use)]
+    for (team, queue, source, use), figure in sorted(teams.items()):
+        labels = [team, queue, str(source), str(use)]
         usd.add_metric(labels, figure.usd_per_hour)
         nodes.add_metric(labels, figure.nodes)
     yield usd

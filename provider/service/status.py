@@ -58,9 +58,10 @@ def status(provider: Provider) -> Status:
                          for r in reserved],
         "spendPerHour": [{"source": src, "group": g, "usd": round(usd, 2)}
                          for (src, g), usd in sorted(spend.items())],
-        "teamSpendPerHour": [{"namespace": ns, "source": str(src), "use": str(use),
-                              "nodes": t.nodes, "usd": round(t.usd_per_hour, 2)}
-                             for (ns, src, use), t in sorted(teams.items())],
+        "teamSpendPerHour": [{"namespace": ns, "queue": queue, "source": str(src),
+                              "use": str(use), "nodes": t.nodes,
+                              "usd": round(t.usd_per_hour, 2)}
+                             for (ns, queue, src, use), t in sorted(teams.items())],
         "pendingByReason": dict(sorted(provider.pending_by_reason.items())),
         "gangApis": dict(sorted(provider.gang_apis.items())),
         "nodesReused": int(_total(provider, "allset_nodes_reused_total")),

@@ -99,7 +99,7 @@ def _label_names() -> dict[str, tuple[str, ...]]:
     declared = [*vars(metrics).values(), *vars(RequestMetrics(CollectorRegistry())).values()]
     metrics.collect_fleet(lambda: (
         [ReservedGpus("z", 8, 8, 8)], {("on-demand", "g"): 1.0},
-        {("ml", CapacityType.RESERVED, Use.IDLE): TeamSpend(1, 1.0)}))
+        {("ml", "ml/gpu", CapacityType.RESERVED, Use.IDLE): TeamSpend(1, 1.0)}))
     scraped = {s.name: tuple(s.labels) for f in metrics.registry.collect()
                for s in f.samples if f.name in _FLEET_FAMILIES}
     return {**scraped, **{name + suffix: (*m._labelnames,
