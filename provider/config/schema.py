@@ -205,8 +205,11 @@ class Gpu(Model):
 
     @property
     def vendor(self) -> Vendor:
-        found = vendor_of_resource(self.resource) if self.resource else None
-        return found or vendor_of_type(self.type)
+        """The resource's vendor, where given (one allset does not know is "other": no
+        cores, no MIG, no DRA driver); else the type's."""
+        if self.resource:
+            return vendor_of_resource(self.resource) or Vendor("other", self.resource)
+        return vendor_of_type(self.type)
 
     @property
     def dra_driver(self) -> str | None:

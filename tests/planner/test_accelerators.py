@@ -182,3 +182,17 @@ def test_the_demos_trainium_group_fills_its_reservation_first() -> None:
         ("trn2-c", "reserved", "cr-trn2-c", 2, {"workers": 2}),
         ("trn2-c", "on-demand", None, 1, {"workers": 1}),
     ]
+
+
+def test_a_resource_of_a_vendor_allset_does_not_know_is_taken_as_it_is() -> None:
+    """An FPGA card's device plugin resource: advertised as given, with no NVIDIA DRA
+    slice, and MIG refused (it was NVIDIA's by default before the resource was read)."""
+    fpga = "{type: xilinx-u250, count: 2, resource: xilinx.com/fpga-xilinx_u250}"
+    text = CONFIG.replace("{type: habana-gaudi-hl-205-32gb, count: 8}", fpga)
+    dl1 = {g.id: g for g in load_config_text(text, "c.yaml").groups}["dl1"]
+    assert dl1.allocatable.get("xilinx.com/fpga-xilinx_u250") == 2 * MILLI
+    assert dl1.allocatable.get("nvidia.com/gpu") == 0 and dl1.devices == ()
+    with pytest.raises(ConfigError) as info:
+        load_config_text(text.replace(fpga, fpga[:-1] + ", mig: {profile: 1g.10gb, "
+                                      "perGpu: 7}}"), "c.yaml")
+    assert "MIG is NVIDIA's" in dict(info.value.problems)["nodeGroups[1] (id dl1).gpu"]
