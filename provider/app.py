@@ -11,7 +11,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 from provider.attempts.executor import Executor as AttemptExecutor
 from provider.attempts.executor import Journal, MemoryJournal, Observer, PartRunner, ThreadRunner
-from provider.attempts.figures import reserved_gpus, scale_in_saving, spend_per_hour
+from provider.attempts.figures import reserved_gpus, scale_in_saving, spend_per_hour, team_spend
 from provider.attempts.gangs import GangAttempts
 from provider.attempts.ids import attempt_id
 from provider.attempts.metrics import FleetFigures, Metrics
@@ -114,6 +114,7 @@ class Provider:
             metrics=self.metrics)
         self._booked: dict[str, set[str]] = {}  # request -> provider ids it holds
         self._booker: dict[str, str] = {}  # provider id -> the request that books it
+        self._queue_of: dict[str, str] = {}  # request -> its Kueue LocalQueue, if any
         self._booked_lock = threading.Lock()
         # Whether a request (key, uid) still holds its committed gang: True, False, or
         # None while not known yet (the controller has not listed requests since start).
@@ -291,15 +292,17 @@ class Provider:
 
     # --- bookings: nodes a ProvisioningRequest holds until its pods land ---------------------
 
-    def book(self, request: str, provider_ids: set[str]) -> None:
+    def book(self, request: str, provider_ids: set[str], queue: str | None = None) -> None:
         with self._booked_lock:
             self._drop(request)
             self._booked[request] = set(provider_ids)
             self._booker.update(dict.fromkeys(provider_ids, request))
+            self._queue_of[request] = queue or ""
 
     def unbook(self, request: str) -> set[str]:
         with self._booked_lock:
             self._drop(request)
+            self._queue_of.pop(request, None)
             return self._booked.pop(request, set())
 
     def _drop(self, request: str) -> None:
@@ -308,10 +311,13 @@ class Provider:
                 del self._booker[pid]
 
     def fleet_figures(self) -> FleetFigures:
-        """Reserved GPUs per zone (paid, up, busy) and spend per hour per source and group."""
+        """Reserved GPUs per zone, spend per hour per source and group, and per team."""
         idle = {n.provider_id for n in self.idle()}
+        with self._booked_lock:  # the requests' queues as their bookings stand
+            booker, queues = dict(self._booker), dict(self._queue_of)
         return (reserved_gpus(self.ledger.snapshot, self.groups.values(), self.fleet, idle),
-                spend_per_hour(self.fleet))
+                spend_per_hour(self.fleet), team_spend(
+                    self.fleet, booker, queues, idle, self.config.schema.costs.reservation_owners))
 
     def _count_saving(self, group_id: str, doomed: Sequence[CloudInstance]) -> None:
         group = self.groups.get(group_id)

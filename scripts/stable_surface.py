@@ -96,7 +96,7 @@ def metrics() -> dict[str, dict[str, Any]]:
     from provider.controller.request_metrics import RequestMetrics
 
     registry = CollectorRegistry()
-    Metrics(registry).collect_fleet(lambda: ([], {}))
+    Metrics(registry).collect_fleet(lambda: ([], {}, {}))
     RequestMetrics(registry)
     out: dict[str, dict[str, Any]] = {}
     for collector in list(registry._collector_to_names):

@@ -70,15 +70,37 @@ def gpu_type_name(manufacturer: str, name: str, memory_mib: int) -> str:
     return f"{slug}-{gib}gb" if gib else slug
 
 
-def shape_from(item: Item) -> Shape:
+# Physical NeuronCores a Logical NeuronCore groups by default, by NeuronCore version: v3
+# (Trainium2) defaults to LNC=2, so the Neuron device plugin advertises 4 of a device's 8
+# physical cores; earlier versions to 1 (AWS Neuron documentation, "Logical NeuronCore
+# configuration").
+_DEFAULT_LNC = {3: 2}
+
+
+def _accelerators(item: Item) -> tuple[str | None, int, int, int]:
+    """(type, devices, memory MiB per device, cores per device) of an instance type from
+    DescribeInstanceTypes: GpuInfo.Gpus for GPUs of every manufacturer (NVIDIA, AMD,
+    Habana's Gaudi), else NeuronInfo.NeuronDevices for Trainium and Inferentia, named
+    ``aws-<name>-<memory>gb`` (AWS is their manufacturer; NeuronInfo names none)."""
     gpus = item.get("GpuInfo", {}).get("Gpus", [])
-    gpu_type, gpu_count, gpu_memory = None, 0, 0
     if gpus:
         first = gpus[0]
-        gpu_memory = int(first.get("MemoryInfo", {}).get("SizeInMiB", 0))
-        gpu_type = gpu_type_name(first.get("Manufacturer", ""), first.get("Name", ""),
-                                 gpu_memory)
-        gpu_count = sum(int(g.get("Count", 0)) for g in gpus)
+        memory = int(first.get("MemoryInfo", {}).get("SizeInMiB", 0))
+        return (gpu_type_name(first.get("Manufacturer", ""), first.get("Name", ""), memory),
+                sum(int(g.get("Count", 0)) for g in gpus), memory, 0)
+    neuron = item.get("NeuronInfo", {}).get("NeuronDevices", [])
+    if neuron:
+        first = neuron[0]
+        memory = int(first.get("MemoryInfo", {}).get("SizeInMiB", 0))
+        core = first.get("CoreInfo", {})
+        cores = int(core.get("Count", 0)) // _DEFAULT_LNC.get(int(core.get("Version", 0)), 1)
+        return (gpu_type_name("AWS", first.get("Name", ""), memory),
+                sum(int(d.get("Count", 0)) for d in neuron), memory, cores)
+    return None, 0, 0, 0
+
+
+def shape_from(item: Item) -> Shape:
+    gpu_type, gpu_count, gpu_memory, cores = _accelerators(item)
     network = item.get("NetworkInfo", {})
     efa = int(network.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0)) if network.get(
         "EfaSupported") else 0
@@ -90,6 +112,7 @@ def shape_from(item: Item) -> Shape:
         gpu_type=gpu_type,
         gpu_count=gpu_count,
         gpu_memory_mib=gpu_memory,
+        accelerator_cores=cores,
         max_efa_interfaces=efa,
         architecture=next((_ARCH[a] for a in arches if a in _ARCH), "amd64"),
     )

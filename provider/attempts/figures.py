@@ -1,12 +1,14 @@
 """What an operator tracks of the fleet now (issue 34): the reserved GPUs paid for and how
 many of them are up and busy, and what allset's running nodes bought outside reservations
-cost per hour, by source and group. Computed from the fleet's views and the last cloud
-listing when asked (a scrape, `allset status`): nothing to keep in step."""
+cost per hour, by source and group; and what each team's nodes cost (issue 59). Computed
+from the fleet's views and the last cloud listing when asked (a scrape, `allset status`):
+nothing to keep in step."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from provider.domain.cloud import CapacityType, CloudSnapshot
 from provider.domain.fleet import Fleet, NodeState
@@ -76,3 +78,63 @@ def scale_in_saving(group: NodeGroup, source: CapacityType,
     price = group.spot_price if source is CapacityType.SPOT and group.spot_price is not None \
         else group.on_demand_price
     return (ca_unneeded_seconds - own) / 3600.0 * price
+
+
+class Use(StrEnum):
+    """What a node of allset's is doing, for whom its cost is charged to."""
+
+    BOOKED = "booked"  # booked by a ProvisioningRequest: its namespace's
+    IDLE = "idle"  # Ready, empty, booked by none: a reservation's owner's, or nobody's
+    BOOTING = "booting"  # launched, not yet running: nobody's yet
+    RUNNING = "running"  # running, booked by none (CA's scale-ups for pending pods)
+
+
+@dataclass(frozen=True, slots=True)
+class TeamSpend:
+    nodes: int
+    usd_per_hour: float
+
+
+# (namespace, Kueue LocalQueue as namespace/name or "", capacity source, use)
+TeamKey = tuple[str, str, CapacityType, Use]
+
+
+def team_spend(fleet: Fleet, bookings: Mapping[str, str], queues: Mapping[str, str],
+               idle: Collection[str], owners: Mapping[str, str]) -> dict[TeamKey, TeamSpend]:
+    """Nodes and USD per hour by namespace (team), queue, capacity source and use.
+    ``bookings``: provider id -> the request ("namespace/name") that books it; ``queues``:
+    request -> the LocalQueue it came through; ``idle``: idle nodes' provider ids;
+    ``owners``: reservation id -> the namespace its idle nodes are charged to. A node bills
+    at its source's price: a reserved one at its group's reserved price (its share of a
+    reservation that bills anyway), so teams see what their reserved capacity is worth,
+    and the owner sees what the reservation's idle nodes waste."""
+    out: dict[TeamKey, TeamSpend] = {}
+    for group in fleet.groups():
+        for node in fleet.view(group.id).nodes:
+            inst = node.instance
+            if inst is None or node.state is NodeState.DELETING:
+                continue
+            source = inst.tags.source
+            request = bookings.get(inst.provider_id)
+            queue = ""
+            if node.state is NodeState.CREATING:
+                use, team = Use.BOOTING, ""
+            elif request is not None:
+                use, team, queue = Use.BOOKED, request.split("/", 1)[0], queues.get(request, "")
+            elif inst.provider_id in idle:
+                use, team = Use.IDLE, owners.get(inst.tags.reservation or "", "") \
+                    if source is CapacityType.RESERVED else ""
+            else:
+                use, team = Use.RUNNING, ""
+            was = out.get((team, queue, source, use), TeamSpend(0, 0.0))
+            out[team, queue, source, use] = TeamSpend(
+                was.nodes + 1, was.usd_per_hour + _hourly(group, source))
+    return out
+
+
+def _hourly(group: NodeGroup, source: CapacityType) -> float:
+    if source is CapacityType.RESERVED:
+        return group.reserved_price
+    if source is CapacityType.SPOT and group.spot_price is not None:
+        return group.spot_price
+    return group.on_demand_price

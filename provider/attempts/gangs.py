@@ -35,7 +35,8 @@ HOLD_TRIES = 3  # decisions to wait, each refused because others held the slots 
 class Bookings(Protocol):
     """Which nodes a request books (CA may not scale them down; its pods select them)."""
 
-    def book(self, request: str, provider_ids: set[str]) -> None: ...
+    def book(self, request: str, provider_ids: set[str], queue: str | None = None) -> None:
+        """``queue``: the Kueue LocalQueue the request came through (for its costs)."""
 
     def unbook(self, request: str) -> set[str]: ...
 
@@ -199,7 +200,7 @@ class GangAttempts:
             and not inst.marked_deleting and inst.state is InstanceState.RUNNING \
             and not self._bookings.booked(provider_id)
 
-    def adopt(self, key: str, outcome: Outcome) -> None:
+    def adopt(self, key: str, outcome: Outcome, queue: str | None = None) -> None:
         """What the attempt committed joins the fleet; it and the idle nodes it reused are
         booked for the request (which then holds them against scale-down in the ledger's
         stead)."""
@@ -207,7 +208,7 @@ class GangAttempts:
             self._fleet.adopt(outcome.instances, self._clock.now())
         if outcome.instances or outcome.reused:
             self._bookings.book(key, {*(i.provider_id for i in outcome.instances),
-                                      *outcome.reused})
+                                      *outcome.reused}, queue)
             self._ledger.unbook(outcome.reused)
 
     # --- the committed gang ----------------------------------------------------------------
@@ -274,8 +275,9 @@ class GangAttempts:
                       | set(gone_reused))
         return Gang(attempt, count, tuple(mine), tuple(lost), recorded)
 
-    def book(self, key: str, instances: Sequence[CloudInstance]) -> None:
-        self._bookings.book(key, {i.provider_id for i in instances})
+    def book(self, key: str, instances: Sequence[CloudInstance],
+             queue: str | None = None) -> None:
+        self._bookings.book(key, {i.provider_id for i in instances}, queue)
 
     def release(self, key: str, uid: str | None) -> set[str]:
         """End the request's booking and any slots held for it; the provider ids whose

@@ -9,7 +9,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from provider.attempts.executor import SHORTFALL_REASONS, Outcome, Result
-from provider.attempts.figures import ReservedGpus
+from provider.attempts.figures import ReservedGpus, TeamKey, TeamSpend
 from provider.base.build import commit, version
 from provider.domain.cloud import CloudInstance, CloudSnapshot
 from provider.domain.plan import Part
@@ -135,7 +135,10 @@ ATTEMPT_LABELS = tuple(
     for reason in (("",) if result in (Result.SUCCEEDED, Result.CANCELLED)
                    else SHORTFALL_REASONS))
 
-FleetFigures = tuple[list[ReservedGpus], dict[tuple[str, str], float]]
+FleetFigures = tuple[list[ReservedGpus], dict[tuple[str, str], float],
+                     dict[TeamKey, TeamSpend]]
+# The labels of the per-team figures; a namespace is "" for nodes charged to nobody.
+TEAM_LABELS = ("namespace", "queue", "source", "use")
 
 
 class _FleetCollector(Collector):
@@ -146,7 +149,7 @@ class _FleetCollector(Collector):
         return []  # described by what collect() yields (no figures needed to register)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        reserved, spend = self._figures()
+        reserved, spend, teams = self._figures()
         gpus = GaugeMetricFamily(
             "allset_reserved_gpus", "GPUs of listed reservations: paid (every slot), up "
             "(on allset's running reserved nodes), busy (on those not idle).",
@@ -161,3 +164,28 @@ class _FleetCollector(Collector):
         for (source, group), rate in sorted(spend.items()):
             usd.add_metric([source, group], rate)
         yield usd
+        yield from _team_families(teams)
+
+
+def _team_families(teams: Mapping[TeamKey, TeamSpend]) -> Iterator[GaugeMetricFamily]:
+    """Per team: one series per (namespace, queue, source, use) that has nodes now, so the
+    label set is bounded by the namespaces and queues with requests and the owners the
+    config names."""
+    usd = GaugeMetricFamily(
+        "allset_team_spend_usd_per_hour", "USD per hour of allset's nodes by the namespace "
+        "(team) they are charged to, Kueue LocalQueue (namespace/name, \"\" for none), "
+        "capacity source and use: booked (by a ProvisioningRequest of the namespace), "
+        "idle (a reserved one charged to its reservation's owner, "
+        "costs.reservationOwners; else to namespace \"\"), booting, running (booked by no "
+        "request). A reserved node at its group's price.reserved.",
+        labels=list(TEAM_LABELS))
+    nodes = GaugeMetricFamily(
+        "allset_team_nodes", "allset's nodes by the namespace (team) they are charged to, "
+        "queue, capacity source and use (as allset_team_spend_usd_per_hour).",
+        labels=list(TEAM_LABELS))
+    for (team, queue, source, use), figure in sorted(teams.items()):
+        labels = [team, queue, str(source), str(use)]
+        usd.add_metric(labels, figure.usd_per_hour)
+        nodes.add_metric(labels, figure.nodes)
+    yield usd
+    yield nodes

@@ -1,5 +1,6 @@
 """The built-in demo served by `allset serve` without --config: a few GPU and CPU groups on
-the simulated cloud, one reservation in a fabric, and a stocked-out pool."""
+the simulated cloud, one reservation in a fabric, and a stocked-out pool; and a Trainium
+group with a reservation of its own, whose pods ask for aws.amazon.com/neuron."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ cloud:
     reservations:
       - {id: cr-h100-a, zone: us-east-1a, instanceType: p5.48xlarge, fabric: train-a, count: 4}
       - {id: cr-a100-b, zone: us-east-1b, instanceType: p4d.24xlarge, count: 2}
+      - {id: cr-trn2-c, zone: us-east-1c, instanceType: trn2.48xlarge, count: 2}
     stockouts:
       - {zone: us-east-1b, instanceType: p5.48xlarge, capacityType: on-demand}
 nodeGroups:
@@ -49,6 +51,15 @@ nodeGroups:
     maxSize: 8
     price: {onDemand: 32.77}
     taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
+  - id: trn2-c
+    zone: us-east-1c
+    instanceType: trn2.48xlarge
+    gpu: {type: aws-trainium2-96gb, count: 16, cores: 4}
+    cpu: 191
+    memory: 1900Gi
+    maxSize: 8
+    price: {onDemand: 44.7}
+    taints: [{key: aws.amazon.com/neuron, value: present, effect: NoSchedule}]
   - id: cpu-a
     zone: us-east-1a
     instanceType: m7i.8xlarge

@@ -32,12 +32,12 @@ from provider.config.schema import (
 )
 from provider.config.shapes import allocatable_cpu_milli, allocatable_memory_milli
 from provider.config.units import duration_seconds, quantity_milli
+from provider.domain.accelerators import vendor_of_type
 from provider.domain.cloud import CapacityType, Shape
 from provider.domain.demand import Demand, cross_zone_costed, valued
 from provider.domain.devices.catalog import GpuDevices, gpu_slice, mig_resource, plain_slice
 from provider.domain.devices.model import AttrValue, DeviceSlice, Version
 from provider.domain.model import (
-    GPU_RESOURCE,
     MILLI,
     GroupOptions,
     NodeGroup,
@@ -222,12 +222,7 @@ def _node_group(cfg: NodeGroupConfig, shape: Shape | None = None) -> NodeGroup:
     amounts = {"cpu": cpu, "memory": memory, "pods": cfg.pods * MILLI}
     if cfg.ephemeral_storage is not None:
         amounts["ephemeral-storage"] = quantity_milli(cfg.ephemeral_storage)
-    if gpu_count:
-        amounts[GPU_RESOURCE] = gpu_count * MILLI
-    if cfg.gpu is not None and cfg.gpu.mig is not None:
-        # Mixed strategy: partitioned GPUs are advertised as their MIG profile only.
-        amounts[GPU_RESOURCE] = 0
-        amounts[mig_resource(cfg.gpu.mig.profile)] = gpu_count * cfg.gpu.mig.per_gpu * MILLI
+    resource = _accelerator_amounts(cfg, gpu_type, gpu_count, shape, amounts)
     scale_up = cfg.scale_up or (ScaleUpMode.ATOMIC if gpu_count else ScaleUpMode.PARTIAL)
     opts = cfg.options
 
@@ -243,9 +238,11 @@ def _node_group(cfg: NodeGroupConfig, shape: Shape | None = None) -> NodeGroup:
         max_size=cfg.max_size,
         on_demand_price=cfg.price.on_demand,
         spot_price=cfg.price.spot,
+        reserved_price=cfg.price.reserved,
         capacity_types=tuple(CapacityType(c) for c in cfg.capacity_types),
         gpu_type=gpu_type,
         gpu_count=gpu_count,
+        accelerator_resource=resource,
         architecture=shape.architecture if shape else "amd64",
         devices=group_devices(cfg, gpu_type, gpu_count, shape),
         fabric=cfg.fabric,
@@ -269,6 +266,26 @@ def _node_group(cfg: NodeGroupConfig, shape: Shape | None = None) -> NodeGroup:
     )
 
 
+def _accelerator_amounts(cfg: NodeGroupConfig, gpu_type: str | None, gpu_count: int,
+                         shape: Shape | None, amounts: dict[str, int]) -> str:
+    """Add what the node's device plugin advertises for its accelerators to ``amounts``
+    (provider/domain/accelerators.py); returns the resource that counts them whole."""
+    vendor = cfg.gpu.vendor if cfg.gpu is not None else vendor_of_type(gpu_type)
+    resource = (cfg.gpu.resource if cfg.gpu is not None else None) or vendor.resource
+    if not gpu_count:
+        return resource
+    amounts[resource] = gpu_count * MILLI
+    if cfg.gpu is not None and cfg.gpu.mig is not None:
+        # Mixed strategy: partitioned GPUs are advertised as their MIG profile only.
+        amounts[resource] = 0
+        amounts[mig_resource(cfg.gpu.mig.profile)] = gpu_count * cfg.gpu.mig.per_gpu * MILLI
+    cores = cfg.gpu.cores if cfg.gpu is not None and cfg.gpu.cores else (
+        shape.accelerator_cores if shape is not None and shape.gpu_type == gpu_type else 0)
+    if vendor.core_resource and cores:
+        amounts[vendor.core_resource] = gpu_count * cores * MILLI
+    return resource
+
+
 def _attribute(value: AttributeValue) -> AttrValue:
     return Version.parse(value.version) if isinstance(value, VersionValue) else value
 
@@ -279,13 +296,16 @@ def group_devices(cfg: NodeGroupConfig, gpu_type: str | None, gpu_count: int,
     cloud's shape and the config), then the config's other devices."""
     out = []
     gpu = cfg.gpu
-    if gpu_count and (gpu is None or gpu.dra.publish):
+    # A vendor whose DRA driver allset does not model publishes nothing unless the config
+    # names a driver (provider/domain/accelerators.py).
+    driver = gpu.dra_driver if gpu is not None else vendor_of_type(gpu_type).dra_driver
+    if gpu_count and driver is not None:
         memory = (quantity_milli(gpu.memory) if gpu is not None and gpu.memory is not None
                   else shape.gpu_memory_mib * 2**20 * MILLI if shape and shape.gpu_memory_mib
                   else None)
         dra = gpu.dra if gpu is not None else GpuDra()
         found = gpu_slice(GpuDevices(
-            gpu_type=gpu_type, count=gpu_count, memory_milli=memory, driver=dra.driver,
+            gpu_type=gpu_type, count=gpu_count, memory_milli=memory, driver=driver,
             attributes={k: _attribute(v) for k, v in dra.attributes.items()},
             capacity={k: quantity_milli(v) for k, v in dra.capacity.items()},
             spread=dra.spread,

@@ -23,14 +23,16 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from provider.config.aws import AwsCloud, AwsGroup
 from provider.config.base import Model
+from provider.config.costs import Costs
 from provider.config.gcp import GcpCloud, GcpGroup
 from provider.config.paths import phrased
 from provider.config.units import duration_seconds, quantity_milli
+from provider.domain.accelerators import Vendor, vendor_of_resource, vendor_of_type
 from provider.domain.cloud import CapacityType, ReservationKind
 from provider.domain.devices.mig import LAYOUTS as MIG_LAYOUTS
 from provider.domain.devices.model import Version
 from provider.domain.gangs.sources import SourceName
-from provider.domain.model import ScaleUpMode
+from provider.domain.model import GPU_RESOURCE, ScaleUpMode
 
 _DNS_LABEL = phrased(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
                      "a DNS label: lower-case letters, digits and '-', at most 63, starting "
@@ -150,8 +152,10 @@ class GpuDra(DeviceAttributes):
 
     publish: bool = Field(True, description="publish the GPUs as DRA devices (false: "
                           "device plugin only)")
-    driver: str = Field("gpu.nvidia.com", pattern=_DRIVER_NAME,
-                        description="the DRA driver that publishes them")
+    driver: str | None = Field(None, pattern=_DRIVER_NAME,
+                               description="the DRA driver that publishes them (default: "
+                               "the vendor's, gpu.nvidia.com for NVIDIA; a vendor without "
+                               "one publishes none)")
     dynamic_mig: bool = Field(False, description="the driver partitions GPUs on demand "
                               "(NVIDIA's DynamicMIG): each GPU and every MIG placement are "
                               "published as partitionable devices sharing the GPU's "
@@ -173,16 +177,56 @@ class DeviceSet(DeviceAttributes):
     name_prefix: Name = Field("dev", description="device names are <prefix>-<index>")
 
 
-class Gpu(Model):
-    """The GPUs of one node of the group."""
+_EXTENDED_RESOURCE = phrased(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+"
+    r"/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
+    "an extended resource name: a DNS domain with at least one '.', '/', and a name "
+    "(e.g. aws.amazon.com/neuron)")
 
-    type: str = Field(min_length=1, description="GPU model, e.g. nvidia-h100-80gb")
-    count: int = Field(gt=0, description="GPUs per node")
+
+class Gpu(Model):
+    """The accelerators (GPUs, Gaudi, Trainium, ...) of one node of the group."""
+
+    type: str = Field(min_length=1, description="accelerator model, its vendor first, e.g. "
+                      "nvidia-h100-80gb, amd-instinct-mi300x-192gb, aws-trainium2-96gb")
+    count: int = Field(gt=0, description="accelerator devices per node")
+    resource: str | None = Field(
+        None, pattern=_EXTENDED_RESOURCE, description="the extended resource its device "
+        "plugin advertises per device (default: by the type's vendor: nvidia.com/gpu, "
+        "amd.com/gpu, habana.ai/gaudi, gpu.intel.com/i915, aws.amazon.com/neuron)")
+    cores: int | None = Field(None, gt=0, description="cores per device the device plugin "
+                              "advertises beside the devices (AWS Neuron's "
+                              "aws.amazon.com/neuroncore; default: from the cloud)")
     memory: Quantity | None = Field(None, description="memory per GPU, e.g. 80Gi (default: "
                                     "from the GPU model)")
     mig: Mig | None = Field(None, description="MIG partitions (they replace nvidia.com/gpu "
                             "by nvidia.com/mig-<profile> and are the DRA devices)")
     dra: GpuDra = Field(GpuDra(), description="the GPUs as DRA devices")
+
+    @property
+    def vendor(self) -> Vendor:
+        """The resource's vendor, where given (one allset does not know is "other": no
+        cores, no MIG, no DRA driver); else the type's."""
+        if self.resource:
+            return vendor_of_resource(self.resource) or Vendor("other", self.resource)
+        return vendor_of_type(self.type)
+
+    @property
+    def dra_driver(self) -> str | None:
+        """The DRA driver that publishes the devices, or None when none does."""
+        return (self.dra.driver or self.vendor.dra_driver) if self.dra.publish else None
+
+    @model_validator(mode="after")
+    def _vendor(self) -> Gpu:
+        vendor, problems = self.vendor, []
+        if self.cores is not None and vendor.core_resource is None:
+            problems.append(f"cores: {vendor.name} devices advertise no cores (only AWS "
+                            "Neuron's do, as aws.amazon.com/neuroncore)")
+        if vendor.resource != GPU_RESOURCE and (self.mig is not None or self.dra.dynamic_mig):
+            problems.append(f"mig: MIG is NVIDIA's; this accelerator is {vendor.name}'s "
+                            f"({self.resource or vendor.resource})")
+        refuse(problems)
+        return self
 
     @model_validator(mode="after")
     def _dynamic_mig(self) -> Gpu:
@@ -204,6 +248,10 @@ class Price(Model):
 
     on_demand: float = Field(0.0, ge=0, description="USD per node-hour on demand")
     spot: float | None = Field(None, ge=0, description="USD per node-hour on spot")
+    reserved: float = Field(0.0, ge=0, description="USD per node-hour a reserved slot costs "
+                            "(its share of the reservation's bill): charged to the team "
+                            "whose node it is in the spend metrics, never weighed by the "
+                            "planner (a reservation bills whether it is used or not)")
 
 
 class TaintConfig(Model):
@@ -293,8 +341,9 @@ class NodeGroupConfig(Model):
         if CapacityType.SPOT in self.capacity_types and self.price.spot is None:
             problems.append("capacityTypes has spot but price.spot is not set")
         drivers = [d.driver for d in self.devices]
-        if self.gpu is not None and self.gpu.dra.publish:
-            drivers.append(self.gpu.dra.driver)
+        gpu_driver = self.gpu.dra_driver if self.gpu is not None else None
+        if gpu_driver is not None:
+            drivers.append(gpu_driver)
         if len(set(drivers)) != len(drivers):
             problems.append("devices: each DRA driver publishes one pool per node; a driver "
                             "is listed twice (the GPUs' is gpu.dra.driver)")
@@ -637,6 +686,7 @@ class Config(Model):
     locality: Locality = Field(Locality(), description="the cost of running away from a "
                                "request's data")
     gangs: Gangs = Field(Gangs(), description="pending PodGroup gangs become requests")
+    costs: Costs = Field(Costs(), description="whom the per-team spend metrics charge")
     node_groups: list[NodeGroupConfig] = Field(min_length=1, description="the node "
                                                "groups CA sees")
 

@@ -389,7 +389,7 @@ class RequestHandler:
             # a crash before the record leaves launched nodes whose tags count the reused
             # ones in the plan, a gang short of it that is rolled back, never one reported
             # whole without them.
-            self._gangs.adopt(key, outcome)
+            self._gangs.adopt(key, outcome, demand.queue)
             t.failures = 0
             n = len(outcome.instances) + len(outcome.reused)
             # Its event (reason WaitingForNodes) says what launched and what was reused.
@@ -452,7 +452,7 @@ class RequestHandler:
             return self._lost_before_provisioned(obj, t, found)
         value = c.booking_value(obj["metadata"]["namespace"], obj["metadata"]["name"])
         # Protected from scale-down from commit on, and labelled as each Node registers.
-        self._gangs.book(key, found.instances)
+        self._gangs.book(key, found.instances, t.demand.queue if t.demand else None)
         tainted: list[str] = []
         done = self._label(found.instances, value, workload_ref(obj), key, t.uid,
                            t.demand, tainted)
@@ -528,7 +528,7 @@ class RequestHandler:
             return None
         if found is not None:  # None: provisioned before plans were recorded (upgrade)
             value = c.booking_value(meta["namespace"], meta["name"])
-            self._gangs.book(key, found.instances)
+            self._gangs.book(key, found.instances, t.demand.queue if t.demand else None)
             self._label(found.instances, value, workload_ref(obj), key, t.uid)
         if self._consumed(obj, t.demand.pods):
             self._release(key, t.uid)

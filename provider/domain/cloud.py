@@ -179,9 +179,11 @@ class Shape:
     instance_type: str
     vcpus: int
     memory_mib: int
-    gpu_type: str | None = None
+    gpu_type: str | None = None  # an accelerator of any vendor, the vendor first
     gpu_count: int = 0
     gpu_memory_mib: int = 0
+    # Cores per device its device plugin advertises (AWS Neuron's neuroncore), or 0.
+    accelerator_cores: int = 0
     max_efa_interfaces: int = 0
     architecture: str = "amd64"
 

@@ -8,10 +8,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from provider.domain.accelerators import DEVICE_RESOURCES, NVIDIA_GPU
 from provider.domain.cloud import CapacityType
 from provider.domain.devices.model import DeviceSlice
 
-GPU_RESOURCE = "nvidia.com/gpu"
+GPU_RESOURCE = NVIDIA_GPU
 MILLI = 1000
 
 
@@ -63,6 +64,10 @@ class Resources:
         have = capacity._index
         return {k: v - have.get(k, 0) for k, v in self._amounts if v > have.get(k, 0)}
 
+    def devices(self) -> int:
+        """Whole accelerator devices of any vendor (provider/domain/accelerators.py)."""
+        return sum(self._index.get(name, 0) for name in DEVICE_RESOURCES) // MILLI
+
     def fits_in(self, capacity: Resources) -> bool:
         have = capacity._index
         return all(v <= have.get(k, 0) for k, v in self._amounts)
@@ -104,10 +109,16 @@ class NodeGroup:
     max_size: int
     on_demand_price: float
     capacity_types: tuple[CapacityType, ...] = (CapacityType.RESERVED, CapacityType.ON_DEMAND)
+    # Its accelerators (of any vendor: provider/domain/accelerators.py) and the extended
+    # resource that counts them whole.
     gpu_type: str | None = None
     gpu_count: int = 0
+    accelerator_resource: str = GPU_RESOURCE
     fabric: str | None = None
     spot_price: float | None = None
+    # What a reserved slot costs an hour (its share of the reservation's bill): charged to
+    # teams in the spend metrics, never planned with (price() is 0: it bills anyway).
+    reserved_price: float = 0.0
     scale_up: ScaleUpMode = ScaleUpMode.ATOMIC
     labels: Mapping[str, str] = field(default_factory=lambda: _frozen(None))
     taints: tuple[Taint, ...] = ()

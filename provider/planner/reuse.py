@@ -40,7 +40,7 @@ from types import MappingProxyType
 
 from provider.domain.cloud import CapacityType
 from provider.domain.demand import Demand, PodSet
-from provider.domain.model import GPU_RESOURCE, NodeGroup, Resources, Taint
+from provider.domain.model import NodeGroup, Resources, Taint
 from provider.domain.plan import IdleNode, Part, Plan
 from provider.planner.gang import Inputs, domain_of
 from provider.planner.layout import layout
@@ -231,7 +231,7 @@ def _take(inputs: Inputs, domain: str, idle: list[IdleNode]) -> Reuse | None:
         defaultdict(list)  # (group, type, reservation) -> (node, pod set, pods)
     taken: list[IdleNode] = []
     for pod_set in sorted(demand.pod_sets,
-                          key=lambda p: (-p.requests.get(GPU_RESOURCE), p.name)):
+                          key=lambda p: (-p.requests.devices(), p.name)):
         room = {n.provider_id: _room(n, pod_set, template[(n.group, pod_set.name)])
                 for n in free if (n.group, pod_set.name) in template}
         fits = sorted((n for n in free if room.get(n.provider_id, 0) > 0),

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from provider.capacity.ledger import CapacityView
 from provider.domain.demand import Demand, value_source
-from provider.domain.model import GPU_RESOURCE, MILLI
 from provider.domain.plan import Infeasible, Plan
 from provider.planner.answer import plan
 from provider.planner.locality import weighed
@@ -51,8 +50,9 @@ class Wait:
 
 
 def gang_gpus(demand: Demand, result: Plan | None, groups: Mapping[str, object]) -> int:
-    """GPUs the gang occupies: what its pods ask, else what its planned nodes carry."""
-    asked = sum(p.count * p.requests.get(GPU_RESOURCE) // MILLI for p in demand.pod_sets)
+    """Accelerators (of any vendor) the gang occupies: what its pods ask, else what its
+    planned nodes carry."""
+    asked = sum(p.count * p.requests.devices() for p in demand.pod_sets)
     if asked or result is None:
         return asked
     return sum(getattr(groups.get(part.group), "gpu_count", 0) * part.count

@@ -41,7 +41,7 @@ def status(provider: Provider) -> Status:
                     for r in provider.ledger.view().reservations]
     in_flight, _ = provider.executor.known()
     by_request: dict[str, int] = Counter(bookings.values())
-    reserved, spend = provider.fleet_figures()
+    reserved, spend, teams = provider.fleet_figures()
     return {
         "acting": provider.acting(),
         # Which replica answered and which holds the lease (None without an election):
@@ -58,6 +58,10 @@ def status(provider: Provider) -> Status:
                          for r in reserved],
         "spendPerHour": [{"source": src, "group": g, "usd": round(usd, 2)}
                          for (src, g), usd in sorted(spend.items())],
+        "teamSpendPerHour": [{"namespace": ns, "queue": queue, "source": str(src),
+                              "use": str(use), "nodes": t.nodes,
+                              "usd": round(t.usd_per_hour, 2)}
+                             for (ns, queue, src, use), t in sorted(teams.items())],
         "pendingByReason": dict(sorted(provider.pending_by_reason.items())),
         "gangApis": dict(sorted(provider.gang_apis.items())),
         "nodesReused": int(_total(provider, "allset_nodes_reused_total")),
@@ -121,6 +125,7 @@ def render(found: Status) -> str:
         by_source[row["source"]] = by_source.get(row["source"], 0.0) + row["usd"]
     lines += ["", "SPEND OUTSIDE RESERVATIONS: " + (", ".join(
         f"{src} USD {usd:,.2f}/h" for src, usd in sorted(by_source.items())) or "none")]
+    lines += _team_lines(found.get("teamSpendPerHour") or [])
     pending = found["pendingByReason"]
     lines += ["PENDING REQUESTS: " + (", ".join(f"{r} {n}" for r, n in pending.items())
                                       or "none")]
@@ -131,3 +136,17 @@ def render(found: Status) -> str:
     lines += [f"IDLE NODES REUSED: {found['nodesReused']}; SCALE-IN SAVED (estimate): "
               f"USD {found['scaleInSavedUsd']:,.2f}"]
     return "\n".join(lines)
+
+
+def _team_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per namespace (team): nodes, USD per hour, and of that what its idle nodes cost."""
+    teams: dict[str, list[float]] = {}
+    for row in rows:
+        figures = teams.setdefault(row["namespace"] or "(nobody)", [0, 0.0, 0.0])
+        figures[0] += row["nodes"]
+        figures[1] += row["usd"]
+        figures[2] += row["usd"] if row["use"] == "idle" else 0.0
+    lines = ["SPEND BY TEAM  NAMESPACE             NODES     USD/H  IDLE USD/H"]
+    lines += [f"{'':<15}{team:<20}  {nodes:>5.0f}  {usd:>8,.2f}  {idle:>10,.2f}"
+              for team, (nodes, usd, idle) in sorted(teams.items())] or ["none"]
+    return lines

@@ -44,7 +44,7 @@ def test_serve_demo_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
 
         wait_until(up, timeout=30)
         groups = [g.id for g in stub.NodeGroups(pb.NodeGroupsRequest()).nodeGroups]
-        assert groups == ["h100-a", "h100-b", "a100-b", "cpu-a"]
+        assert groups == ["h100-a", "h100-b", "a100-b", "trn2-c", "cpu-a"]
         stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id="h100-a", delta=2))
         channel.close()
 

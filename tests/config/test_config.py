@@ -152,7 +152,7 @@ def test_the_value_of_waiting_is_set_by_queue_and_by_default() -> None:
         ("cpu: lots", "nodeGroups[0] (id g).cpu", "not a Kubernetes quantity"),
         ("gpu: {type: h100, count: 0}", "nodeGroups[0] (id g).gpu.count", "greater than 0"),
         ("gpu: {type: h100, count: 1, vram: 80}", "nodeGroups[0] (id g).gpu.vram",
-         "unknown key; allowed keys: count, dra, memory, mig, type"),
+         "unknown key; allowed keys: cores, count, dra, memory, mig, resource, type"),
         ("capacityTypes: [reserved, preemptible]", "nodeGroups[0] (id g).capacityTypes[1]",
          "'reserved', 'on-demand' or 'spot'"),
         ("scaleUp: eventually", "nodeGroups[0] (id g).scaleUp", "'atomic' or 'partial'"),

@@ -538,10 +538,10 @@ def test_a_gang_node_taken_while_the_pass_books_is_never_reported_provisioned(
     provider = w.h.provider
     real_book = provider.book
 
-    def book(request: str, provider_ids: set[str]) -> None:
+    def book(request: str, provider_ids: set[str], queue: str | None = None) -> None:
         if gpu.provider_id in provider_ids and provider.fleet.instance(gpu.provider_id):
             provider.fleet.delete_nodes("gpu", [gpu.provider_id])  # taken just now
-        real_book(request, provider_ids)
+        real_book(request, provider_ids, queue)
 
     monkeypatch.setattr(provider, "book", book)
     w.sync(1)

@@ -46,6 +46,8 @@ cloud:
       - {{id: r-reuse, zone: us-east-1h, instanceType: p5.48xlarge, count: 1}}
       - {{id: cb-limit, zone: us-east-1g, instanceType: p5.48xlarge, count: 2,
          kind: capacity-block, targeted: true, startsAt: {cb_start}, endsAt: {cb_end}}}
+      - {{id: cb-trn2, zone: us-east-1l, instanceType: trn2.48xlarge, count: 2,
+         kind: capacity-block, targeted: true, startsAt: {cb_start}, endsAt: {cb_end}}}
     stockouts:
       - {{zone: us-east-1c, instanceType: p4d.24xlarge, capacityType: on-demand}}
 nodeGroups:
@@ -143,6 +145,14 @@ nodeGroups:
   # test_gang_webhook: CPU-only gangs raced against CA's per-pod scale-up (room for a gang
   # launched twice, so a double launch shows as nodes rather than as a refusal).
   - {{id: race-cpu, zone: us-east-1b, instanceType: c7i.2xlarge, maxSize: 8, cpu: 7,
+     memory: 15Gi, price: {{onDemand: 0.36}}}}
+  # test_accelerators: Trainium2 nodes advertising the Neuron device plugin's resources,
+  # a capacity block of two of them, and CPU nodes beside them for the gang's other pod.
+  - {{id: neuron-trn2, zone: us-east-1l, instanceType: trn2.48xlarge, maxSize: 3,
+     reservations: [cb-trn2], gpu: {{type: aws-trainium2-96gb, count: 16, cores: 4}},
+     cpu: 191, memory: 1900Gi, price: {{onDemand: 44.7}},
+     taints: [{{key: aws.amazon.com/neuron, value: present, effect: NoSchedule}}]}}
+  - {{id: neuron-cpu, zone: us-east-1l, instanceType: c7i.2xlarge, maxSize: 2, cpu: 7,
      memory: 15Gi, price: {{onDemand: 0.36}}}}
   # test_kueue_path: a capacity block open from before the session to 3 h after its start;
   # the Workload's maximumExecutionTimeSeconds decides whether a Job may use it.

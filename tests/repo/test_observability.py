@@ -10,7 +10,8 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
-from provider.attempts.metrics import ATTEMPT_LABELS, Metrics
+from provider.attempts.figures import ReservedGpus, TeamSpend, Use
+from provider.attempts.metrics import ATTEMPT_LABELS, TEAM_LABELS, Metrics
 from provider.controller.request_metrics import PENDING_REASONS, STATES, RequestMetrics
 from provider.domain.cloud import CapacityType
 from tests.kit.deploy import DEPLOY, ROOT, one, render
@@ -92,13 +93,24 @@ def test_label_values_in_queries_are_ones_the_code_sets() -> None:
 
 
 def _label_names() -> dict[str, tuple[str, ...]]:
-    """Series name -> its labels, for the metrics Metrics and RequestMetrics declare."""
+    """Series name -> its labels, for the metrics Metrics and RequestMetrics declare, and
+    the fleet's figures computed at each scrape (their labels as a scrape shows them)."""
     metrics = Metrics()
     declared = [*vars(metrics).values(), *vars(RequestMetrics(CollectorRegistry())).values()]
-    return {name + suffix: (*m._labelnames, *(("le",) if suffix == "_bucket" else ()))
-            for m in declared if isinstance(m, MetricWrapperBase)
-            for name, kind in [(m._name, type(m).__name__)]
-            for suffix in _SUFFIXES[kind]}
+    metrics.collect_fleet(lambda: (
+        [ReservedGpus("z", 8, 8, 8)], {("on-demand", "g"): 1.0},
+        {("ml", "ml/gpu", CapacityType.RESERVED, Use.IDLE): TeamSpend(1, 1.0)}))
+    scraped = {s.name: tuple(s.labels) for f in metrics.registry.collect()
+               for s in f.samples if f.name in _FLEET_FAMILIES}
+    return {**scraped, **{name + suffix: (*m._labelnames,
+                                          *(("le",) if suffix == "_bucket" else ()))
+                          for m in declared if isinstance(m, MetricWrapperBase)
+                          for name, kind in [(m._name, type(m).__name__)]
+                          for suffix in _SUFFIXES[kind]}}
+
+
+_FLEET_FAMILIES = {"allset_reserved_gpus", "allset_spend_usd_per_hour",
+                   "allset_team_spend_usd_per_hour", "allset_team_nodes"}
 
 
 def test_queries_group_and_filter_by_labels_the_metrics_carry() -> None:
@@ -122,6 +134,18 @@ def test_queries_group_and_filter_by_labels_the_metrics_carry() -> None:
                 assert used <= set(labels[name]), (expr, labels[name])
     assert {"allset_attempts_total", "allset_rollbacks_total",
             "allset_nodes_reused_total"} <= checked
+    # Issue 59: the per-team figures, grouped by exactly the labels the code declares.
+    assert labels["allset_team_spend_usd_per_hour"] == TEAM_LABELS
+    assert labels["allset_team_nodes"] == TEAM_LABELS
+    plain = re.compile(r"\bby \(([^)]*)\) \((allset_\w+)")
+    team = [(by, name) for e in [r["expr"] for r in _rules()] + _dashboard_exprs()
+            for by, name in plain.findall(e) if name.startswith("allset_team_")]
+    assert team, "no per-team panel or alert?"
+    for by, name in team:
+        assert {b.strip() for b in by.split(",")} <= set(labels[name]), (by, name)
+    uses = {v for e in _dashboard_exprs() + [r["expr"] for r in _rules()]
+            for v in re.findall(r'allset_team_\w+\{use="([^"]+)"', e)}
+    assert uses and uses <= {str(u) for u in Use}
     outcomes = {o for e in _dashboard_exprs() + [r["expr"] for r in _rules()]
                 for v in re.findall(r'allset_attempts_total\{outcome=~?"([^"]+)"', e)
                 for o in v.split("|")}

@@ -5,7 +5,14 @@ Attributes and capacities follow the driver's published ResourceSlices
 driver `gpu.nvidia.com`; a full GPU has `type: "gpu"`, `productName`, `brand`,
 `architecture`, `cudaComputeCapability` (a version), `index`, and capacity `memory`; a MIG
 device has `type: "mig"`, `profile` ("1g.10gb"), `parentIndex`, and its own `memory`.
-Group config may add or override attributes (an NVLink domain, a NUMA node, ...)."""
+Group config may add or override attributes (an NVLink domain, a NUMA node, ...).
+
+AMD's GPUs as AMD's DRA driver publishes them (github.com/ROCm/k8s-gpu-dra-driver,
+docs/driver-attributes.md and `cmd/gpu-kubeletplugin/deviceinfo.go`): driver `gpu.amd.com`;
+a full GPU is named `gpu-<cardIndex>-<renderIndex>` and has `type: "amdgpu"`,
+`productName`, `numaNode`, and capacities `memory`, `computeUnits` and `simdUnits`. The
+driver reads the product name and driver version from the node (sysfs), which a template
+cannot know: the product name here is the model's, and config may override it."""
 
 from __future__ import annotations
 
@@ -50,6 +57,25 @@ MODELS: Mapping[str, GpuModel] = {
     "nvidia-tesla-t4": GpuModel("Tesla T4", "Turing", "7.5.0", 16),
     "nvidia-t4-16gb": GpuModel("Tesla T4", "Turing", "7.5.0", 16),
 }
+
+AMD_DRIVER = "gpu.amd.com"
+
+
+@dataclass(frozen=True, slots=True)
+class AmdModel:
+    product: str
+    memory_gib: int
+    compute_units: int  # CDNA: four SIMD units a compute unit
+
+
+AMD_MODELS: Mapping[str, AmdModel] = {
+    "amd-instinct-mi300x-192gb": AmdModel("AMD Instinct MI300X", 192, 304),
+    "amd-instinct-mi325x-256gb": AmdModel("AMD Instinct MI325X", 256, 304),
+    "amd-instinct-mi355x-288gb": AmdModel("AMD Instinct MI355X", 288, 256),
+}
+_SIMD_PER_CU = 4
+# The first DRM render node is renderD128; cards count from 0.
+_FIRST_RENDER = 128
 
 _MIG_PROFILE = re.compile(r"^(?P<slices>\d+)g\.(?P<gb>\d+)gb$")
 
@@ -101,6 +127,8 @@ def gpu_slice(spec: GpuDevices) -> DeviceSlice | None:
     """The GPU devices one node of the group publishes (MIG devices when partitioned)."""
     if spec.count <= 0:
         return None
+    if spec.driver == AMD_DRIVER:
+        return _amd_slice(spec)
     model = MODELS.get(spec.gpu_type or "")
     memory = spec.memory_milli or (model.memory_gib * _GI if model else None)
     common = _base_attributes(spec)
@@ -124,6 +152,32 @@ def gpu_slice(spec: GpuDevices) -> DeviceSlice | None:
         if memory is not None:
             cap.setdefault("memory", memory)
         devices.append(_device(f"gpu-{index}", spec.driver, attrs, cap))
+    return DeviceSlice(spec.driver, tuple(devices))
+
+
+def _amd_slice(spec: GpuDevices) -> DeviceSlice:
+    """Full AMD GPUs (no partitions: those are set on the node, which a template cannot
+    know), each with the model's capacities unless the config says otherwise."""
+    model = AMD_MODELS.get(spec.gpu_type or "")
+    memory = spec.memory_milli or (model.memory_gib * _GI if model else None)
+    common: dict[str, AttrValue] = {"type": "amdgpu", "numaNode": 0,
+                                    "productName": model.product if model
+                                    else spec.gpu_type or "AMD GPU"}
+    common.update(spec.attributes or {})
+    capacity: dict[str, int] = {}
+    if memory is not None:
+        capacity["memory"] = memory
+    if model is not None:
+        capacity.update(computeUnits=model.compute_units * 1000,
+                        simdUnits=model.compute_units * _SIMD_PER_CU * 1000)
+    capacity.update(spec.capacity or {})
+    devices = []
+    for index in range(spec.count):
+        attrs = dict(common)
+        for name, parts in (spec.spread or {}).items():
+            attrs[name] = index * parts // spec.count
+        devices.append(_device(f"gpu-{index}-{_FIRST_RENDER + index}", spec.driver, attrs,
+                               capacity))
     return DeviceSlice(spec.driver, tuple(devices))
 
 
