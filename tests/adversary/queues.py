@@ -35,7 +35,12 @@ class QueueState:
     open: bool
 
     def admits(self, gpus: int) -> bool:
-        return self.open and (self.bound is None or self.used + gpus <= self.bound)
+        # A bound is held only against a need for that resource: a gang that asks for no
+        # GPUs is not judged by the GPU bound, though the GPUs in use are past it (Volcano
+        # v1.10.0 Resource.LessEqualWithDimension skips a dimension the request does not
+        # ask for, "quant > 0"; KAI's isOverLimit skips "requestedQty == 0").
+        return self.open and (gpus == 0 or self.bound is None
+                              or self.used + gpus <= self.bound)
 
 
 @dataclass

@@ -277,26 +277,36 @@ def _quiesce(world: World, adversary: Adversary, checked: Callable[[], bool]) ->
     world.log(f"kubelet.join: {adversary.kubelet_join(everyone=True)}")
     for inc in world.alive():
         world.log(f"controller: {adversary.controller(inc)}")
-    return drain(world, checked) or _launches_land(world, checked)
+    return drain(world, checked) or _launches_land(world, adversary, checked)
 
 
 # A launch takes the cloud's latency (world.py: launchLatencySeconds) of the world's time.
 LAUNCH_WAIT_SECONDS = 5.0
 
 
-def _launches_land(world: World, checked: Callable[[], bool]) -> bool:
+def _launches_land(world: World, adversary: Adversary, checked: Callable[[], bool]) -> bool:
     """An attempt the last controller pass started may be in the cloud still: a launch
     waits for the world's time to pass, which a drain does not move (while a part waiting
     for room moved it, and a sibling's launch landed). Quiescence is once they have
-    landed: time passes a launch's latency at a time until none waits."""
+    landed: time passes a launch's latency at a time until none waits. Time that passed
+    may have changed the cloud by itself (a capacity block's end terminates its
+    instances: CI seed 123), which a process sees at its next listing: then kubelets join
+    and every process refreshes once more, as a round ends, before the last look."""
+    waited = False
     for _ in range(20):
         if not any(t.at == "cloud.busy" and not t.done for t in world.sched.tasks):
-            return False
+            break
         world.advance(LAUNCH_WAIT_SECONDS)
+        waited = True
         world.log(f"+{LAUNCH_WAIT_SECONDS:.0f}s for launches in the cloud")
         if drain(world, checked):
             return True
-    return False
+    if not waited:
+        return False
+    world.log(f"kubelet.join: {adversary.kubelet_join(everyone=True)}")
+    for inc in world.alive():
+        world.log(f"refresh: {adversary.refresh(inc)}")
+    return drain(world, checked)
 
 
 def _round(world: World, adversary: Adversary, checked: Callable[[], bool],

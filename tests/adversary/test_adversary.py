@@ -34,6 +34,7 @@ from tests.adversary.invariants import (
 )
 from tests.adversary.kube import RecordWrite
 from tests.adversary.observe import runtimes_to_outlast
+from tests.adversary.queues import QueueState
 from tests.adversary.reuse_watch import lasting_at
 from tests.adversary.run import run_seed
 from tests.adversary.sched import Crashed, Scheduler, yield_point
@@ -428,6 +429,19 @@ def test_v1_does_not_hold_a_request_whose_workload_allset_may_not_read() -> None
     assert v1_one_gang_per_workload(unread, False) == []
     other = dataclasses.replace(BROKEN["V1"], workload_unread=frozenset({"u7"}))
     assert v1_one_gang_per_workload(other, False)
+
+
+def test_q1_holds_no_gang_to_a_bound_of_a_resource_it_does_not_ask_for() -> None:
+    """CI seed 128: a Volcano gang of CPU pods (0 GPUs) was asked for while its queue's
+    GPU capability was 0 with 8 GPUs in use. Volcano compares only the dimensions a job
+    asks for (Resource.LessEqualWithDimension, both at enqueue and at allocation), KAI
+    likewise (isOverLimit skips a resource requested 0 of): the queue admits that gang,
+    so no promise was broken. A gang that asks for a GPU there still breaks Q1."""
+    full = QueueState(bound=0, used=8, open=True)
+    assert full.admits(0)
+    assert not full.admits(1)
+    assert not QueueState(bound=16, used=8, open=True).admits(9)
+    assert not QueueState(bound=None, used=8, open=False).admits(0)
 
 
 @pytest.mark.parametrize("name", [inv.name for inv in INVARIANTS])
