@@ -87,8 +87,12 @@ def test_a_tainted_idle_node_is_not_reused(world: World, tmp_path: Path) -> None
 
 
 def _gang_pod(name: str, gated: bool = False) -> Obj:
+    # Held to keep-a's nodes: WORKER selects any H100 node, and in the whole suite an idle
+    # H100 node another scenario left took the gang's pods, which then needed no request.
     spec: dict[str, Any] = {**WORKER, "restartPolicy": "Never",
-                            "terminationGracePeriodSeconds": 0}
+                            "terminationGracePeriodSeconds": 0,
+                            "nodeSelector": {**WORKER["nodeSelector"],
+                                             "allset.dev/node-group": KEEP["id"]}}
     if gated:
         spec["schedulingGates"] = [{"name": GATE}]
     return {"apiVersion": "v1", "kind": "Pod",
