@@ -177,7 +177,10 @@ def test_a_slice_that_already_routes_here_is_not_written(
     kube.reset_counts()
     eventually("three renewals asserted the route", lambda: len(asserted) >= 3, periods=12)
     assert set(asserted) == {Routed.ALREADY}
-    assert {k: n for k, n in kube.requests.items() if k[1] == "endpointslices"} == {}
+    # The watch itself may reconnect meanwhile (its timeout ran out: a fresh clone's CI
+    # run counted one); a renewal's own get, create or update is what must not happen.
+    assert {k: n for k, n in kube.requests.items()
+            if k[1] == "endpointslices" and k[0] != "watch"} == {}
 
 
 def test_the_route_metric_reads_1_on_the_leader_and_0_on_the_standby(
